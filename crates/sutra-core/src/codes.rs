@@ -1,0 +1,1 @@
+pub const X: u8 = 0;

@@ -1,0 +1,512 @@
+//! CEL expressions and templates.
+//!
+//! Expressions are compiled once, when a deployment is checked, and evaluated per step. The CEL
+//! crate is 0.x and changes in every minor release, so nothing outside this module names it.
+//!
+//! Two limits protect the process rather than the user: the CEL parser and evaluator recurse per
+//! nesting level, and a deep enough expression overflows the stack, which aborts the process (it
+//! cannot be caught). So the source's bracket nesting is bounded before parsing, parsing runs on a
+//! thread with a generous stack, and the parsed tree's depth is bounded before it is accepted.
+//! A panic inside the evaluator is caught and reported as an expression error.
+
+use std::collections::BTreeSet;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use cel::common::ast::{EntryExpr, Expr as Ast};
+use serde_json::Value;
+
+/// Longest expression source accepted, in bytes.
+pub const EXPRESSION_BYTES_MAX: usize = 4096;
+/// Deepest bracket nesting (`(`, `[`, `{`) accepted in an expression's source.
+pub const EXPRESSION_BRACKETS_DEPTH_MAX: usize = 24;
+/// Deepest parsed expression tree accepted: evaluation recurses once per level.
+pub const EXPRESSION_TREE_DEPTH_MAX: usize = 32;
+const COMPILE_STACK_BYTES: usize = 64 << 20;
+
+/// The names an expression over an instance may use.
+pub const INSTANCE_ROOTS: &[&str] = &["vars", "msg", "instance", "now"];
+/// The names a channel's `correlate` expression may use: the message's attributes.
+pub const MESSAGE_ROOTS: &[&str] = &["data", "id", "type", "source", "subject", "time"];
+
+/// A compiled CEL expression. Cheap to clone.
+#[derive(Clone)]
+pub struct Expr {
+    source: Arc<str>,
+    program: Arc<cel::Program>,
+}
+
+impl std::fmt::Debug for Expr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Expr({:?})", self.source)
+    }
+}
+
+/// Why an expression did not compile.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompileError {
+    #[error("expression is empty")]
+    Empty,
+    #[error("expression is {0} bytes long; the limit is {EXPRESSION_BYTES_MAX}")]
+    TooLong(usize),
+    #[error(
+        "expression nests too deeply (more than {EXPRESSION_BRACKETS_DEPTH_MAX} brackets or {EXPRESSION_TREE_DEPTH_MAX} operators deep)"
+    )]
+    TooDeep,
+    #[error("{0}")]
+    Syntax(String),
+    #[error("unknown name `{name}`: expressions here can use {allowed}")]
+    UnknownName { name: String, allowed: String },
+}
+
+/// Why an expression failed at run time. Reported as `SUTRA.RUNTIME.EXPRESSION.ERROR`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{expression}`: {message}")]
+pub struct EvalError {
+    pub expression: String,
+    pub message: String,
+}
+
+impl Expr {
+    /// Compiles `source`, accepting only the free names in `roots`.
+    pub fn compile(source: &str, roots: &[&str]) -> Result<Expr, CompileError> {
+        let source = source.trim();
+        if source.is_empty() {
+            return Err(CompileError::Empty);
+        }
+        if source.len() > EXPRESSION_BYTES_MAX {
+            return Err(CompileError::TooLong(source.len()));
+        }
+        if bracket_depth(source) > EXPRESSION_BRACKETS_DEPTH_MAX {
+            return Err(CompileError::TooDeep);
+        }
+        let program = parse_on_large_stack(source)?;
+        let root = program.expression();
+        if tree_depth(&root.expr) > EXPRESSION_TREE_DEPTH_MAX {
+            return Err(CompileError::TooDeep);
+        }
+        let mut free = BTreeSet::new();
+        free_names(&root.expr, &mut Vec::new(), &mut free);
+        if let Some(name) = free
+            .into_iter()
+            .find(|name| !roots.contains(&name.as_str()))
+        {
+            let allowed = roots
+                .iter()
+                .map(|r| format!("`{r}`"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(CompileError::UnknownName { name, allowed });
+        }
+        Ok(Expr {
+            source: source.into(),
+            program: Arc::new(program),
+        })
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Evaluates the expression with the given names bound, and converts the result to JSON.
+    /// CEL timestamps become RFC 3339 strings and durations become seconds.
+    pub fn eval(&self, bindings: &Bindings) -> Result<Value, EvalError> {
+        let error = |message: String| EvalError {
+            expression: self.source.to_string(),
+            message,
+        };
+        let mut context = cel::Context::default();
+        for (name, value) in &bindings.values {
+            context.add_variable_from_value(name.clone(), value.clone());
+        }
+        let outcome = catch_unwind(AssertUnwindSafe(|| self.program.execute(&context)));
+        let value = match outcome {
+            Ok(Ok(value)) => value,
+            Ok(Err(e)) => return Err(error(describe_execution_error(&e))),
+            Err(_) => {
+                return Err(error(
+                    "the expression evaluator failed on this input".into(),
+                ));
+            }
+        };
+        value
+            .json()
+            .map_err(|e| error(format!("the result cannot be represented as JSON: {e}")))
+    }
+
+    /// Evaluates a guard: the result must be a boolean.
+    pub fn eval_bool(&self, bindings: &Bindings) -> Result<bool, EvalError> {
+        match self.eval(bindings)? {
+            Value::Bool(b) => Ok(b),
+            other => Err(EvalError {
+                expression: self.source.to_string(),
+                message: format!("expected a boolean, got {}", json_type_name(&other)),
+            }),
+        }
+    }
+
+    /// Evaluates a correlation key: a string, or an integer written in decimal.
+    pub fn eval_key(&self, bindings: &Bindings) -> Result<String, EvalError> {
+        match self.eval(bindings)? {
+            Value::String(s) => Ok(s),
+            Value::Number(n) if n.is_i64() || n.is_u64() => Ok(n.to_string()),
+            other => Err(EvalError {
+                expression: self.source.to_string(),
+                message: format!(
+                    "a correlation key must be a string or an integer, got {}",
+                    json_type_name(&other)
+                ),
+            }),
+        }
+    }
+}
+
+/// The names bound for one evaluation.
+#[derive(Default)]
+pub struct Bindings {
+    values: Vec<(String, cel::Value)>,
+}
+
+impl Bindings {
+    pub fn new() -> Bindings {
+        Bindings::default()
+    }
+
+    /// Binds `name` to a JSON value.
+    pub fn json(mut self, name: &str, value: &Value) -> Bindings {
+        self.values.push((name.to_owned(), json_to_cel(value)));
+        self
+    }
+
+    /// Binds `name` to a CEL timestamp.
+    pub fn timestamp(mut self, name: &str, at: jiff::Timestamp) -> Bindings {
+        let value = chrono::DateTime::from_timestamp_nanos(
+            i64::try_from(at.as_nanosecond()).unwrap_or(i64::MAX),
+        );
+        self.values
+            .push((name.to_owned(), cel::Value::Timestamp(value.fixed_offset())));
+        self
+    }
+}
+
+fn json_to_cel(value: &Value) -> cel::Value {
+    match value {
+        Value::Null => cel::Value::Null,
+        Value::Bool(b) => cel::Value::Bool(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => cel::Value::Int(i),
+            (None, Some(u)) => cel::Value::UInt(u),
+            _ => cel::Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Value::String(s) => cel::Value::String(Arc::new(s.clone())),
+        Value::Array(items) => cel::Value::List(Arc::new(items.iter().map(json_to_cel).collect())),
+        Value::Object(map) => {
+            let entries: std::collections::HashMap<cel::objects::Key, cel::Value> = map
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        cel::objects::Key::String(Arc::new(k.clone())),
+                        json_to_cel(v),
+                    )
+                })
+                .collect();
+            cel::Value::Map(cel::objects::Map {
+                map: Arc::new(entries),
+            })
+        }
+    }
+}
+
+fn describe_execution_error(error: &cel::ExecutionError) -> String {
+    match error {
+        cel::ExecutionError::NoSuchKey(key) => format!("no such key `{key}`"),
+        cel::ExecutionError::UndeclaredReference(name) => format!("`{name}` is not defined here"),
+        other => other.to_string(),
+    }
+}
+
+pub(crate) fn json_type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a map",
+    }
+}
+
+fn bracket_depth(source: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for c in source.chars() {
+        match c {
+            '(' | '[' | '{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            ')' | ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+fn parse_on_large_stack(source: &str) -> Result<cel::Program, CompileError> {
+    std::thread::scope(|scope| {
+        let parse = std::thread::Builder::new()
+            .name("sutra-cel-parse".into())
+            .stack_size(COMPILE_STACK_BYTES)
+            .spawn_scoped(scope, || {
+                catch_unwind(|| cel::Program::compile(source))
+                    .map_err(|_| CompileError::Syntax("the expression parser failed".into()))?
+                    .map_err(|e| CompileError::Syntax(e.to_string()))
+            })
+            .map_err(|e| CompileError::Syntax(format!("cannot start the parser: {e}")))?;
+        parse
+            .join()
+            .unwrap_or_else(|_| Err(CompileError::Syntax("the expression parser failed".into())))
+    })
+}
+
+fn children(expr: &Ast) -> Vec<&Ast> {
+    match expr {
+        Ast::Unspecified | Ast::Ident(_) | Ast::Literal(_) => vec![],
+        Ast::Call(call) => call
+            .target
+            .iter()
+            .map(|t| &t.expr)
+            .chain(call.args.iter().map(|a| &a.expr))
+            .collect(),
+        Ast::Comprehension(c) => vec![
+            &c.iter_range.expr,
+            &c.accu_init.expr,
+            &c.loop_cond.expr,
+            &c.loop_step.expr,
+            &c.result.expr,
+        ],
+        Ast::List(list) => list.elements.iter().map(|e| &e.expr).collect(),
+        Ast::Map(map) => map
+            .entries
+            .iter()
+            .flat_map(|e| entry_children(&e.expr))
+            .collect(),
+        Ast::Struct(s) => s
+            .entries
+            .iter()
+            .flat_map(|e| entry_children(&e.expr))
+            .collect(),
+        Ast::Select(select) => vec![&select.operand.expr],
+    }
+}
+
+fn entry_children(entry: &EntryExpr) -> Vec<&Ast> {
+    match entry {
+        EntryExpr::StructField(field) => vec![&field.value.expr],
+        EntryExpr::MapEntry(entry) => vec![&entry.key.expr, &entry.value.expr],
+    }
+}
+
+/// The tree's depth, computed without recursion so that a deep tree cannot overflow here either.
+fn tree_depth(root: &Ast) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(root, 1usize)];
+    while let Some((expr, depth)) = stack.pop() {
+        deepest = deepest.max(depth);
+        stack.extend(children(expr).into_iter().map(|child| (child, depth + 1)));
+    }
+    deepest
+}
+
+/// Identifiers not bound by an enclosing comprehension (`all`, `exists`, `map`, `filter`).
+/// Only called on trees whose depth has been bounded.
+fn free_names(expr: &Ast, bound: &mut Vec<String>, free: &mut BTreeSet<String>) {
+    match expr {
+        Ast::Ident(name) if !bound.contains(name) => {
+            free.insert(name.clone());
+        }
+        Ast::Comprehension(c) => {
+            free_names(&c.iter_range.expr, bound, free);
+            free_names(&c.accu_init.expr, bound, free);
+            let scope = bound.len();
+            bound.push(c.iter_var.clone());
+            bound.extend(c.iter_var2.clone());
+            bound.push(c.accu_var.clone());
+            for inner in [&c.loop_cond, &c.loop_step, &c.result] {
+                free_names(&inner.expr, bound, free);
+            }
+            bound.truncate(scope);
+        }
+        other => children(other)
+            .into_iter()
+            .for_each(|child| free_names(child, bound, free)),
+    }
+}
+
+/// A YAML value in which every string leaf starting with `=` is an expression. `==` at the start
+/// escapes a literal `=`.
+#[derive(Debug, Clone)]
+pub enum Template {
+    /// A subtree with no expression in it, kept as one JSON value.
+    Literal(Value),
+    Expr(Expr),
+    List(Vec<Template>),
+    Map(Vec<(String, Template)>),
+}
+
+impl Template {
+    /// Renders the template. Map keys keep their document order.
+    pub fn render(&self, bindings: &Bindings) -> Result<Value, EvalError> {
+        Ok(match self {
+            Template::Literal(value) => value.clone(),
+            Template::Expr(expr) => expr.eval(bindings)?,
+            Template::List(items) => Value::Array(
+                items
+                    .iter()
+                    .map(|t| t.render(bindings))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Template::Map(entries) => Value::Object(
+                entries
+                    .iter()
+                    .map(|(k, t)| Ok((k.clone(), t.render(bindings)?)))
+                    .collect::<Result<_, EvalError>>()?,
+            ),
+        })
+    }
+
+    /// Every expression in the template, in document order.
+    pub fn expressions(&self) -> Vec<&Expr> {
+        match self {
+            Template::Literal(_) => vec![],
+            Template::Expr(expr) => vec![expr],
+            Template::List(items) => items.iter().flat_map(Template::expressions).collect(),
+            Template::Map(entries) => entries.iter().flat_map(|(_, t)| t.expressions()).collect(),
+        }
+    }
+}
+
+/// How a string leaf of a template reads.
+pub enum Leaf<'a> {
+    Literal(String),
+    Expression(&'a str),
+}
+
+/// Classifies a template's string leaf: `=expr` is an expression, `==text` is the literal `=text`.
+pub fn classify_leaf(text: &str) -> Leaf<'_> {
+    match text.strip_prefix('=') {
+        Some(rest) if rest.starts_with('=') => Leaf::Literal(rest.to_owned()),
+        Some(rest) => Leaf::Expression(rest),
+        None => Leaf::Literal(text.to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn vars(value: Value) -> Bindings {
+        Bindings::new().json("vars", &value)
+    }
+
+    #[test]
+    fn guard_reads_variables() {
+        let guard = Expr::compile("vars.input.amount > 10000", INSTANCE_ROOTS).unwrap();
+        assert!(
+            guard
+                .eval_bool(&vars(json!({"input": {"amount": 20000}})))
+                .unwrap()
+        );
+        assert!(
+            !guard
+                .eval_bool(&vars(json!({"input": {"amount": 5}})))
+                .unwrap()
+        );
+    }
+
+    #[test]
+    fn runtime_failures_are_errors_not_panics() {
+        for source in [
+            "1 / 0",
+            "9223372036854775807 + 1",
+            "vars.missing.field",
+            "'a' + 1",
+        ] {
+            let expr = Expr::compile(source, INSTANCE_ROOTS).unwrap();
+            assert!(expr.eval(&vars(json!({}))).is_err(), "{source}");
+        }
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_before_it_can_overflow_the_stack() {
+        let deep = "(".repeat(5000) + "1" + &")".repeat(5000);
+        assert!(matches!(
+            Expr::compile(&deep, INSTANCE_ROOTS),
+            Err(CompileError::TooLong(_))
+        ));
+        let deep = "[".repeat(100) + "1" + &"]".repeat(100);
+        assert_eq!(
+            Expr::compile(&deep, INSTANCE_ROOTS).unwrap_err(),
+            CompileError::TooDeep
+        );
+        let chain = "1".to_string() + &" + 1".repeat(200);
+        assert_eq!(
+            Expr::compile(&chain, INSTANCE_ROOTS).unwrap_err(),
+            CompileError::TooDeep
+        );
+    }
+
+    #[test]
+    fn the_deepest_accepted_expression_evaluates_on_a_small_stack() {
+        let chain = "1".to_string() + &" + 1".repeat(EXPRESSION_TREE_DEPTH_MAX - 2);
+        let expr = Expr::compile(&chain, INSTANCE_ROOTS).unwrap();
+        let value = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || expr.eval(&Bindings::new()).unwrap())
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(value, json!(EXPRESSION_TREE_DEPTH_MAX - 1));
+    }
+
+    #[test]
+    fn unknown_names_are_refused_but_comprehension_variables_are_not() {
+        let err = Expr::compile("varz.input", INSTANCE_ROOTS).unwrap_err();
+        assert!(matches!(err, CompileError::UnknownName { ref name, .. } if name == "varz"));
+        Expr::compile("vars.items.all(i, i.price > 0)", INSTANCE_ROOTS).unwrap();
+        Expr::compile(
+            "vars.items.map(i, i.price).exists(p, p > 3)",
+            INSTANCE_ROOTS,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn correlation_keys_are_strings_or_integers() {
+        let key = Expr::compile("data.id", MESSAGE_ROOTS).unwrap();
+        let at = |data: Value| key.eval_key(&Bindings::new().json("data", &data));
+        assert_eq!(at(json!({"id": "t1"})).unwrap(), "t1");
+        assert_eq!(at(json!({"id": 42})).unwrap(), "42");
+        assert!(at(json!({"id": 1.5})).is_err());
+        assert!(at(json!({"id": {"x": 1}})).is_err());
+    }
+
+    #[test]
+    fn timestamps_render_as_rfc3339() {
+        let expr = Expr::compile("now + duration('1h')", INSTANCE_ROOTS).unwrap();
+        let now: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let value = expr.eval(&Bindings::new().timestamp("now", now)).unwrap();
+        let at: jiff::Timestamp = value.as_str().unwrap().parse().unwrap();
+        assert_eq!(at, "2026-01-01T01:00:00Z".parse().unwrap());
+    }
+
+    #[test]
+    fn leaves_starting_with_equals_are_expressions_and_double_equals_escapes() {
+        assert!(matches!(
+            classify_leaf("= vars.a"),
+            Leaf::Expression(" vars.a")
+        ));
+        assert!(matches!(classify_leaf("==x"), Leaf::Literal(ref s) if s == "=x"));
+        assert!(matches!(classify_leaf("plain"), Leaf::Literal(ref s) if s == "plain"));
+    }
+}

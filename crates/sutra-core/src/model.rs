@@ -1,0 +1,237 @@
+//! The validated flow model: what a deployment document means once the checker has accepted it.
+//!
+//! Every reference in the model is resolved: a jump is a [`NodeIndex`], a channel name is known to
+//! exist, every expression has compiled. The executor therefore never meets a dangling name; the
+//! only failures left for run time are those that depend on data (an expression that errors on the
+//! instance's variables, a choice with no match).
+
+use std::collections::BTreeMap;
+
+use jiff::SignedDuration;
+
+use crate::expr::{Expr, Template};
+
+/// One deployment document: a name, its channels and its flows.
+#[derive(Debug, Clone)]
+pub struct Deployment {
+    pub name: String,
+    pub tenant: String,
+    pub channels: BTreeMap<String, Channel>,
+    pub flows: BTreeMap<String, Flow>,
+}
+
+impl Deployment {
+    /// The flows that start on `channel`, in name order.
+    pub fn flows_starting_on<'a>(&'a self, channel: &'a str) -> impl Iterator<Item = &'a Flow> {
+        self.flows
+            .values()
+            .filter(move |flow| flow.start.channel == channel)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Http,
+    Amqp,
+    Nats,
+}
+
+/// When a transport gets its answer for a message that starts or resumes an instance (SPEC §5.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ack {
+    /// As soon as the step that consumed the message committed.
+    Commit,
+    /// When the instance ends, or at `ack_timeout`, whichever comes first.
+    Complete,
+}
+
+#[derive(Debug, Clone)]
+pub struct Channel {
+    pub name: String,
+    pub transport: Transport,
+    /// The raw JSON Schema and its compiled validator.
+    pub schema: Option<Schema>,
+    /// CEL over the message's attributes (`data`, `id`, `type`, `source`, `subject`).
+    pub correlate: Option<Expr>,
+    pub ack: Ack,
+    pub ack_timeout: SignedDuration,
+    /// AMQP queue to consume from (inbound) or publish to (outbound).
+    pub queue: Option<String>,
+    /// NATS subject to consume from (inbound) or publish to (outbound).
+    pub subject: Option<String>,
+    /// Outbound HTTP target of `emit`.
+    pub url: Option<String>,
+    pub singleton: bool,
+    /// Past this many failed sends an outbox row is poisoned. `None`: retry forever.
+    pub max_attempts: Option<u32>,
+    /// How long an uncorrelated message is kept waiting for a matching `receive` to park.
+    pub buffer: Option<SignedDuration>,
+}
+
+/// A JSON Schema compiled once at deploy time.
+#[derive(Clone)]
+pub struct Schema {
+    pub source: serde_json::Value,
+    pub validator: std::sync::Arc<jsonschema::Validator>,
+}
+
+impl std::fmt::Debug for Schema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Schema")
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Schema {
+    /// Every violation of `data`, as `(JSON pointer, message)` pairs; empty when valid.
+    pub fn violations(&self, data: &serde_json::Value) -> Vec<(String, String)> {
+        self.validator
+            .iter_errors(data)
+            .map(|error| (error.instance_path().to_string(), error.to_string()))
+            .collect()
+    }
+}
+
+/// The position of a node in its flow's node arena.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NodeIndex(pub u32);
+
+/// One flow: a graph of nodes stored as an arena, entered at `entry`.
+#[derive(Debug, Clone)]
+pub struct Flow {
+    pub name: String,
+    pub start: Start,
+    /// Every node of the flow, including those inside parallel branches. Ids are unique flow-wide.
+    pub nodes: Vec<Node>,
+    /// The first node of the top-level list; `None` for a flow with no nodes (it completes at once).
+    pub entry: Option<NodeIndex>,
+}
+
+impl Flow {
+    pub fn node(&self, index: NodeIndex) -> &Node {
+        &self.nodes[index.0 as usize]
+    }
+
+    pub fn find(&self, id: &str) -> Option<NodeIndex> {
+        self.nodes
+            .iter()
+            .position(|node| node.id == id)
+            .map(|i| NodeIndex(i as u32))
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Start {
+    pub channel: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub id: String,
+    pub kind: NodeKind,
+    /// Variable that receives a task's output or a received message's `data`.
+    pub output: Option<String>,
+    /// Where a task's business error or exhausted retries go (`vars.error = {code, message}`).
+    pub on_error: Option<NodeIndex>,
+    /// Where control goes when this node finishes: its `next`, else the following node of the
+    /// same list, else the end of that list.
+    pub after: After,
+}
+
+/// Where a token goes when its node is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum After {
+    Node(NodeIndex),
+    /// The end of the token's list: a branch token ends (and may complete its join); the
+    /// top-level token completes the instance.
+    End,
+}
+
+#[derive(Debug, Clone)]
+pub enum NodeKind {
+    /// Assigns top-level variables, in document order.
+    Set(Vec<(String, Template)>),
+    Task(TaskSpec),
+    Emit(EmitSpec),
+    Receive(ReceiveSpec),
+    Wait(WaitSpec),
+    Choice(ChoiceSpec),
+    /// One entry per branch: the branch's first node, or `None` for an empty branch.
+    Parallel(Vec<Option<NodeIndex>>),
+    End {
+        reply: Option<Template>,
+    },
+    Fail {
+        code: String,
+        detail: Option<Template>,
+    },
+}
+
+impl NodeKind {
+    /// The YAML key that names this kind.
+    pub fn name(&self) -> &'static str {
+        match self {
+            NodeKind::Set(_) => "set",
+            NodeKind::Task(_) => "task",
+            NodeKind::Emit(_) => "emit",
+            NodeKind::Receive(_) => "receive",
+            NodeKind::Wait(_) => "wait",
+            NodeKind::Choice(_) => "choice",
+            NodeKind::Parallel(_) => "parallel",
+            NodeKind::End { .. } => "end",
+            NodeKind::Fail { .. } => "fail",
+        }
+    }
+}
+
+pub const TASK_RETRIES_DEFAULT: u32 = 3;
+pub const TASK_BACKOFF_DEFAULT: SignedDuration = SignedDuration::from_secs(5);
+pub const TASK_LOCK_DEFAULT: SignedDuration = SignedDuration::from_secs(300);
+pub const ACK_TIMEOUT_DEFAULT: SignedDuration = SignedDuration::from_secs(30);
+
+#[derive(Debug, Clone)]
+pub struct TaskSpec {
+    pub topic: String,
+    pub input: Template,
+    pub retries: u32,
+    /// The first retry's delay; each further retry doubles it.
+    pub backoff: SignedDuration,
+    pub lock: SignedDuration,
+}
+
+#[derive(Debug, Clone)]
+pub struct EmitSpec {
+    pub channel: String,
+    pub data: Template,
+    pub key: Option<Expr>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ReceiveSpec {
+    pub channel: String,
+    /// Evaluated over the instance's variables when the token parks; must equal the message's
+    /// correlation key (the channel's `correlate`).
+    pub key: Expr,
+    pub timeout: Option<SignedDuration>,
+    pub on_timeout: Option<NodeIndex>,
+}
+
+#[derive(Debug, Clone)]
+pub enum WaitSpec {
+    Duration(SignedDuration),
+    /// Yields a CEL timestamp or an RFC 3339 string.
+    Until(Expr),
+}
+
+#[derive(Debug, Clone)]
+pub struct ChoiceSpec {
+    pub arms: Vec<ChoiceArm>,
+    pub otherwise: Option<NodeIndex>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ChoiceArm {
+    pub when: Expr,
+    pub next: NodeIndex,
+}

@@ -1,0 +1,245 @@
+//! The instance snapshot: everything the executor needs to take the next step, and nothing else.
+//!
+//! Snapshots are persisted as JSON and read back by later versions of Sutra, so their shape is a
+//! compatibility contract: fields may be added (with `#[serde(default)]`), never renamed or
+//! re-typed. `format` names the shape; a reader refuses a format newer than it knows instead of
+//! guessing (see `docs/decisions/0004-snapshot-format.md`).
+
+use jiff::{SignedDuration, Timestamp};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The snapshot shape this build writes.
+pub const SNAPSHOT_FORMAT: u32 = 1;
+
+/// Which instance this is: fixed when it starts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceInfo {
+    /// A UUIDv7, chosen by the caller (the core has no clock and no randomness).
+    pub id: String,
+    pub tenant: String,
+    pub deployment: String,
+    pub version: u32,
+    pub flow: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Not started yet: the snapshot [`Snapshot::new`] makes, before the `Start` event.
+    Created,
+    /// Parked: every token waits on something outside the step.
+    Suspended,
+    Completed,
+    Cancelled,
+    /// Durable and restorable (SPEC §7.2); not terminal.
+    Failed,
+}
+
+impl Status {
+    /// `completed` and `cancelled`: nothing can ever happen to the instance again.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Status::Completed | Status::Cancelled)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Created => "created",
+            Status::Suspended => "suspended",
+            Status::Completed => "completed",
+            Status::Cancelled => "cancelled",
+            Status::Failed => "failed",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub format: u32,
+    pub instance: InstanceInfo,
+    pub status: Status,
+    pub vars: Map<String, Value>,
+    /// Live tokens, in id order.
+    pub tokens: Vec<Token>,
+    /// The last audit sequence number written. History starts at 1 and has no gaps.
+    pub audit_seq: u64,
+    pub next_token: u64,
+    pub next_park: u64,
+    pub failure: Option<Failure>,
+}
+
+impl Snapshot {
+    /// The snapshot of an instance that has not started yet.
+    pub fn new(instance: InstanceInfo) -> Snapshot {
+        Snapshot {
+            format: SNAPSHOT_FORMAT,
+            instance,
+            status: Status::Created,
+            vars: Map::new(),
+            tokens: Vec::new(),
+            audit_seq: 0,
+            next_token: 1,
+            next_park: 1,
+            failure: None,
+        }
+    }
+
+    /// Reads a persisted snapshot, refusing a format this build does not know.
+    pub fn from_json(value: Value) -> Result<Snapshot, SnapshotError> {
+        let format = value
+            .get("format")
+            .and_then(Value::as_u64)
+            .ok_or(SnapshotError::NoFormat)?;
+        if format > u64::from(SNAPSHOT_FORMAT) {
+            return Err(SnapshotError::TooNew(format));
+        }
+        serde_json::from_value(value).map_err(|e| SnapshotError::Malformed(e.to_string()))
+    }
+
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).expect("a snapshot is always representable as JSON")
+    }
+
+    pub fn token(&self, id: TokenId) -> Option<&Token> {
+        self.tokens.iter().find(|token| token.id == id)
+    }
+
+    /// The token parked on `park`, if any.
+    pub fn token_parked_on(&self, park: ParkId) -> Option<&Token> {
+        self.tokens
+            .iter()
+            .find(|token| token.park().is_some_and(|p| p.id == park))
+    }
+
+    /// Every park the instance currently holds.
+    pub fn parks(&self) -> impl Iterator<Item = &Park> {
+        self.tokens.iter().filter_map(Token::park)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("the snapshot has no `format` field")]
+    NoFormat,
+    #[error(
+        "the snapshot has format {0}, newer than this build of Sutra reads ({SNAPSHOT_FORMAT}); upgrade Sutra"
+    )]
+    TooNew(u64),
+    #[error("the snapshot is malformed: {0}")]
+    Malformed(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TokenId(pub u64);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ParkId(pub u64);
+
+impl std::fmt::Display for ParkId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A position in the graph.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Token {
+    pub id: TokenId,
+    /// The id of the node the token is at.
+    pub node: String,
+    /// The token that forked this one (a `parallel` node's token); `None` for the root token.
+    pub parent: Option<TokenId>,
+    pub state: TokenState,
+}
+
+impl Token {
+    pub fn park(&self) -> Option<&Park> {
+        match &self.state {
+            TokenState::Parked(park) => Some(park),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "state")]
+pub enum TokenState {
+    /// Runnable. Seen at rest only on the token a failure stopped.
+    Ready,
+    Parked(Park),
+    /// At a `parallel` node, waiting for `pending` branch tokens to end.
+    Joining {
+        pending: u32,
+    },
+}
+
+/// What a parked token waits on. The store keeps one durable row (a wait, a timer, a task) per
+/// park, keyed by `(instance, park id)`; a delivery names the park it answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Park {
+    pub id: ParkId,
+    #[serde(flatten)]
+    pub kind: ParkKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum ParkKind {
+    /// Waits for a message on `channel` whose correlation key is `key`; times out at `due`.
+    Receive {
+        channel: String,
+        key: String,
+        due: Option<Timestamp>,
+    },
+    /// A durable timer.
+    Wait { due: Timestamp },
+    /// An external task for pull workers.
+    Task {
+        topic: String,
+        input: Value,
+        retries: u32,
+        #[serde(with = "iso_duration")]
+        backoff: SignedDuration,
+        #[serde(with = "iso_duration")]
+        lock: SignedDuration,
+    },
+}
+
+impl ParkKind {
+    /// When the store must fire a timer for this park, if ever.
+    pub fn due(&self) -> Option<Timestamp> {
+        match self {
+            ParkKind::Receive { due, .. } => *due,
+            ParkKind::Wait { due } => Some(*due),
+            ParkKind::Task { .. } => None,
+        }
+    }
+}
+
+/// A fatal failure, stamped on the snapshot in place (SPEC §7.2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    pub code: String,
+    pub detail: String,
+    /// The token whose node failed; restore runs that node again. `None` when no single token
+    /// failed (a poisoned step).
+    pub token: Option<TokenId>,
+    pub node: Option<String>,
+}
+
+/// Durations are written as ISO-8601 strings (`PT5S`), as everywhere else in Sutra's JSON.
+mod iso_duration {
+    use jiff::SignedDuration;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &SignedDuration, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(d)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<SignedDuration, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}

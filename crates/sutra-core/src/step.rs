@@ -1,0 +1,209 @@
+//! The executor's vocabulary: the event a step applies, and what the step returns.
+//!
+//! A step is a pure function `(flow, snapshot, event, context) -> Step`. It does no I/O: the
+//! effects it returns (parks to arm and disarm, outbox rows, a reply, history) are written by the
+//! engine in the same transaction as the new snapshot, and that transaction is the step's commit.
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::snapshot::{Park, ParkId, Snapshot, TokenId};
+
+/// Node visits allowed in one step before it fails with `SUTRA.RUNTIME.STEP.BUDGET_EXCEEDED`.
+pub const TRANSITIONS_PER_STEP_DEFAULT: u32 = 10_000;
+
+/// An inbound message, as CloudEvents describes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// The dedup key, unique per channel.
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub source: String,
+    pub subject: Option<String>,
+    pub time: Option<String>,
+    pub data: Value,
+}
+
+impl Message {
+    /// The message as CEL sees it: `msg.id`, `msg.type`, …, and at the top level of a channel's
+    /// `correlate` expression.
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "id": self.id,
+            "type": self.kind,
+            "source": self.source,
+            "subject": self.subject,
+            "time": self.time,
+            "data": self.data,
+        })
+    }
+}
+
+/// An error reported by a worker for a task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskError {
+    pub code: String,
+    pub message: String,
+}
+
+/// What happens to an instance in one step.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// The message that starts the instance. Applies only to a [`Status::Created`] snapshot.
+    ///
+    /// [`Status::Created`]: crate::snapshot::Status::Created
+    Start {
+        message: Message,
+    },
+    /// A message correlated to the `receive` parked on `park`.
+    Relay {
+        park: ParkId,
+        message: Message,
+    },
+    /// The timer of `park` (a `wait`, or a `receive` timeout) is due.
+    TimerFired {
+        park: ParkId,
+    },
+    TaskCompleted {
+        park: ParkId,
+        output: Value,
+    },
+    /// A business error reported by the worker (`retry: false`): goes to `on-error` at once.
+    TaskFailed {
+        park: ParkId,
+        error: TaskError,
+    },
+    /// The task failed past its retry budget (`SUTRA.TASK.RETRIES.EXHAUSTED`).
+    TaskExhausted {
+        park: ParkId,
+        error: TaskError,
+    },
+    /// Administrative cancel: the instance becomes `cancelled`, and every park is resolved.
+    Cancel {
+        reason: Option<String>,
+    },
+    /// Administrative restore of a `failed` instance (SPEC §7.2).
+    Restore,
+}
+
+impl Event {
+    /// The park this event answers, if it answers one.
+    pub fn park(&self) -> Option<ParkId> {
+        match self {
+            Event::Relay { park, .. }
+            | Event::TimerFired { park }
+            | Event::TaskCompleted { park, .. }
+            | Event::TaskFailed { park, .. }
+            | Event::TaskExhausted { park, .. } => Some(*park),
+            Event::Start { .. } | Event::Cancel { .. } | Event::Restore => None,
+        }
+    }
+}
+
+/// Inputs of a step that come from outside the instance.
+#[derive(Debug, Clone, Copy)]
+pub struct StepContext {
+    /// The time of the step. The same inputs always give the same outputs.
+    pub now: Timestamp,
+    pub transitions_max: u32,
+}
+
+impl StepContext {
+    pub fn at(now: Timestamp) -> StepContext {
+        StepContext {
+            now,
+            transitions_max: TRANSITIONS_PER_STEP_DEFAULT,
+        }
+    }
+}
+
+/// A side effect of a step, to be written in the step's transaction.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Create the durable rows behind a park: a correlation wait, a timer, a task.
+    Arm {
+        token: TokenId,
+        node: String,
+        park: Park,
+    },
+    /// Resolve the rows behind a park that existed before this step.
+    Disarm { park: ParkId },
+    /// An outbox row, sent after the commit (SPEC §5.4).
+    Emit {
+        channel: String,
+        data: Value,
+        /// The message key (`emit.key`), if the node declares one.
+        key: Option<String>,
+        /// `{instance}:{audit seq}:{node}`: stable across retries of the send.
+        idempotency_key: String,
+    },
+}
+
+/// The answer for a caller held by `ack: complete`, produced when the instance stops for good
+/// or fails.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    Completed(Value),
+    Failed { code: String, detail: String },
+    Cancelled,
+}
+
+/// One audit record. `seq` continues the instance's audit sequence without gaps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistoryEvent {
+    pub seq: u64,
+    pub at: Timestamp,
+    pub kind: HistoryKind,
+    pub node: Option<String>,
+    pub token: Option<TokenId>,
+    pub detail: Value,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HistoryKind {
+    Started,
+    MessageReceived,
+    TimerFired,
+    TaskCompleted,
+    TaskFailed,
+    Parked,
+    VariablesSet,
+    Emitted,
+    ChoiceTaken,
+    Forked,
+    Joined,
+    Completed,
+    Failed,
+    Cancelled,
+    Restored,
+}
+
+/// The result of applying one event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub snapshot: Snapshot,
+    pub effects: Vec<Effect>,
+    pub history: Vec<HistoryEvent>,
+    /// Set when this step ended the instance, or failed it.
+    pub reply: Option<Reply>,
+}
+
+/// Why an event was not applied. The snapshot is unchanged and nothing must be written, except
+/// that a delivery answered with `Stale` can be consumed: it can never apply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Rejection {
+    /// The event answers a park the instance no longer holds (already answered, torn down by a
+    /// failure or a cancel, or never existed), or the instance has ended.
+    #[error("the instance holds no park {0:?} (it was already answered or resolved)")]
+    Stale(Option<ParkId>),
+    /// The event does not apply in the instance's status (`SUTRA.ADMIN.STATE.INVALID`), such as
+    /// restoring an instance that has not failed.
+    #[error("cannot {event} an instance that is {status}")]
+    InvalidState {
+        event: &'static str,
+        status: &'static str,
+    },
+}
