@@ -1,1 +1,142 @@
-pub const X: u8 = 0;
+//! Sutra's stable error codes (SPEC §10): `SUTRA.{AREA}.{OPERATION}.{REASON}`.
+//!
+//! This table is the single source of truth. The HTTP layer takes the status and the retry flag
+//! from here, and `docs/errors.md` is checked against it by a test, so a code cannot be added,
+//! changed or removed in one place only. Codes are never renamed: clients match on them.
+
+/// One error code and what a caller should do about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Code {
+    pub code: &'static str,
+    pub status: u16,
+    /// Whether the same request may succeed if retried unchanged.
+    pub retryable: bool,
+    /// A short human title, used as the problem+json `title`.
+    pub title: &'static str,
+    /// What the caller should do.
+    pub action: &'static str,
+}
+
+impl std::fmt::Display for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.code)
+    }
+}
+
+macro_rules! codes {
+    ($($name:ident = ($code:literal, $status:literal, $retryable:literal, $title:literal, $action:literal);)*) => {
+        $(pub const $name: Code = Code {
+            code: $code, status: $status, retryable: $retryable, title: $title, action: $action,
+        };)*
+        /// Every code, in the order of the documentation table.
+        pub const ALL: &[Code] = &[$($name),*];
+    };
+}
+
+codes! {
+    RESUME_CLAIM_HELD = ("SUTRA.RUNTIME.RESUME.CLAIM_HELD", 409, true,
+        "Instance is busy",
+        "Another step holds this instance's claim. Nothing was written; retry after the Retry-After delay.");
+    MIGRATE_CLAIM_HELD = ("SUTRA.ADMIN.MIGRATE.CLAIM_HELD", 409, true,
+        "Instance is busy",
+        "A step is in progress on this instance. Nothing was read or written; retry the migration shortly.");
+    RESTORE_CLAIM_HELD = ("SUTRA.ADMIN.RESTORE.CLAIM_HELD", 409, true,
+        "Instance is busy",
+        "A step is in progress on this instance. Nothing was read or written; retry the restore shortly.");
+    CANCEL_CLAIM_HELD = ("SUTRA.ADMIN.CANCEL.CLAIM_HELD", 409, true,
+        "Instance is busy",
+        "A step is in progress on this instance. Nothing was read or written; retry the cancel shortly.");
+    RELAY_NO_MATCH = ("SUTRA.RUNTIME.RELAY.NO_MATCH", 404, false,
+        "No instance waits for this message",
+        "No receive waits on this channel and key, and no flow starts on the channel. Check the correlation key, or declare `buffer` on the channel to keep early messages.");
+    INTAKE_DECODE = ("SUTRA.INTAKE.DECODE", 400, false,
+        "Message is not a valid CloudEvent",
+        "Send a CloudEvents 1.0 JSON event (specversion, id, type, source, data) or binary mode with ce-id, ce-type and ce-source headers.");
+    INTAKE_VALIDATION = ("SUTRA.INTAKE.VALIDATION", 422, false,
+        "Message failed validation",
+        "Fix the message so that its data matches the channel's schema; every violation is listed with its JSON pointer.");
+    START_DUPLICATE_KEY = ("SUTRA.RUNTIME.START.DUPLICATE_KEY", 409, false,
+        "An instance with this key already exists",
+        "A live instance already owns this correlation key. Use a new key, or relay to the existing instance.");
+    CORRELATION_ALIAS_TAKEN = ("SUTRA.RUNTIME.CORRELATION.ALIAS_TAKEN", 409, false,
+        "Correlation key already taken",
+        "Another instance already waits on this channel and key; the instance that tried to park on it failed. Make receive keys unique, then migrate and restore the instance.");
+    CHOICE_NO_MATCH = ("SUTRA.RUNTIME.CHOICE.NO_MATCH", 422, false,
+        "No choice guard matched",
+        "No `when` guard was true and the choice has no `otherwise`. Add an `otherwise`, deploy the fix, migrate and restore the instance.");
+    STEP_BUDGET_EXCEEDED = ("SUTRA.RUNTIME.STEP.BUDGET_EXCEEDED", 422, false,
+        "Step exceeded its transition budget",
+        "The flow visited too many nodes in one step (an endless loop?). Fix the loop, deploy, migrate and restore the instance.");
+    STEP_POISONED = ("SUTRA.RUNTIME.STEP.POISONED", 500, false,
+        "Step keeps crashing",
+        "The instance's step died with its replica too many times in a row. Inspect its history and logs, fix the cause, then restore it.");
+    RECEIVE_TIMEOUT = ("SUTRA.RUNTIME.RECEIVE.TIMEOUT", 422, false,
+        "Receive timed out",
+        "No message arrived before the receive's timeout and it has no `on-timeout` or `on-error`. Add one, deploy, migrate and restore the instance.");
+    EXPRESSION_ERROR = ("SUTRA.RUNTIME.EXPRESSION.ERROR", 422, false,
+        "Expression failed",
+        "An expression failed on this instance's data (a missing field, a wrong type). Fix the flow or the data, deploy, migrate and restore the instance.");
+    TASK_LOCK_LOST = ("SUTRA.TASK.LOCK.LOST", 409, false,
+        "Task lock lost",
+        "The lock token is wrong or expired, or the task was already completed; another worker may hold it now. Drop the result and poll again.");
+    TASK_RETRIES_EXHAUSTED = ("SUTRA.TASK.RETRIES.EXHAUSTED", 422, false,
+        "Task retries exhausted",
+        "The task failed past its retry budget. Fix the worker's problem, then restore the instance to run the task with a fresh budget.");
+    DEPLOY_INVALID = ("SUTRA.DEPLOY.INVALID", 400, false,
+        "Deployment is invalid",
+        "Fix the errors listed (each names a line and column); `sutra check FILE` shows the same messages offline.");
+    INSTANCE_NOT_FOUND = ("SUTRA.INSTANCE.NOT_FOUND", 404, false,
+        "Instance not found",
+        "No instance has this id in your tenant. Check the id with `sutra instances list`.");
+    ADMIN_STATE_INVALID = ("SUTRA.ADMIN.STATE.INVALID", 409, false,
+        "Operation not allowed in this state",
+        "The instance's status does not allow this operation (only `failed` instances can be restored; ended instances cannot be cancelled).");
+    AUTH_UNAUTHENTICATED = ("SUTRA.AUTH.UNAUTHENTICATED", 401, false,
+        "Authentication required",
+        "Send `Authorization: Bearer <token>` with a token from `sutra.auth.tokens`.");
+    AUTH_FORBIDDEN = ("SUTRA.AUTH.FORBIDDEN", 403, false,
+        "Not allowed",
+        "Your token's roles do not allow this call. Use a token with the needed role (admin, worker or sender).");
+    STORE_UNAVAILABLE = ("SUTRA.STORE.UNAVAILABLE", 503, true,
+        "Store unavailable",
+        "The database could not be reached or refused the commit. Nothing was half-written; retry with backoff.");
+}
+
+/// The code named `code`, if it is one of Sutra's.
+pub fn lookup(code: &str) -> Option<Code> {
+    ALL.iter().copied().find(|c| c.code == code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_unique_and_well_formed() {
+        for (i, code) in ALL.iter().enumerate() {
+            let parts: Vec<&str> = code.code.split('.').collect();
+            assert_eq!(parts.len(), 4, "{code}: SUTRA.AREA.OPERATION.REASON");
+            assert_eq!(parts[0], "SUTRA");
+            assert!(parts.iter().all(|p| p.chars().all(|c| c.is_ascii_uppercase() || c == '_')));
+            assert!((400..600).contains(&code.status), "{code}");
+            assert!(ALL[..i].iter().all(|other| other.code != code.code), "{code} twice");
+        }
+    }
+
+    #[test]
+    fn the_documentation_table_lists_every_code_as_the_code_says() {
+        let doc = include_str!("../../../docs/errors.md");
+        let rows: Vec<&str> = doc.lines().filter(|l| l.starts_with("| `SUTRA.")).collect();
+        assert_eq!(rows.len(), ALL.len(), "docs/errors.md must have one row per code");
+        for (row, code) in rows.iter().zip(ALL) {
+            let expected = format!(
+                "| `{}` | {} | {} | {} |",
+                code.code,
+                code.status,
+                if code.retryable { "yes" } else { "no" },
+                code.action
+            );
+            assert_eq!(*row, expected, "docs/errors.md is out of date; regenerate it");
+        }
+    }
+}

@@ -1,0 +1,36 @@
+//! Snapshots written by earlier builds stay readable (docs/decisions/0004-snapshot-format.md).
+
+use serde_json::{Value, json};
+use sutra_core::snapshot::{ParkKind, Snapshot, SnapshotError, Status, TokenState};
+
+fn fixture() -> Value {
+    serde_json::from_str(include_str!("fixtures/snapshot-format-1.json")).unwrap()
+}
+
+#[test]
+fn format_1_snapshots_stay_readable() {
+    let snapshot = Snapshot::from_json(fixture()).unwrap();
+    assert_eq!(snapshot.status, Status::Suspended);
+    assert_eq!(snapshot.audit_seq, 9);
+    assert!(matches!(snapshot.tokens[0].state, TokenState::Joining { pending: 3 }));
+    let kinds: Vec<_> = snapshot.parks().map(|park| &park.kind).collect();
+    assert!(matches!(kinds[0], ParkKind::Receive { key, .. } if key == "t1"));
+    assert!(matches!(kinds[1], ParkKind::Wait { .. }));
+    assert!(matches!(kinds[2], ParkKind::Task { backoff, .. } if backoff.as_secs() == 5));
+}
+
+#[test]
+fn format_1_snapshots_are_written_back_unchanged() {
+    let snapshot = Snapshot::from_json(fixture()).unwrap();
+    assert_eq!(snapshot.to_json(), fixture());
+}
+
+#[test]
+fn a_snapshot_from_a_newer_build_is_refused_not_guessed() {
+    let mut newer = fixture();
+    newer["format"] = json!(2);
+    assert_eq!(Snapshot::from_json(newer), Err(SnapshotError::TooNew(2)));
+    let mut unversioned = fixture();
+    unversioned.as_object_mut().unwrap().remove("format");
+    assert_eq!(Snapshot::from_json(unversioned), Err(SnapshotError::NoFormat));
+}
