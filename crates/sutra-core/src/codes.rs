@@ -52,6 +52,9 @@ codes! {
     INTAKE_DECODE = ("SUTRA.INTAKE.DECODE", 400, false,
         "Message is not a valid CloudEvent",
         "Send a CloudEvents 1.0 JSON event (specversion, id, type, source, data) or binary mode with ce-id, ce-type and ce-source headers.");
+    INTAKE_CHANNEL_UNKNOWN = ("SUTRA.INTAKE.CHANNEL.UNKNOWN", 404, false,
+        "No such channel",
+        "No active deployment declares this channel. Check the name, or deploy a document that declares it.");
     INTAKE_VALIDATION = ("SUTRA.INTAKE.VALIDATION", 422, false,
         "Message failed validation",
         "Fix the message so that its data matches the channel's schema; every violation is listed with its JSON pointer.");
@@ -70,12 +73,21 @@ codes! {
     STEP_POISONED = ("SUTRA.RUNTIME.STEP.POISONED", 500, false,
         "Step keeps crashing",
         "The instance's step died with its replica too many times in a row. Inspect its history and logs, fix the cause, then restore it.");
+    STEP_PANICKED = ("SUTRA.RUNTIME.STEP.PANICKED", 500, true,
+        "Step failed unexpectedly",
+        "The step hit a bug and was abandoned; its claim was released and nothing was written. Retry; if it persists, report it with the server log.");
+    ENGINE_UNAVAILABLE = ("SUTRA.RUNTIME.ENGINE.UNAVAILABLE", 503, true,
+        "Engine unavailable",
+        "This replica is shutting down, or has not loaded the instance's deployment version yet. Retry, possibly on another replica.");
     RECEIVE_TIMEOUT = ("SUTRA.RUNTIME.RECEIVE.TIMEOUT", 422, false,
         "Receive timed out",
         "No message arrived before the receive's timeout and it has no `on-timeout` or `on-error`. Add one, deploy, migrate and restore the instance.");
     EXPRESSION_ERROR = ("SUTRA.RUNTIME.EXPRESSION.ERROR", 422, false,
         "Expression failed",
         "An expression failed on this instance's data (a missing field, a wrong type). Fix the flow or the data, deploy, migrate and restore the instance.");
+    NODE_UNKNOWN = ("SUTRA.RUNTIME.NODE.UNKNOWN", 500, false,
+        "Instance is at an unknown node",
+        "The instance is at a node its flow version does not have (a migration that did not map it?). Migrate it onto a version that has the node, mapping the node if needed, then restore it.");
     TASK_LOCK_LOST = ("SUTRA.TASK.LOCK.LOST", 409, false,
         "Task lock lost",
         "The lock token is wrong or expired, or the task was already completed; another worker may hold it now. Drop the result and poll again.");
@@ -85,6 +97,9 @@ codes! {
     DEPLOY_INVALID = ("SUTRA.DEPLOY.INVALID", 400, false,
         "Deployment is invalid",
         "Fix the errors listed (each names a line and column); `sutra check FILE` shows the same messages offline.");
+    DEPLOY_NOT_FOUND = ("SUTRA.DEPLOY.NOT_FOUND", 404, false,
+        "Deployment not found",
+        "No deployment has this name and version in your tenant. List them with `GET /v1/deployments`.");
     INSTANCE_NOT_FOUND = ("SUTRA.INSTANCE.NOT_FOUND", 404, false,
         "Instance not found",
         "No instance has this id in your tenant. Check the id with `sutra instances list`.");
@@ -97,6 +112,12 @@ codes! {
     AUTH_FORBIDDEN = ("SUTRA.AUTH.FORBIDDEN", 403, false,
         "Not allowed",
         "Your token's roles do not allow this call. Use a token with the needed role (admin, worker or sender).");
+    API_REQUEST_INVALID = ("SUTRA.API.REQUEST.INVALID", 400, false,
+        "Bad request",
+        "A query parameter or body field is malformed; the detail names it and the accepted values.");
+    API_ROUTE_NOT_FOUND = ("SUTRA.API.ROUTE.NOT_FOUND", 404, false,
+        "No such endpoint",
+        "Check the method and path against the API reference (`GET /openapi.json`).");
     STORE_UNAVAILABLE = ("SUTRA.STORE.UNAVAILABLE", 503, true,
         "Store unavailable",
         "The database could not be reached or refused the commit. Nothing was half-written; retry with backoff.");
@@ -115,11 +136,21 @@ mod tests {
     fn codes_are_unique_and_well_formed() {
         for (i, code) in ALL.iter().enumerate() {
             let parts: Vec<&str> = code.code.split('.').collect();
-            assert_eq!(parts.len(), 4, "{code}: SUTRA.AREA.OPERATION.REASON");
+            assert!(
+                matches!(parts.len(), 3 | 4),
+                "{code}: SUTRA.AREA[.OPERATION].REASON"
+            );
             assert_eq!(parts[0], "SUTRA");
-            assert!(parts.iter().all(|p| p.chars().all(|c| c.is_ascii_uppercase() || c == '_')));
+            assert!(
+                parts
+                    .iter()
+                    .all(|p| p.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
+            );
             assert!((400..600).contains(&code.status), "{code}");
-            assert!(ALL[..i].iter().all(|other| other.code != code.code), "{code} twice");
+            assert!(
+                ALL[..i].iter().all(|other| other.code != code.code),
+                "{code} twice"
+            );
         }
     }
 
@@ -127,7 +158,11 @@ mod tests {
     fn the_documentation_table_lists_every_code_as_the_code_says() {
         let doc = include_str!("../../../docs/errors.md");
         let rows: Vec<&str> = doc.lines().filter(|l| l.starts_with("| `SUTRA.")).collect();
-        assert_eq!(rows.len(), ALL.len(), "docs/errors.md must have one row per code");
+        assert_eq!(
+            rows.len(),
+            ALL.len(),
+            "docs/errors.md must have one row per code"
+        );
         for (row, code) in rows.iter().zip(ALL) {
             let expected = format!(
                 "| `{}` | {} | {} | {} |",
@@ -136,7 +171,10 @@ mod tests {
                 if code.retryable { "yes" } else { "no" },
                 code.action
             );
-            assert_eq!(*row, expected, "docs/errors.md is out of date; regenerate it");
+            assert_eq!(
+                *row, expected,
+                "docs/errors.md is out of date; regenerate it"
+            );
         }
     }
 }

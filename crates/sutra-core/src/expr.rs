@@ -59,6 +59,63 @@ pub enum CompileError {
     UnknownName { name: String, allowed: String },
 }
 
+/// Where a syntax error is and what the parser objected to, without the CEL parser's echo of the
+/// source and its list of expected tokens (noise to someone writing a guard).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyntaxDetail {
+    /// 1-based, in the trimmed source.
+    pub line: usize,
+    /// 1-based, in chars.
+    pub column: usize,
+    pub reason: String,
+}
+
+impl CompileError {
+    /// The position and plain reason of a syntax error, when the parser gave them.
+    pub fn syntax_detail(&self) -> Option<SyntaxDetail> {
+        let CompileError::Syntax(message) = self else {
+            return None;
+        };
+        // The parser writes `ERROR: <input>:LINE:COLUMN: Syntax error: REASON`, then an excerpt.
+        let first = message.lines().next()?.strip_prefix("ERROR: <input>:")?;
+        let mut parts = first.splitn(3, ':');
+        let line = parts.next()?.parse().ok()?;
+        let column = parts.next()?.parse().ok()?;
+        let reason = parts.next()?.trim();
+        let reason = reason.strip_prefix("Syntax error: ").unwrap_or(reason);
+        Some(SyntaxDetail {
+            line,
+            column,
+            reason: plain_reason(reason),
+        })
+    }
+}
+
+/// Rewords the parser generator's phrases.
+fn plain_reason(reason: &str) -> String {
+    let reason = reason.split(" expecting ").next().unwrap_or(reason);
+    let quoted = |token: &str| {
+        let token = token.strip_prefix('\'').unwrap_or(token);
+        format!("`{}`", token.strip_suffix('\'').unwrap_or(token))
+    };
+    if let Some(input) = reason
+        .strip_prefix("mismatched input ")
+        .or_else(|| reason.strip_prefix("extraneous input "))
+    {
+        return match input {
+            "'<EOF>'" => "the expression ends too early".into(),
+            token => format!("unexpected {}", quoted(token)),
+        };
+    }
+    if let Some(input) = reason.strip_prefix("no viable alternative at input ") {
+        return format!("cannot make sense of {}", quoted(input));
+    }
+    if let Some(input) = reason.strip_prefix("token recognition error at: ") {
+        return format!("unrecognised text {}", quoted(input));
+    }
+    reason.to_owned()
+}
+
 /// Why an expression failed at run time. Reported as `SUTRA.RUNTIME.EXPRESSION.ERROR`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("`{expression}`: {message}")]
@@ -479,6 +536,22 @@ mod tests {
             INSTANCE_ROOTS,
         )
         .unwrap();
+    }
+
+    #[test]
+    fn syntax_errors_have_a_position_and_a_plain_reason() {
+        let detail = |source: &str| {
+            Expr::compile(source, INSTANCE_ROOTS)
+                .unwrap_err()
+                .syntax_detail()
+                .unwrap()
+        };
+        let early = detail("vars.a +");
+        assert_eq!((early.line, early.column), (1, 9));
+        assert_eq!(early.reason, "the expression ends too early");
+        assert_eq!(detail("vars.a > > 1").reason, "unexpected `>`");
+        assert_eq!(detail("vars.(").reason, "cannot make sense of `.(`");
+        assert!(CompileError::TooDeep.syntax_detail().is_none());
     }
 
     #[test]

@@ -5,8 +5,13 @@
 //! what lets the executor be tested exhaustively and model-checked, and what lets every store and
 //! transport be built on top of it without the core knowing.
 
+pub mod check;
 pub mod codes;
+pub mod diagnostic;
+pub mod duration;
+pub mod exec;
 pub mod expr;
 pub mod model;
 pub mod snapshot;
 pub mod step;
+pub mod yaml;

@@ -128,7 +128,9 @@ pub enum Effect {
         node: String,
         park: Park,
     },
-    /// Resolve the rows behind a park that existed before this step.
+    /// Resolve the rows behind a park that existed before this step. Never emitted for the park
+    /// the step's event answered: the delivery consumes that park's rows itself, all of them (a
+    /// `receive`'s correlation wait and its timeout timer are one park, answered by either).
     Disarm { park: ParkId },
     /// An outbox row, sent after the commit (SPEC §5.4).
     Emit {

@@ -34,11 +34,22 @@ const FORBIDDEN: &[&str] = &[
 #[test]
 fn core_depends_on_no_async_runtime_database_or_network_crate() {
     let output = Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", "--offline", "--filter-platform", &host_triple()])
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--offline",
+            "--filter-platform",
+            &host_triple(),
+        ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo metadata runs");
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let metadata: Value = serde_json::from_slice(&output.stdout).unwrap();
 
     let names: HashMap<&str, &str> = metadata["packages"]
@@ -53,7 +64,11 @@ fn core_depends_on_no_async_runtime_database_or_network_crate() {
         .iter()
         .map(|node| (node["id"].as_str().unwrap(), non_dev_dependencies(node)))
         .collect();
-    let core = names.iter().find(|(_, name)| **name == "sutra-core").map(|(id, _)| *id).unwrap();
+    let core = names
+        .iter()
+        .find(|(_, name)| **name == "sutra-core")
+        .map(|(id, _)| *id)
+        .unwrap();
 
     let mut reached = BTreeSet::new();
     let mut stack = vec![core];
@@ -62,7 +77,10 @@ fn core_depends_on_no_async_runtime_database_or_network_crate() {
             stack.extend(normal_deps[id].iter().copied());
         }
     }
-    let offending: Vec<_> = FORBIDDEN.iter().filter(|name| reached.contains(*name)).collect();
+    let offending: Vec<_> = FORBIDDEN
+        .iter()
+        .filter(|name| reached.contains(*name))
+        .collect();
     assert!(offending.is_empty(), "sutra-core reaches {offending:?}");
 }
 
@@ -72,7 +90,11 @@ fn non_dev_dependencies(node: &Value) -> Vec<&str> {
         .unwrap()
         .iter()
         .filter(|dep| {
-            dep["dep_kinds"].as_array().unwrap().iter().any(|kind| kind["kind"].as_str() != Some("dev"))
+            dep["dep_kinds"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|kind| kind["kind"].as_str() != Some("dev"))
         })
         .map(|dep| dep["pkg"].as_str().unwrap())
         .collect()
@@ -81,7 +103,13 @@ fn non_dev_dependencies(node: &Value) -> Vec<&str> {
 /// Resolving for the host only keeps `cargo metadata` offline: other platforms' crates are
 /// never downloaded.
 fn host_triple() -> String {
-    let output = Command::new("rustc").arg("-vV").output().expect("rustc runs");
+    let output = Command::new("rustc")
+        .arg("-vV")
+        .output()
+        .expect("rustc runs");
     let text = String::from_utf8(output.stdout).unwrap();
-    text.lines().find_map(|line| line.strip_prefix("host: ")).expect("rustc -vV names the host").to_owned()
+    text.lines()
+        .find_map(|line| line.strip_prefix("host: "))
+        .expect("rustc -vV names the host")
+        .to_owned()
 }

@@ -12,7 +12,10 @@ fn format_1_snapshots_stay_readable() {
     let snapshot = Snapshot::from_json(fixture()).unwrap();
     assert_eq!(snapshot.status, Status::Suspended);
     assert_eq!(snapshot.audit_seq, 9);
-    assert!(matches!(snapshot.tokens[0].state, TokenState::Joining { pending: 3 }));
+    assert!(matches!(
+        snapshot.tokens[0].state,
+        TokenState::Joining { pending: 3 }
+    ));
     let kinds: Vec<_> = snapshot.parks().map(|park| &park.kind).collect();
     assert!(matches!(kinds[0], ParkKind::Receive { key, .. } if key == "t1"));
     assert!(matches!(kinds[1], ParkKind::Wait { .. }));
@@ -32,5 +35,8 @@ fn a_snapshot_from_a_newer_build_is_refused_not_guessed() {
     assert_eq!(Snapshot::from_json(newer), Err(SnapshotError::TooNew(2)));
     let mut unversioned = fixture();
     unversioned.as_object_mut().unwrap().remove("format");
-    assert_eq!(Snapshot::from_json(unversioned), Err(SnapshotError::NoFormat));
+    assert_eq!(
+        Snapshot::from_json(unversioned),
+        Err(SnapshotError::NoFormat)
+    );
 }

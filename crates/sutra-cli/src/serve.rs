@@ -1,0 +1,77 @@
+//! `sutra serve`: run the engine and its HTTP API.
+//!
+//! Configuration comes from defaults, then the config file, then `SUTRA_*` environment
+//! variables, then these flags (SPEC §3).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use sutra_server::config::Sources;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Configuration file (default: ./sutra.yaml when it exists).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Datasource: sqlite://FILE (default sqlite://sutra.db) or sqlite::memory:.
+    #[arg(long)]
+    db: Option<String>,
+    /// Address to listen on (default 127.0.0.1:7480; port 0 picks a free one).
+    #[arg(long)]
+    listen: Option<String>,
+    /// Number of execution lanes (default 1).
+    #[arg(long)]
+    lanes: Option<String>,
+    /// This process's replica id (default: hostname plus a random suffix).
+    #[arg(long)]
+    replica_id: Option<String>,
+}
+
+pub fn run(args: &Args) -> ExitCode {
+    sutra_server::init_logging();
+    let settings = match settings(args) {
+        Ok(settings) => settings,
+        Err(error) => {
+            eprintln!("sutra serve: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("sutra serve: cannot start the async runtime: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(sutra_server::serve(settings)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("sutra serve: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn settings(
+    args: &Args,
+) -> Result<sutra_server::config::Settings, sutra_server::config::ConfigError> {
+    let default_file = PathBuf::from("sutra.yaml");
+    let file = args
+        .config
+        .clone()
+        .or_else(|| default_file.exists().then_some(default_file));
+    let mut sources = Sources::defaults();
+    if let Some(file) = file {
+        sources = sources.file(&file)?;
+    }
+    sources
+        .environment(std::env::vars())
+        .flag("sutra.datasource", args.db.as_deref())
+        .flag("sutra.listen", args.listen.as_deref())
+        .flag("sutra.engine.lanes", args.lanes.as_deref())
+        .flag("sutra.replica-id", args.replica_id.as_deref())
+        .settings()
+}

@@ -1,0 +1,77 @@
+//! Reachability: nodes that no path from the flow's entry leads to are warned about.
+//!
+//! Only the first node of each unreachable region is reported (with a count of the rest), so
+//! that dead code after an `end` reads as one warning, not one per node.
+
+use crate::diagnostic::{Diagnostic, Span};
+use crate::model::{After, Node, NodeIndex, NodeKind};
+
+use super::reader::Checker;
+
+/// Where control can go from `node`.
+fn successors(node: &Node) -> Vec<NodeIndex> {
+    let after = match node.after {
+        After::Node(next) => Some(next),
+        After::End => None,
+    };
+    match &node.kind {
+        NodeKind::End { .. } | NodeKind::Fail { .. } => vec![],
+        NodeKind::Choice(choice) => choice
+            .arms
+            .iter()
+            .map(|arm| arm.next)
+            .chain(choice.otherwise)
+            .collect(),
+        NodeKind::Parallel(heads) => heads.iter().flatten().copied().chain(after).collect(),
+        NodeKind::Task(_) => after.into_iter().chain(node.on_error).collect(),
+        NodeKind::Receive(receive) => after.into_iter().chain(receive.on_timeout).collect(),
+        NodeKind::Set(_) | NodeKind::Emit(_) | NodeKind::Wait(_) => after.into_iter().collect(),
+    }
+}
+
+/// Marks every node reachable from `from` in `seen`; returns how many were newly marked.
+fn mark_from(nodes: &[Node], from: NodeIndex, seen: &mut [bool]) -> usize {
+    let mut marked = 0;
+    let mut stack = vec![from];
+    while let Some(index) = stack.pop() {
+        let slot = &mut seen[index.0 as usize];
+        if *slot {
+            continue;
+        }
+        *slot = true;
+        marked += 1;
+        stack.extend(successors(&nodes[index.0 as usize]));
+    }
+    marked
+}
+
+/// Warns about every unreachable region; `spans[i]` is where node `i` is reported.
+pub(super) fn warn_unreachable(
+    cx: &mut Checker,
+    nodes: &[Node],
+    entry: Option<NodeIndex>,
+    spans: &[Span],
+) {
+    let mut seen = vec![false; nodes.len()];
+    if let Some(entry) = entry {
+        mark_from(nodes, entry, &mut seen);
+    }
+    for index in 0..nodes.len() {
+        if seen[index] {
+            continue;
+        }
+        let region = mark_from(nodes, NodeIndex(index as u32), &mut seen);
+        let id = &nodes[index].id;
+        let message = match region - 1 {
+            0 => format!("node `{id}` is never reached"),
+            1 => format!("node `{id}` is never reached, nor is the node it leads to"),
+            more => format!("node `{id}` is never reached, nor are the {more} nodes it leads to"),
+        };
+        cx.report(
+            Diagnostic::warning("unreachable-node", spans[index], message).with_hint(
+                "no `next`, choice arm, `on-error` or `on-timeout` leads here, and the node \
+                 before does not continue here; jump to it, or remove it",
+            ),
+        );
+    }
+}

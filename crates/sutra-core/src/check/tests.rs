@@ -1,0 +1,213 @@
+//! The model the checker builds: links, entry, defaults, templates.
+
+use jiff::SignedDuration;
+use proptest::prelude::*;
+use serde_json::json;
+
+use super::check;
+use crate::expr::Template;
+use crate::model::*;
+
+const MONEY_TRANSFER: &str = include_str!("../../../../examples/money-transfer.yaml");
+const ORDER: &str = include_str!("../../../../examples/order.yaml");
+const APPROVAL: &str = include_str!("../../../../examples/approval.yaml");
+
+fn deployment(source: &str) -> Deployment {
+    let checked = check(source);
+    assert!(checked.diagnostics.is_empty(), "{:#?}", checked.diagnostics);
+    checked.deployment.expect("a valid document")
+}
+
+fn node<'f>(flow: &'f Flow, id: &str) -> &'f Node {
+    flow.node(flow.find(id).unwrap_or_else(|| panic!("no node `{id}`")))
+}
+
+fn after(flow: &Flow, id: &str) -> After {
+    node(flow, id).after
+}
+
+fn to(flow: &Flow, id: &str) -> After {
+    After::Node(flow.find(id).unwrap())
+}
+
+#[test]
+fn the_examples_check_cleanly() {
+    for source in [MONEY_TRANSFER, ORDER, APPROVAL] {
+        deployment(source);
+    }
+}
+
+#[test]
+fn control_falls_through_unless_next_says_otherwise() {
+    let deployment = deployment(MONEY_TRANSFER);
+    let flow = &deployment.flows["money-transfer"];
+    assert_eq!(flow.entry, flow.find("debit"));
+    assert_eq!(after(flow, "debit"), to(flow, "big"));
+    assert_eq!(after(flow, "credit"), to(flow, "notify"));
+    assert_eq!(after(flow, "refund"), to(flow, "failed"));
+    assert_eq!(after(flow, "failed"), After::End);
+}
+
+#[test]
+fn choices_and_receives_resolve_their_targets() {
+    let deployment = deployment(MONEY_TRANSFER);
+    let flow = &deployment.flows["money-transfer"];
+    let NodeKind::Choice(choice) = &node(flow, "big").kind else {
+        panic!("not a choice");
+    };
+    assert_eq!(choice.arms.len(), 1);
+    assert_eq!(choice.arms[0].next, flow.find("approval").unwrap());
+    assert_eq!(choice.otherwise, flow.find("credit"));
+    let approval = node(flow, "approval");
+    let NodeKind::Receive(receive) = &approval.kind else {
+        panic!("not a receive");
+    };
+    assert_eq!(receive.channel, "bank-replies");
+    assert_eq!(receive.key.source(), "vars.input.transferId");
+    assert_eq!(receive.timeout, Some(SignedDuration::from_hours(24)));
+    assert_eq!(receive.on_timeout, flow.find("refund"));
+    assert_eq!(approval.output.as_deref(), Some("approval"));
+}
+
+#[test]
+fn unset_fields_take_the_documented_defaults() {
+    let deployment = deployment(MONEY_TRANSFER);
+    assert_eq!(deployment.tenant, "default");
+    let replies = &deployment.channels["bank-replies"];
+    assert_eq!(replies.ack, Ack::Commit);
+    assert_eq!(replies.ack_timeout, ACK_TIMEOUT_DEFAULT);
+    assert_eq!(replies.queue.as_deref(), Some("bank.replies"));
+    assert_eq!(deployment.channels["ledger"].max_attempts, Some(10));
+    let flow = &deployment.flows["money-transfer"];
+    let NodeKind::Task(credit) = &node(flow, "credit").kind else {
+        panic!("not a task");
+    };
+    assert_eq!(credit.retries, TASK_RETRIES_DEFAULT);
+    assert_eq!(credit.backoff, TASK_BACKOFF_DEFAULT);
+    assert_eq!(credit.lock, TASK_LOCK_DEFAULT);
+    let NodeKind::Task(debit) = &node(flow, "debit").kind else {
+        panic!("not a task");
+    };
+    assert_eq!(debit.lock, SignedDuration::from_secs(60));
+}
+
+#[test]
+fn parallel_branches_live_in_the_arena_and_end_on_their_own() {
+    let deployment = deployment(ORDER);
+    let flow = &deployment.flows["order"];
+    assert_eq!(flow.nodes.len(), 6);
+    let NodeKind::Parallel(heads) = &node(flow, "prepare").kind else {
+        panic!("not a parallel");
+    };
+    assert_eq!(
+        heads,
+        &[flow.find("reserve-stock"), flow.find("charge-payment")]
+    );
+    assert_eq!(after(flow, "reserve-stock"), After::End);
+    assert_eq!(after(flow, "charge-payment"), After::End);
+    assert_eq!(after(flow, "prepare"), to(flow, "cooling-off"));
+    let NodeKind::Wait(WaitSpec::Duration(wait)) = &node(flow, "cooling-off").kind else {
+        panic!("not a duration wait");
+    };
+    assert_eq!(*wait, SignedDuration::from_secs(10));
+}
+
+#[test]
+fn an_empty_branch_has_no_head() {
+    let deployment = deployment(
+        "name: d\nchannels: { c: { transport: http } }\nflows:\n  f:\n    start: { channel: c }\n    \
+         nodes:\n      - { id: p, parallel: [[], [{ id: a, end: {} }]] }\n",
+    );
+    let flow = &deployment.flows["f"];
+    let NodeKind::Parallel(heads) = &node(flow, "p").kind else {
+        panic!("not a parallel");
+    };
+    assert_eq!(heads, &[None, flow.find("a")]);
+}
+
+#[test]
+fn templates_keep_literal_subtrees_whole_and_unescape_double_equals() {
+    let deployment = deployment(
+        "name: d\nchannels: { c: { transport: http } }\nflows:\n  f:\n    start: { channel: c }\n    \
+         nodes:\n      - id: s\n        set:\n          fixed: { a: [1, two], b: '==x' }\n          \
+         mixed: { a: 1, b: '= vars.x' }\n",
+    );
+    let NodeKind::Set(assignments) = &node(&deployment.flows["f"], "s").kind else {
+        panic!("not a set");
+    };
+    let Template::Literal(fixed) = &assignments[0].1 else {
+        panic!("not a literal");
+    };
+    assert_eq!(fixed, &json!({"a": [1, "two"], "b": "=x"}));
+    let Template::Map(mixed) = &assignments[1].1 else {
+        panic!("not a map template");
+    };
+    assert!(matches!(mixed[1].1, Template::Expr(_)));
+}
+
+#[test]
+fn warnings_do_not_withhold_the_deployment() {
+    let checked = check(
+        "name: d\nchannels: { c: { transport: http } }\nflows:\n  f:\n    start: { channel: c }\n    \
+         nodes:\n      - { id: a, end: {} }\n      - { id: b, end: {} }\n",
+    );
+    assert_eq!((checked.errors(), checked.warnings()), (0, 1));
+    assert!(checked.deployment.is_some());
+}
+
+#[test]
+fn one_run_reports_every_independent_mistake() {
+    let checked = check(
+        "name: d\nchannels: { c: { transport: htp, correlate: 'data.' } }\nflows:\n  f:\n    \
+         start: { channel: x }\n    nodes:\n      - { id: a, task: { topic: t, retries: -1 }, next: zz }\n",
+    );
+    let rules: Vec<&str> = checked.diagnostics.iter().map(|d| d.rule).collect();
+    assert_eq!(
+        rules,
+        [
+            "invalid-value",
+            "invalid-expression",
+            "undeclared-channel",
+            "invalid-value",
+            "dangling-reference"
+        ]
+    );
+}
+
+#[test]
+fn a_flood_of_mistakes_is_cut_short_but_still_refused() {
+    let nodes: String = (0..300)
+        .map(|i| format!("      - {{ id: n{i}, wait: {{ duration: soon }} }}\n"))
+        .collect();
+    let checked = check(&format!(
+        "name: d\nchannels: {{ c: {{ transport: http }} }}\nflows:\n  f:\n    \
+         start: {{ channel: c }}\n    nodes:\n{nodes}"
+    ));
+    assert_eq!(checked.diagnostics.len(), super::DIAGNOSTICS_MAX + 1);
+    let last = checked.diagnostics.last().unwrap();
+    assert_eq!(last.rule, "too-many-diagnostics");
+    assert_eq!(last.message, "100 more problems from here on are not shown");
+    assert!(checked.deployment.is_none());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn never_panics_on_arbitrary_text(text in "\\PC{0,200}") {
+        check(&text);
+    }
+
+    #[test]
+    fn never_panics_on_a_damaged_example(
+        position in 0usize..4000,
+        cut in 0usize..40,
+        insert in "[ -~\\t\\n]{0,12}",
+    ) {
+        let source = APPROVAL;
+        let start = source.floor_char_boundary(position.min(source.len()));
+        let end = source.floor_char_boundary((start + cut).min(source.len()));
+        let damaged = format!("{}{insert}{}", &source[..start], &source[end..]);
+        check(&damaged);
+    }
+}

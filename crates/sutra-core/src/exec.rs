@@ -1,0 +1,852 @@
+//! The step executor: moves an instance from one quiescent point to the next.
+//!
+//! [`apply`] is a pure function of its arguments. It reads no clock and no random source, so the
+//! same flow, snapshot, event and context always give the same [`Step`]; and it never panics,
+//! whatever the flow and the event sequence: everything that can go wrong at run time becomes a
+//! [`Rejection`] (nothing happened) or a failed instance (SPEC §7.2, `docs/decisions/0005`).
+//!
+//! Tokens run one node at a time, always the lowest-id runnable one, so the order of effects and
+//! history is itself a function of the inputs. History records what an auditor asks about (a
+//! message, a timer, a task result, a park, variables set, an emit, a choice, a fork, a join, the
+//! ending), not every node visit, so that a loop does not flood it.
+//!
+//! Within a step the status `Suspended` means "live": the step sets it when it starts running
+//! tokens, and it is what the instance rests in unless the step completed, cancelled or failed it.
+//!
+//! A snapshot whose token names a node its flow lacks (a migration that did not map it) fails the
+//! instance with `SUTRA.RUNTIME.NODE.UNKNOWN` rather than panicking.
+
+use jiff::{SignedDuration, Timestamp};
+use serde_json::{Map, Value, json};
+
+use crate::codes;
+use crate::expr::{Bindings, EvalError, Expr, Template};
+use crate::model::{After, ChoiceSpec, EmitSpec, Flow, Node, NodeIndex, NodeKind, WaitSpec};
+use crate::snapshot::{
+    Failure, Park, ParkId, ParkKind, Snapshot, Status, Token, TokenId, TokenState,
+};
+use crate::step::{
+    Effect, Event, HistoryEvent, HistoryKind, Message, Rejection, Reply, Step, StepContext,
+    TaskError,
+};
+
+/// Applies `event` to the instance in `snapshot`, running every runnable token until each is
+/// parked or joining, or the instance has completed, been cancelled or failed.
+///
+/// Rejected, with nothing changed: `Start` on an instance already started, `Cancel` on one that is
+/// not suspended or failed, `Restore` on one that is not failed (`InvalidState`); an answer to a
+/// park that no token of a suspended instance holds, or holds as a park of another kind (`Stale`).
+pub fn apply(
+    flow: &Flow,
+    snapshot: &Snapshot,
+    event: Event,
+    ctx: StepContext,
+) -> Result<Step, Rejection> {
+    let mut run = Run::new(flow, snapshot, ctx);
+    match event {
+        Event::Start { message } => run.start(message)?,
+        Event::Cancel { reason } => run.cancel(reason)?,
+        Event::Restore => run.restore()?,
+        Event::Relay { park, message } => run.resume(park, Answer::Message(message))?,
+        Event::TimerFired { park } => run.resume(park, Answer::Timer)?,
+        Event::TaskCompleted { park, output } => run.resume(park, Answer::Output(output))?,
+        Event::TaskFailed { park, error } => run.resume(park, Answer::Error(error))?,
+        Event::TaskExhausted { park, error } => run.resume(park, Answer::Exhausted(error))?,
+    }
+    Ok(run.finish())
+}
+
+/// Fails a live instance for a reason no node produced: the engine learned it outside the
+/// executor (a correlation alias already taken when the step committed, a step that keeps dying
+/// with its replica). Like every failure (SPEC §7.2) it is stamped in place: every park the
+/// snapshot holds is disarmed, tokens keep their parks for restore, and no single token is
+/// blamed, so restore re-arms them all.
+pub fn fail(
+    snapshot: &Snapshot,
+    code: &str,
+    detail: &str,
+    ctx: StepContext,
+) -> Result<Step, Rejection> {
+    if snapshot.status != Status::Suspended {
+        return Err(Rejection::InvalidState {
+            event: "fail",
+            status: snapshot.status.as_str(),
+        });
+    }
+    let mut failed = snapshot.clone();
+    let effects = snapshot
+        .parks()
+        .map(|park| Effect::Disarm { park: park.id })
+        .collect();
+    failed.status = Status::Failed;
+    failed.audit_seq += 1;
+    failed.failure = Some(Failure {
+        code: code.to_owned(),
+        detail: detail.to_owned(),
+        token: None,
+        node: None,
+    });
+    let history = vec![HistoryEvent {
+        seq: failed.audit_seq,
+        at: ctx.now,
+        kind: HistoryKind::Failed,
+        node: None,
+        token: None,
+        detail: json!({"code": code, "detail": detail}),
+    }];
+    let reply = Some(Reply::Failed {
+        code: code.to_owned(),
+        detail: detail.to_owned(),
+    });
+    Ok(Step {
+        snapshot: failed,
+        effects,
+        history,
+        reply,
+    })
+}
+
+/// An event that answers a park.
+enum Answer {
+    Message(Message),
+    Timer,
+    Output(Value),
+    Error(TaskError),
+    Exhausted(TaskError),
+}
+
+impl Answer {
+    /// Whether this answer is one a park of `kind` waits for. A timer answers a park with a due
+    /// time: a `wait`, or a `receive` with a timeout, whose message and timer rows are one park,
+    /// consumed by whichever comes first.
+    fn answers(&self, kind: &ParkKind) -> bool {
+        match (self, kind) {
+            (Answer::Message(_), ParkKind::Receive { .. }) => true,
+            (Answer::Timer, kind) => kind.due().is_some(),
+            (
+                Answer::Output(_) | Answer::Error(_) | Answer::Exhausted(_),
+                ParkKind::Task { .. },
+            ) => true,
+            _ => false,
+        }
+    }
+}
+
+/// A fatal failure on its way to the snapshot.
+struct Fault {
+    code: String,
+    detail: String,
+}
+
+impl Fault {
+    fn new(code: &str, detail: impl Into<String>) -> Fault {
+        Fault {
+            code: code.to_owned(),
+            detail: detail.into(),
+        }
+    }
+}
+
+impl From<EvalError> for Fault {
+    fn from(error: EvalError) -> Fault {
+        Fault::new(codes::EXPRESSION_ERROR.code, error.to_string())
+    }
+}
+
+/// What became of the token a node was run for.
+enum Fate {
+    /// It is still live (runnable, parked or joining) and goes back among the instance's tokens.
+    Stays,
+    /// It ended its branch, or the instance ended with it.
+    Ends,
+}
+
+type Outcome = Result<Fate, Fault>;
+
+/// One step in progress: the working snapshot and everything the step has produced so far.
+struct Run<'a> {
+    flow: &'a Flow,
+    /// The snapshot the step started from; it tells which parks have rows to disarm.
+    before: &'a Snapshot,
+    ctx: StepContext,
+    snap: Snapshot,
+    /// The triggering message as CEL sees it (`msg`); `None` for timers, tasks and admin events.
+    msg: Option<Value>,
+    instance: Value,
+    visits: u32,
+    effects: Vec<Effect>,
+    history: Vec<HistoryEvent>,
+    reply: Option<Reply>,
+}
+
+impl<'a> Run<'a> {
+    fn new(flow: &'a Flow, before: &'a Snapshot, ctx: StepContext) -> Run<'a> {
+        let info = &before.instance;
+        Run {
+            flow,
+            before,
+            ctx,
+            snap: before.clone(),
+            msg: None,
+            instance: json!({
+                "id": info.id,
+                "flow": info.flow,
+                "version": info.version,
+                "tenant": info.tenant,
+                "deployment": info.deployment,
+            }),
+            visits: 0,
+            effects: Vec::new(),
+            history: Vec::new(),
+            reply: None,
+        }
+    }
+
+    fn finish(self) -> Step {
+        Step {
+            snapshot: self.snap,
+            effects: self.effects,
+            history: self.history,
+            reply: self.reply,
+        }
+    }
+
+    fn invalid(&self, event: &'static str) -> Rejection {
+        Rejection::InvalidState {
+            event,
+            status: self.snap.status.as_str(),
+        }
+    }
+
+    // ---- the events --------------------------------------------------------------------------
+
+    fn start(&mut self, message: Message) -> Result<(), Rejection> {
+        if self.snap.status != Status::Created {
+            return Err(self.invalid("start"));
+        }
+        self.snap.status = Status::Suspended;
+        self.snap.vars.insert("input".into(), message.data.clone());
+        self.record(
+            HistoryKind::Started,
+            None,
+            json!({"message": message.id, "channel": self.flow.start.channel}),
+        );
+        self.msg = Some(message.to_json());
+        match self.flow.entry {
+            None => self.complete(Value::Null),
+            Some(entry) => {
+                // The root token is named after its first node once `goto` has resolved it.
+                let mut root = Token {
+                    id: self.mint_token(),
+                    node: String::new(),
+                    parent: None,
+                    state: TokenState::Ready,
+                };
+                let outcome = self.goto(&mut root, entry);
+                self.settle(root, outcome);
+                self.run();
+            }
+        }
+        Ok(())
+    }
+
+    /// Cancels a suspended or failed instance. Its tokens are dropped; the parks of a suspended
+    /// instance are disarmed (a failed instance's parks were disarmed when it failed).
+    fn cancel(&mut self, reason: Option<String>) -> Result<(), Rejection> {
+        if !matches!(self.snap.status, Status::Suspended | Status::Failed) {
+            return Err(self.invalid("cancel"));
+        }
+        self.tear_down_parks();
+        self.snap.tokens.clear();
+        self.snap.status = Status::Cancelled;
+        // `failure` describes a restorable state; a cancelled instance has none (history keeps it).
+        self.snap.failure = None;
+        self.record(HistoryKind::Cancelled, None, json!({"reason": reason}));
+        self.reply = Some(Reply::Cancelled);
+        Ok(())
+    }
+
+    /// Undoes a failure (SPEC §7.2): every park comes back under a fresh id, so that a late
+    /// delivery for a torn-down park is stale, and the failed token runs its node again. A park
+    /// the failed token held (a failure the engine stamped on a parked token, such as a taken
+    /// correlation alias) is not re-armed: running the node again makes a new one.
+    fn restore(&mut self) -> Result<(), Rejection> {
+        if self.snap.status != Status::Failed {
+            return Err(self.invalid("restore"));
+        }
+        let failure = self.snap.failure.take();
+        self.snap.status = Status::Suspended;
+        self.record(
+            HistoryKind::Restored,
+            None,
+            json!({"code": failure.as_ref().map(|f| &f.code)}),
+        );
+        let failed = failure.and_then(|f| f.token);
+        for mut token in std::mem::take(&mut self.snap.tokens) {
+            match &token.state {
+                TokenState::Ready | TokenState::Parked(_) if Some(token.id) == failed => {
+                    token.state = TokenState::Ready;
+                }
+                TokenState::Parked(park) => {
+                    let kind = park.kind.clone();
+                    self.park(&mut token, kind);
+                }
+                _ => {}
+            }
+            self.snap.tokens.push(token);
+        }
+        self.run();
+        Ok(())
+    }
+
+    /// Delivers `answer` to the token parked on `park`. The delivery consumes the park's rows
+    /// itself, so the answered park is not disarmed.
+    fn resume(&mut self, park: ParkId, answer: Answer) -> Result<(), Rejection> {
+        let position = self.snap.tokens.iter().position(|token| {
+            token
+                .park()
+                .is_some_and(|p| p.id == park && answer.answers(&p.kind))
+        });
+        let (Status::Suspended, Some(i)) = (self.snap.status, position) else {
+            return Err(Rejection::Stale(Some(park)));
+        };
+        let mut token = self.snap.tokens.remove(i);
+        token.state = TokenState::Ready;
+        let outcome = self.answer(&mut token, park, answer);
+        self.settle(token, outcome);
+        self.run();
+        Ok(())
+    }
+
+    fn answer(&mut self, token: &mut Token, park: ParkId, answer: Answer) -> Outcome {
+        let node = self.node_named(&token.node)?;
+        match answer {
+            Answer::Message(message) => {
+                self.record_at(
+                    HistoryKind::MessageReceived,
+                    token,
+                    json!({"park": park, "message": message.id}),
+                );
+                self.set_output(node, message.data.clone());
+                self.msg = Some(message.to_json());
+                self.proceed(token, node.after)
+            }
+            Answer::Timer => {
+                self.record_at(HistoryKind::TimerFired, token, json!({"park": park}));
+                match &node.kind {
+                    NodeKind::Receive(spec) => match spec.on_timeout {
+                        Some(target) => self.goto(token, target),
+                        None => {
+                            let message = receive_timeout_message(&spec.channel, spec.timeout);
+                            self.route_error(token, node, codes::RECEIVE_TIMEOUT.code, message)
+                        }
+                    },
+                    _ => self.proceed(token, node.after),
+                }
+            }
+            Answer::Output(output) => {
+                self.record_at(HistoryKind::TaskCompleted, token, json!({"park": park}));
+                self.set_output(node, output);
+                self.proceed(token, node.after)
+            }
+            Answer::Error(error) => {
+                self.record_task_failure(token, park, &error, false);
+                self.route_error(token, node, &error.code, error.message)
+            }
+            Answer::Exhausted(error) => {
+                self.record_task_failure(token, park, &error, true);
+                let code = codes::TASK_RETRIES_EXHAUSTED.code;
+                self.route_error(token, node, code, error.message)
+            }
+        }
+    }
+
+    fn record_task_failure(
+        &mut self,
+        token: &Token,
+        park: ParkId,
+        error: &TaskError,
+        exhausted: bool,
+    ) {
+        let detail = json!({
+            "park": park,
+            "code": error.code,
+            "message": error.message,
+            "exhausted": exhausted,
+        });
+        self.record_at(HistoryKind::TaskFailed, token, detail);
+    }
+
+    /// Sends a task's or a receive's error to the node's `on-error` with `vars.error` set, or
+    /// fails the instance with it when there is no `on-error`.
+    fn route_error(
+        &mut self,
+        token: &mut Token,
+        node: &Node,
+        code: &str,
+        message: String,
+    ) -> Outcome {
+        let Some(target) = node.on_error else {
+            return Err(Fault::new(code, message));
+        };
+        let error = json!({"code": code, "message": message});
+        self.snap.vars.insert("error".into(), error);
+        self.goto(token, target)
+    }
+
+    fn set_output(&mut self, node: &Node, value: Value) {
+        if let Some(name) = &node.output {
+            self.snap.vars.insert(name.clone(), value);
+        }
+    }
+
+    // ---- running tokens ----------------------------------------------------------------------
+
+    /// Runs the lowest-id runnable token, one node at a time, until none is left or the instance
+    /// is no longer live.
+    fn run(&mut self) {
+        while self.snap.status == Status::Suspended {
+            let Some(i) = self.snap.tokens.iter().position(is_runnable) else {
+                return;
+            };
+            // The token is taken out while it runs, so that the node can change the other tokens
+            // (fork, join, cancel them) without aliasing it.
+            let mut token = self.snap.tokens.remove(i);
+            let outcome = self.advance(&mut token);
+            self.settle(token, outcome);
+        }
+    }
+
+    /// Puts a token that was run back among the instance's tokens, or fails the instance with it.
+    fn settle(&mut self, token: Token, outcome: Outcome) {
+        match outcome {
+            Ok(Fate::Stays) => self.put_back(token),
+            Ok(Fate::Ends) => {}
+            Err(fault) => {
+                let (id, node) = (token.id, token.node.clone());
+                self.put_back(token);
+                self.fail(id, node, fault);
+            }
+        }
+    }
+
+    fn put_back(&mut self, token: Token) {
+        let at = self.snap.tokens.partition_point(|t| t.id < token.id);
+        self.snap.tokens.insert(at, token);
+    }
+
+    /// Runs the token's node, or completes its join when its last branch has ended.
+    fn advance(&mut self, token: &mut Token) -> Outcome {
+        let node = self.node_named(&token.node)?;
+        if matches!(token.state, TokenState::Joining { .. }) {
+            self.record_at(HistoryKind::Joined, token, json!({}));
+            return self.proceed(token, node.after);
+        }
+        self.count_visit()?;
+        match &node.kind {
+            NodeKind::Set(assignments) => {
+                self.assign(token, assignments)?;
+                self.proceed(token, node.after)
+            }
+            NodeKind::Task(spec) => {
+                let input = spec.input.render(&self.bindings())?;
+                let kind = ParkKind::Task {
+                    topic: spec.topic.clone(),
+                    input,
+                    retries: spec.retries,
+                    backoff: spec.backoff,
+                    lock: spec.lock,
+                };
+                self.park(token, kind);
+                Ok(Fate::Stays)
+            }
+            NodeKind::Emit(spec) => {
+                self.emit(token, spec)?;
+                self.proceed(token, node.after)
+            }
+            NodeKind::Receive(spec) => {
+                let kind = ParkKind::Receive {
+                    channel: spec.channel.clone(),
+                    key: spec.key.eval_key(&self.bindings())?,
+                    due: spec.timeout.map(|timeout| self.deadline(timeout)),
+                };
+                self.park(token, kind);
+                Ok(Fate::Stays)
+            }
+            NodeKind::Wait(spec) => {
+                let due = self.wait_due(spec)?;
+                self.park(token, ParkKind::Wait { due });
+                Ok(Fate::Stays)
+            }
+            NodeKind::Choice(spec) => {
+                let target = self.choose(token, spec)?;
+                self.goto(token, target)
+            }
+            NodeKind::Parallel(branches) => self.fork(token, branches),
+            NodeKind::End { reply } => {
+                let reply = match reply {
+                    Some(template) => template.render(&self.bindings())?,
+                    None => Value::Null,
+                };
+                self.complete(reply);
+                Ok(Fate::Ends)
+            }
+            NodeKind::Fail { code, detail } => Err(Fault::new(
+                code,
+                self.fail_detail(&node.id, detail.as_ref())?,
+            )),
+        }
+    }
+
+    fn count_visit(&mut self) -> Result<(), Fault> {
+        self.visits += 1;
+        if self.visits <= self.ctx.transitions_max {
+            return Ok(());
+        }
+        Err(Fault::new(
+            codes::STEP_BUDGET_EXCEEDED.code,
+            format!(
+                "the step visited more than {} nodes without parking: \
+                 does a loop never reach a task, receive or wait?",
+                self.ctx.transitions_max
+            ),
+        ))
+    }
+
+    /// Continues at `after`: the next node, or the end of the token's list.
+    fn proceed(&mut self, token: &mut Token, after: After) -> Outcome {
+        match after {
+            After::Node(target) => self.goto(token, target),
+            After::End => {
+                self.end_of_list(token);
+                Ok(Fate::Ends)
+            }
+        }
+    }
+
+    fn goto(&mut self, token: &mut Token, target: NodeIndex) -> Outcome {
+        token.node = self.node_at(target)?.id.clone();
+        token.state = TokenState::Ready;
+        Ok(Fate::Stays)
+    }
+
+    /// A branch token that runs off its list ends, and its fork waits for one token fewer; when
+    /// none is left the fork's token becomes runnable and joins. The top-level token running off
+    /// its list completes the instance. So does a branch token whose fork no longer waits for it
+    /// (a snapshot that does not match its flow): nothing else could ever end the instance.
+    fn end_of_list(&mut self, token: &Token) {
+        let fork = token.parent.and_then(|parent| {
+            self.snap
+                .tokens
+                .iter_mut()
+                .find(|t| t.id == parent)
+                .and_then(|t| match &mut t.state {
+                    TokenState::Joining { pending } => Some(pending),
+                    _ => None,
+                })
+        });
+        match fork {
+            Some(pending) => *pending = pending.saturating_sub(1),
+            None => self.complete(Value::Null),
+        }
+    }
+
+    /// Forks one token per non-empty branch; the forking token waits for them. With no branch to
+    /// run, it is joinable at once.
+    fn fork(&mut self, token: &mut Token, branches: &[Option<NodeIndex>]) -> Outcome {
+        let firsts = branches
+            .iter()
+            .flatten()
+            .map(|&first| Ok(self.node_at(first)?.id.clone()))
+            .collect::<Result<Vec<String>, Fault>>()?;
+        let mut forked = Vec::with_capacity(firsts.len());
+        for node in firsts {
+            let id = self.mint_token();
+            forked.push(id);
+            self.put_back(Token {
+                id,
+                node,
+                parent: Some(token.id),
+                state: TokenState::Ready,
+            });
+        }
+        token.state = TokenState::Joining {
+            pending: u32::try_from(forked.len()).unwrap_or(u32::MAX),
+        };
+        self.record_at(HistoryKind::Forked, token, json!({"tokens": forked}));
+        Ok(Fate::Stays)
+    }
+
+    /// Assigns a `set` node's variables in order, each template seeing the ones before it. A
+    /// failing template assigns nothing, so the node can run again as a whole after a restore.
+    fn assign(&mut self, token: &Token, assignments: &[(String, Template)]) -> Result<(), Fault> {
+        let mut vars = self.snap.vars.clone();
+        for (name, template) in assignments {
+            let value = template.render(&self.bindings_over(&vars))?;
+            vars.insert(name.clone(), value);
+        }
+        self.snap.vars = vars;
+        let names: Vec<&str> = assignments.iter().map(|(name, _)| name.as_str()).collect();
+        self.record_at(HistoryKind::VariablesSet, token, json!({"names": names}));
+        Ok(())
+    }
+
+    /// Writes an outbox row. Its idempotency key carries the seq of the `emitted` history event,
+    /// which is unique within the instance and the same on every retry of the send.
+    fn emit(&mut self, token: &Token, spec: &EmitSpec) -> Result<(), Fault> {
+        let bindings = self.bindings();
+        let data = spec.data.render(&bindings)?;
+        let key = spec
+            .key
+            .as_ref()
+            .map(|key| key.eval_key(&bindings))
+            .transpose()?;
+        let seq = self.record_at(
+            HistoryKind::Emitted,
+            token,
+            json!({"channel": spec.channel}),
+        );
+        self.effects.push(Effect::Emit {
+            channel: spec.channel.clone(),
+            data,
+            key,
+            idempotency_key: format!("{}:{seq}:{}", self.snap.instance.id, token.node),
+        });
+        Ok(())
+    }
+
+    /// When a `wait` is due. A time already past still parks the token, due at that time: the
+    /// store fires it at once, in a step of its own, so a `wait` never continues within the step
+    /// that reached it and the history shows the deadline the flow asked for.
+    fn wait_due(&self, spec: &WaitSpec) -> Result<Timestamp, Fault> {
+        match spec {
+            WaitSpec::Duration(duration) => Ok(self.deadline(*duration)),
+            WaitSpec::Until(expr) => Ok(parse_until(expr, &expr.eval(&self.bindings())?)?),
+        }
+    }
+
+    /// `now + duration`; a deadline beyond the representable range is "never" in practice.
+    fn deadline(&self, duration: SignedDuration) -> Timestamp {
+        self.ctx
+            .now
+            .saturating_add(duration)
+            .unwrap_or(Timestamp::MAX)
+    }
+
+    fn choose(&mut self, token: &Token, spec: &ChoiceSpec) -> Result<NodeIndex, Fault> {
+        let bindings = self.bindings();
+        for arm in &spec.arms {
+            if arm.when.eval_bool(&bindings)? {
+                self.record_choice(token, json!(arm.when.source()), arm.next);
+                return Ok(arm.next);
+            }
+        }
+        let Some(otherwise) = spec.otherwise else {
+            return Err(Fault::new(
+                codes::CHOICE_NO_MATCH.code,
+                format!(
+                    "no `when` of choice `{}` was true, and it has no `otherwise`",
+                    token.node
+                ),
+            ));
+        };
+        self.record_choice(token, Value::Null, otherwise);
+        Ok(otherwise)
+    }
+
+    /// Records the arm a choice took; `when` is the guard's source, or null for `otherwise`.
+    fn record_choice(&mut self, token: &Token, when: Value, next: NodeIndex) {
+        let next = self.node_at(next).ok().map(|n| n.id.as_str());
+        self.record_at(
+            HistoryKind::ChoiceTaken,
+            token,
+            json!({"when": when, "next": next}),
+        );
+    }
+
+    fn fail_detail(&self, node: &str, detail: Option<&Template>) -> Result<String, Fault> {
+        let rendered = detail.map(|t| t.render(&self.bindings())).transpose()?;
+        Ok(match rendered {
+            Some(Value::String(text)) => text,
+            Some(other) => other.to_string(),
+            None => format!("the flow reached fail node `{node}`"),
+        })
+    }
+
+    // ---- parks, endings and failures ---------------------------------------------------------
+
+    /// Parks the token on a new park and arms it.
+    fn park(&mut self, token: &mut Token, kind: ParkKind) {
+        let park = Park {
+            id: ParkId(self.snap.next_park),
+            kind,
+        };
+        self.snap.next_park += 1;
+        self.record_at(HistoryKind::Parked, token, park_detail(&park));
+        self.effects.push(Effect::Arm {
+            token: token.id,
+            node: token.node.clone(),
+            park: park.clone(),
+        });
+        token.state = TokenState::Parked(park);
+    }
+
+    /// Completes the instance: every other token is cancelled and its park resolved.
+    fn complete(&mut self, reply: Value) {
+        self.tear_down_parks();
+        self.snap.tokens.clear();
+        self.snap.status = Status::Completed;
+        self.record(HistoryKind::Completed, None, json!({}));
+        self.reply = Some(Reply::Completed(reply));
+    }
+
+    /// Fails the instance in place (SPEC §7.2): the failing token stays at its node, the others
+    /// keep their parks in the snapshot for restore, but no park keeps a live row.
+    fn fail(&mut self, token: TokenId, node: String, fault: Fault) {
+        self.tear_down_parks();
+        self.snap.status = Status::Failed;
+        let detail = json!({"code": fault.code, "detail": fault.detail});
+        self.record(HistoryKind::Failed, Some((node.as_str(), token)), detail);
+        self.reply = Some(Reply::Failed {
+            code: fault.code.clone(),
+            detail: fault.detail.clone(),
+        });
+        self.snap.failure = Some(Failure {
+            code: fault.code,
+            detail: fault.detail,
+            token: Some(token),
+            node: Some(node),
+        });
+    }
+
+    /// Resolves every park the tokens hold: one that had rows before this step is disarmed; one
+    /// made in this step loses its `Arm`, so a park made and resolved in one step leaves no trace
+    /// among the effects.
+    fn tear_down_parks(&mut self) {
+        let parks: Vec<ParkId> = self.snap.parks().map(|park| park.id).collect();
+        for park in parks {
+            if self.was_armed(park) {
+                self.effects.push(Effect::Disarm { park });
+            } else {
+                self.effects.retain(
+                    |effect| !matches!(effect, Effect::Arm { park: p, .. } if p.id == park),
+                );
+            }
+        }
+    }
+
+    /// Whether `park` had live rows when the step began. A failed instance's parks have none: its
+    /// failure disarmed them.
+    fn was_armed(&self, park: ParkId) -> bool {
+        self.before.status == Status::Suspended && self.before.parks().any(|p| p.id == park)
+    }
+
+    // ---- lookups, scope and history ----------------------------------------------------------
+
+    fn node_at(&self, index: NodeIndex) -> Result<&'a Node, Fault> {
+        self.flow.nodes.get(index.0 as usize).ok_or_else(|| {
+            Fault::new(
+                codes::NODE_UNKNOWN.code,
+                format!("flow `{}` has no node #{}", self.flow.name, index.0),
+            )
+        })
+    }
+
+    fn node_named(&self, id: &str) -> Result<&'a Node, Fault> {
+        let index = self.flow.find(id).ok_or_else(|| {
+            Fault::new(
+                codes::NODE_UNKNOWN.code,
+                format!("flow `{}` has no node `{id}`", self.flow.name),
+            )
+        })?;
+        self.node_at(index)
+    }
+
+    fn mint_token(&mut self) -> TokenId {
+        let id = TokenId(self.snap.next_token);
+        self.snap.next_token += 1;
+        id
+    }
+
+    fn bindings(&self) -> Bindings {
+        self.bindings_over(&self.snap.vars)
+    }
+
+    /// The names an expression over the instance sees, with `vars` as given.
+    fn bindings_over(&self, vars: &Map<String, Value>) -> Bindings {
+        let bindings = Bindings::new()
+            .json("vars", &Value::Object(vars.clone()))
+            .json("instance", &self.instance)
+            .timestamp("now", self.ctx.now);
+        match &self.msg {
+            Some(msg) => bindings.json("msg", msg),
+            None => bindings,
+        }
+    }
+
+    /// Appends a history event about `token` at its node. Returns its seq.
+    fn record_at(&mut self, kind: HistoryKind, token: &Token, detail: Value) -> u64 {
+        let node = token.node.clone();
+        self.record(kind, Some((&node, token.id)), detail)
+    }
+
+    /// Appends a history event, continuing the instance's audit sequence. Returns its seq.
+    fn record(&mut self, kind: HistoryKind, at: Option<(&str, TokenId)>, detail: Value) -> u64 {
+        self.snap.audit_seq += 1;
+        self.history.push(HistoryEvent {
+            seq: self.snap.audit_seq,
+            at: self.ctx.now,
+            kind,
+            node: at.map(|(node, _)| node.to_owned()),
+            token: at.map(|(_, token)| token),
+            detail,
+        });
+        self.snap.audit_seq
+    }
+}
+
+/// Runnable: ready to run its node, or joining with no branch left to wait for.
+fn is_runnable(token: &Token) -> bool {
+    matches!(
+        token.state,
+        TokenState::Ready | TokenState::Joining { pending: 0 }
+    )
+}
+
+/// Reads a `wait.until` result: a CEL timestamp (which evaluation renders as RFC 3339) or an
+/// RFC 3339 string.
+fn parse_until(expr: &Expr, value: &Value) -> Result<Timestamp, EvalError> {
+    let message = match value {
+        Value::String(text) => match text.parse() {
+            Ok(at) => return Ok(at),
+            Err(e) => format!("`until` must be an RFC 3339 time: {e}"),
+        },
+        other => format!(
+            "`until` must be a timestamp or an RFC 3339 string, got {}",
+            crate::expr::json_type_name(other)
+        ),
+    };
+    Err(EvalError {
+        expression: expr.source().to_owned(),
+        message,
+    })
+}
+
+/// Why a receive timed out. Its node may have lost its `timeout` since it parked (a migration).
+fn receive_timeout_message(channel: &str, timeout: Option<SignedDuration>) -> String {
+    match timeout {
+        Some(timeout) => format!("no message on channel `{channel}` within {timeout}"),
+        None => format!("the receive on channel `{channel}` timed out"),
+    }
+}
+
+/// A `parked` event's detail: what the park waits on, without a task's (possibly large) input.
+fn park_detail(park: &Park) -> Value {
+    match &park.kind {
+        ParkKind::Receive { channel, key, due } => {
+            json!({"park": park.id, "kind": "receive", "channel": channel, "key": key, "due": due})
+        }
+        ParkKind::Wait { due } => json!({"park": park.id, "kind": "wait", "due": due}),
+        ParkKind::Task { topic, .. } => json!({"park": park.id, "kind": "task", "topic": topic}),
+    }
+}

@@ -1,0 +1,83 @@
+//! Fault injection for crash tests: `SUTRA_FAULT=point[@n][:panic],...` kills this process with
+//! SIGKILL the n-th time (default: first) execution reaches `point` — or, with `:panic`, panics
+//! there instead, to prove that a panicking step releases its claim.
+//!
+//! The crash tests need deaths at exact places — after a claim and before its commit, after a
+//! commit and before the reply, inside a timer fire — which a kill from outside cannot hit
+//! reliably. The process announces the point on stderr (`sutra: fault point <name> reached`)
+//! and then sends itself SIGKILL: no destructor, no flush, no release runs, exactly as if the
+//! machine had lost power for this process. Without the variable, a point costs one atomic
+//! load.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The points a crash test can choose.
+pub const POINTS: &[&str] = &[
+    "after-claim",
+    "before-commit",
+    "after-commit",
+    "timer-fire",
+    "after-start-commit",
+];
+
+struct Plan {
+    points: HashMap<String, Fault>,
+}
+
+struct Fault {
+    hits: AtomicU32,
+    /// The hit that fires.
+    nth: u32,
+    panic: bool,
+}
+
+fn plan() -> Option<&'static Plan> {
+    static PLAN: OnceLock<Option<Plan>> = OnceLock::new();
+    PLAN.get_or_init(|| {
+        let spec = std::env::var("SUTRA_FAULT")
+            .ok()
+            .filter(|s| !s.is_empty())?;
+        let points = spec
+            .split(',')
+            .map(|entry| {
+                let (entry, panic) = match entry.strip_suffix(":panic") {
+                    Some(entry) => (entry, true),
+                    None => (entry, false),
+                };
+                let (name, nth) = entry.split_once('@').unwrap_or((entry, "1"));
+                let fault = Fault {
+                    hits: AtomicU32::new(0),
+                    nth: nth.trim().parse().unwrap_or(1),
+                    panic,
+                };
+                (name.trim().to_owned(), fault)
+            })
+            .collect();
+        Some(Plan { points })
+    })
+    .as_ref()
+}
+
+/// Marks a fault point; dies (or panics) here if the plan says so.
+pub fn point(name: &'static str) {
+    debug_assert!(POINTS.contains(&name), "undeclared fault point {name}");
+    let Some(plan) = plan() else { return };
+    let Some(fault) = plan.points.get(name) else {
+        return;
+    };
+    if fault.hits.fetch_add(1, Ordering::SeqCst) + 1 != fault.nth {
+        return;
+    }
+    if fault.panic {
+        panic!("sutra: fault point {name} panicked on purpose");
+    }
+    let _ = writeln!(std::io::stderr(), "sutra: fault point {name} reached");
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &std::process::id().to_string()])
+        .status();
+    // SIGKILL is asynchronous only in theory; never continue past a fatal point.
+    std::process::abort();
+}

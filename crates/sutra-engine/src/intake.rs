@@ -1,0 +1,296 @@
+//! Intake (SPEC §5.1): a decoded message on a channel → validate → correlate → dedup → relay,
+//! start, buffer or refuse.
+//!
+//! Decoding is the transport's job (CloudEvents over HTTP, a broker's envelope); everything from
+//! validation on is the same for every transport, and lives here. Resolution (validation and
+//! correlation) happens on the caller's task, where the message arrived; only the race-sensitive
+//! part — claim, load, apply, commit — is handed to the instance's lane, in one hop.
+
+use jiff::Timestamp;
+use serde_json::Value;
+use sutra_core::expr::{Bindings, MESSAGE_ROOTS};
+use sutra_core::model::{Ack, Channel};
+use sutra_core::snapshot::InstanceInfo;
+use sutra_core::step::{Event, Message, Reply};
+use sutra_store::{BufferedMessage, InboxAnswer, InstanceKey};
+
+use crate::registry::ChannelRoute;
+use crate::runner::{Consumed, StepOutcome, StepRequest, Work};
+use crate::{Engine, Error};
+
+/// A decoded message on a channel.
+#[derive(Debug, Clone)]
+pub struct Inbound {
+    pub tenant: String,
+    pub channel: String,
+    pub message: Message,
+}
+
+/// How the transport answers its caller.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// The step that consumed the message committed (`ack: commit`), or the message was
+    /// consumed before (`dedup`), or kept for a receive that has not parked yet (`buffered`).
+    Accepted {
+        instance: Option<String>,
+        status: String,
+        dedup: bool,
+    },
+    /// The instance ended while the caller was held (`ack: complete`).
+    Ended { instance: String, reply: Reply },
+    /// `ack-timeout` passed before the instance ended; it goes on.
+    StillRunning { instance: String, status: String },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum IntakeError {
+    #[error("no channel `{0}` is deployed")]
+    UnknownChannel(String),
+    #[error("{detail}")]
+    Invalid {
+        detail: String,
+        violations: Vec<Violation>,
+    },
+    #[error("no instance waits on channel `{channel}` for key {key:?}, and no flow starts on it")]
+    NoMatch {
+        channel: String,
+        key: Option<String>,
+    },
+    #[error(transparent)]
+    Engine(#[from] Error),
+}
+
+/// One reason a message was refused, at a JSON pointer into the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub pointer: String,
+    pub message: String,
+}
+
+impl From<sutra_store::Error> for IntakeError {
+    fn from(error: sutra_store::Error) -> IntakeError {
+        IntakeError::Engine(error.into())
+    }
+}
+
+impl Engine {
+    pub async fn intake(&self, inbound: Inbound) -> Result<Answer, IntakeError> {
+        let Inbound {
+            tenant,
+            channel,
+            message,
+        } = inbound;
+        let route = self
+            .live()
+            .route(&tenant, &channel)
+            .ok_or_else(|| IntakeError::UnknownChannel(channel.clone()))?;
+        let definition = route.channel(&channel);
+        validate(definition, &message)?;
+        let key = correlate(definition, &message)?;
+        let store = self.store();
+        if let Some(answer) = store.inbox_answer(&tenant, &channel, &message.id).await? {
+            return Ok(dedup(answer));
+        }
+        let hold = definition.ack == Ack::Complete;
+        if let Some(key) = &key
+            && let Some(target) = store.find_wait(&tenant, &channel, key).await?
+        {
+            let event = Event::Relay {
+                park: target.park,
+                message: message.clone(),
+            };
+            let work = Work::Resume {
+                event,
+                taken: None,
+                consumed: Some(Consumed {
+                    channel: channel.clone(),
+                    event_id: message.id.clone(),
+                }),
+            };
+            let request = StepRequest {
+                key: InstanceKey {
+                    tenant,
+                    id: target.instance,
+                },
+                work,
+                hold,
+            };
+            return self.answer(definition, request).await;
+        }
+        if let Some(request) = start_request(&route, &tenant, &channel, message.clone(), hold) {
+            return match self.answer(definition, request).await {
+                Err(IntakeError::Engine(Error::Store(sutra_store::Error::Duplicate(first)))) => {
+                    Ok(dedup(first))
+                }
+                other => other,
+            };
+        }
+        match (definition.buffer, key) {
+            (Some(buffer), Some(key)) => {
+                let expires_at = Timestamp::now()
+                    .saturating_add(buffer)
+                    .unwrap_or(Timestamp::MAX);
+                let buffered = BufferedMessage {
+                    channel: channel.clone(),
+                    key,
+                    message,
+                    expires_at,
+                };
+                Ok(match store.buffer(&tenant, &buffered).await? {
+                    Some(first) => dedup(first),
+                    None => Answer::Accepted {
+                        instance: None,
+                        status: "buffered".into(),
+                        dedup: false,
+                    },
+                })
+            }
+            (_, key) => Err(IntakeError::NoMatch { channel, key }),
+        }
+    }
+
+    /// Runs the step on the instance's lane, then answers as the channel's `ack` says.
+    async fn answer(&self, channel: &Channel, request: StepRequest) -> Result<Answer, IntakeError> {
+        let StepOutcome {
+            instance,
+            status,
+            reply,
+            hold,
+        } = self.run_on_lane(request).await?;
+        let (Some(hold), None) = (hold, &reply) else {
+            return Ok(match reply {
+                Some(reply) if channel.ack == Ack::Complete => Answer::Ended { instance, reply },
+                _ => Answer::Accepted {
+                    instance: Some(instance),
+                    status: status.as_str().into(),
+                    dedup: false,
+                },
+            });
+        };
+        let (hold_id, settled) = (hold.id, hold.reply);
+        match tokio::time::timeout(channel.ack_timeout.unsigned_abs(), settled).await {
+            Ok(Ok(reply)) => Ok(Answer::Ended { instance, reply }),
+            _ => {
+                self.shared().settle.deregister(&instance, hold_id);
+                Ok(Answer::StillRunning {
+                    instance,
+                    status: status.as_str().into(),
+                })
+            }
+        }
+    }
+}
+
+/// A new instance of the active flow that starts on `channel`, if there is one.
+fn start_request(
+    route: &ChannelRoute,
+    tenant: &str,
+    channel: &str,
+    message: Message,
+    hold: bool,
+) -> Option<StepRequest> {
+    let flow = route.deployment.flows_starting_on(channel).next()?;
+    let id = uuid::Uuid::now_v7().to_string();
+    let info = InstanceInfo {
+        id: id.clone(),
+        tenant: tenant.to_owned(),
+        deployment: route.deployment.name.clone(),
+        version: route.version,
+        flow: flow.name.clone(),
+    };
+    let work = Work::Start {
+        info,
+        message,
+        channel: channel.to_owned(),
+    };
+    Some(StepRequest {
+        key: InstanceKey {
+            tenant: tenant.to_owned(),
+            id,
+        },
+        work,
+        hold,
+    })
+}
+
+fn dedup(first: InboxAnswer) -> Answer {
+    Answer::Accepted {
+        instance: first.instance,
+        status: first.status,
+        dedup: true,
+    }
+}
+
+/// Refuses what cannot be stored faithfully (`\u0000`, which PostgreSQL text cannot hold) and
+/// what the channel's schema rejects, listing every violation.
+fn validate(channel: &Channel, message: &Message) -> Result<(), IntakeError> {
+    let mut violations = Vec::new();
+    find_nul(&message.data, "", &mut violations);
+    if let Some(schema) = &channel.schema {
+        violations.extend(
+            schema
+                .violations(&message.data)
+                .into_iter()
+                .map(|(pointer, message)| Violation { pointer, message }),
+        );
+    }
+    if violations.is_empty() {
+        return Ok(());
+    }
+    let detail = format!(
+        "the message's data is not valid for channel `{}` ({} problems)",
+        channel.name,
+        violations.len()
+    );
+    Err(IntakeError::Invalid { detail, violations })
+}
+
+fn find_nul(value: &Value, pointer: &str, out: &mut Vec<Violation>) {
+    let nul = |pointer: &str| Violation {
+        pointer: pointer.to_owned(),
+        message: "contains the character \\u0000, which cannot be stored; remove it".into(),
+    };
+    match value {
+        Value::String(s) if s.contains('\0') => out.push(nul(pointer)),
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                find_nul(item, &format!("{pointer}/{i}"), out);
+            }
+        }
+        Value::Object(map) => {
+            for (key, item) in map {
+                let child = format!("{pointer}/{}", key.replace('~', "~0").replace('/', "~1"));
+                if key.contains('\0') {
+                    out.push(nul(&child));
+                }
+                find_nul(item, &child, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The message's correlation key, by the channel's `correlate` over its attributes.
+fn correlate(channel: &Channel, message: &Message) -> Result<Option<String>, IntakeError> {
+    let Some(expr) = &channel.correlate else {
+        return Ok(None);
+    };
+    let attributes = message.to_json();
+    let bindings = MESSAGE_ROOTS
+        .iter()
+        .fold(Bindings::new(), |bindings, name| {
+            bindings.json(name, &attributes[*name])
+        });
+    expr.eval_key(&bindings)
+        .map(Some)
+        .map_err(|error| IntakeError::Invalid {
+            detail: format!(
+                "cannot compute the correlation key of channel `{}`: {error}",
+                channel.name
+            ),
+            violations: vec![Violation {
+                pointer: String::new(),
+                message: error.message,
+            }],
+        })
+}

@@ -1,0 +1,110 @@
+//! Execution lanes (SPEC §6): identical loops, each on its own dedicated OS thread, driven
+//! through the process-wide Tokio runtime's handle.
+//!
+//! A lane receives a request, awaits it to completion, then receives the next. That per-lane
+//! total order is what gives *reply implies committed* and *a park never races its own
+//! completion* (seed 001). Lanes own no reactor: their I/O registers with the process runtime, so
+//! a lane's end can never strand a pooled connection (the restart hang the design text
+//! describes). Lane loops never send into another lane's queue; only callers' tasks do, which
+//! makes an inter-lane deadlock impossible by construction.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures_util::FutureExt;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::registry::Live;
+use crate::runner::{StepOutcome, StepRequest, run_step};
+use crate::{Error, Shared};
+
+pub(crate) enum LaneRequest {
+    Step(
+        Box<StepRequest>,
+        oneshot::Sender<Result<StepOutcome, Error>>,
+    ),
+    /// Replace this lane's view of the deployments; answered once the lane has flipped.
+    Activate(Arc<Live>, oneshot::Sender<()>),
+    /// Finish: the loop ends after the requests queued before this one.
+    Stop,
+}
+
+pub(crate) struct Lane {
+    sender: mpsc::Sender<LaneRequest>,
+    thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Lane {
+    pub(crate) fn spawn(index: usize, shared: Arc<Shared>, live: Arc<Live>, depth: usize) -> Lane {
+        let (sender, receiver) = mpsc::channel(depth);
+        let handle = tokio::runtime::Handle::current();
+        let owner = shared.lane_owner(index);
+        let thread = std::thread::Builder::new()
+            .name(format!("sutra-lane-{index}"))
+            .spawn(move || handle.block_on(lane_loop(shared, owner, live, receiver)))
+            .expect("the operating system starts a lane thread");
+        Lane {
+            sender,
+            thread: std::sync::Mutex::new(Some(thread)),
+        }
+    }
+
+    /// Hands a request to the lane and waits for its answer. A full queue makes the caller wait
+    /// here: backpressure on the transport, where it belongs.
+    pub(crate) async fn run(&self, request: StepRequest) -> Result<StepOutcome, Error> {
+        let (answer, receive) = oneshot::channel();
+        self.sender
+            .send(LaneRequest::Step(Box::new(request), answer))
+            .await
+            .map_err(|_| Error::Closed)?;
+        receive.await.map_err(|_| Error::Closed)?
+    }
+
+    pub(crate) async fn activate(&self, live: Arc<Live>) -> Result<(), Error> {
+        let (answer, receive) = oneshot::channel();
+        self.sender
+            .send(LaneRequest::Activate(live, answer))
+            .await
+            .map_err(|_| Error::Closed)?;
+        receive.await.map_err(|_| Error::Closed)
+    }
+
+    pub(crate) fn queue_depth(&self) -> usize {
+        self.sender.max_capacity() - self.sender.capacity()
+    }
+
+    /// Lets the lane finish what is queued, then waits for its thread to end.
+    pub(crate) async fn stop(&self) {
+        let _ = self.sender.send(LaneRequest::Stop).await;
+        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(thread) = thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+    }
+}
+
+async fn lane_loop(
+    shared: Arc<Shared>,
+    owner: sutra_store::Owner,
+    mut live: Arc<Live>,
+    mut requests: mpsc::Receiver<LaneRequest>,
+) {
+    while let Some(request) = requests.recv().await {
+        match request {
+            LaneRequest::Activate(next, done) => {
+                live = next;
+                let _ = done.send(());
+            }
+            LaneRequest::Stop => return,
+            LaneRequest::Step(step, answer) => {
+                // A panicking step has released its claim and re-raised; the lane survives it
+                // (one bad instance must not stop every other instance on the lane).
+                let outcome = AssertUnwindSafe(run_step(&shared, &owner, &live, *step))
+                    .catch_unwind()
+                    .await
+                    .unwrap_or(Err(Error::Panicked));
+                let _ = answer.send(outcome);
+            }
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! The live deployment set: every active and draining version a replica can run, and the
+//! channel routing that intake uses.
+//!
+//! A `Live` value is immutable. Activation builds a new one and swaps it in (each lane holds its
+//! own `Arc<Live>`, flipped by an activation request in its queue, so no step ever sees half a
+//! deployment). Instances are pinned to `(tenant, deployment, version)`; a draining version
+//! stays here for as long as it is not retired, so its instances keep resuming on the
+//! definition they started under.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use sutra_core::model::{Channel, Deployment, Flow};
+use sutra_core::snapshot::InstanceInfo;
+use sutra_store::{DeploymentRecord, DeploymentStatus};
+
+type VersionKey = (String, String, u32);
+
+#[derive(Default)]
+pub struct Live {
+    versions: HashMap<VersionKey, Arc<Deployment>>,
+    /// (tenant, deployment name) → the active version.
+    active: HashMap<(String, String), u32>,
+    /// (tenant, channel) → the deployment name that declares it (in its active version).
+    channels: HashMap<(String, String), String>,
+}
+
+/// A channel as intake sees it: its definition and the deployment version that owns it.
+pub struct ChannelRoute {
+    pub deployment: Arc<Deployment>,
+    pub version: u32,
+}
+
+impl ChannelRoute {
+    pub fn channel(&self, name: &str) -> &Channel {
+        &self.deployment.channels[name]
+    }
+}
+
+impl Live {
+    /// Adds a checked deployment version. An active version replaces the previous active one
+    /// for routing; the previous one stays loaded (draining).
+    pub fn with(&self, record: &DeploymentRecord, deployment: Deployment) -> Live {
+        let mut next = Live {
+            versions: self.versions.clone(),
+            active: self.active.clone(),
+            channels: self.channels.clone(),
+        };
+        next.insert(record, deployment);
+        next
+    }
+
+    pub(crate) fn insert(&mut self, record: &DeploymentRecord, deployment: Deployment) {
+        let tenant = record.tenant.clone();
+        if record.status == DeploymentStatus::Active {
+            self.channels
+                .retain(|(t, _), name| !(t == &tenant && name == &record.name));
+            for channel in deployment.channels.keys() {
+                self.channels
+                    .insert((tenant.clone(), channel.clone()), record.name.clone());
+            }
+            self.active
+                .insert((tenant.clone(), record.name.clone()), record.version);
+        }
+        self.versions.insert(
+            (tenant, record.name.clone(), record.version),
+            Arc::new(deployment),
+        );
+    }
+
+    /// The definition an instance is pinned to.
+    pub fn pinned(&self, instance: &InstanceInfo) -> Option<(Arc<Deployment>, &Flow)> {
+        let key = (
+            instance.tenant.clone(),
+            instance.deployment.clone(),
+            instance.version,
+        );
+        let deployment = self.versions.get(&key)?;
+        let flow = deployment.flows.get(&instance.flow)?;
+        Some((Arc::clone(deployment), flow))
+    }
+
+    /// The active deployment version that declares `channel` for `tenant`.
+    pub fn route(&self, tenant: &str, channel: &str) -> Option<ChannelRoute> {
+        let name = self
+            .channels
+            .get(&(tenant.to_owned(), channel.to_owned()))?;
+        let version = self.active[&(tenant.to_owned(), name.clone())];
+        let deployment = Arc::clone(&self.versions[&(tenant.to_owned(), name.clone(), version)]);
+        Some(ChannelRoute {
+            deployment,
+            version,
+        })
+    }
+
+    /// The deployment (other than `name`) whose active version already declares `channel`.
+    pub fn channel_owner(&self, tenant: &str, channel: &str, name: &str) -> Option<&str> {
+        self.channels
+            .get(&(tenant.to_owned(), channel.to_owned()))
+            .map(String::as_str)
+            .filter(|owner| *owner != name)
+    }
+
+    pub fn active_version(&self, tenant: &str, name: &str) -> Option<u32> {
+        self.active
+            .get(&(tenant.to_owned(), name.to_owned()))
+            .copied()
+    }
+}

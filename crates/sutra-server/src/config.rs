@@ -1,0 +1,286 @@
+//! Configuration (SPEC §3): defaults, then `sutra.yaml`, then `SUTRA_*` environment variables,
+//! then command-line flags — each later source overriding the earlier.
+//!
+//! Every key has one dotted name (`sutra.instance.claim-timeout`); its environment variable is
+//! derived from it (`SUTRA_INSTANCE_CLAIM_TIMEOUT`), so the two can never drift apart. Unknown keys
+//! in the file are errors, not silently ignored: a misspelt key that does nothing is the worst
+//! kind of configuration bug.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use jiff::SignedDuration;
+use sutra_core::duration::parse_duration;
+
+/// Every key, with its default (`None`: unset).
+const KEYS: &[(&str, Option<&str>)] = &[
+    ("sutra.datasource", Some("sqlite://sutra.db")),
+    ("sutra.listen", Some("127.0.0.1:7480")),
+    ("sutra.replica-id", None),
+    ("sutra.engine.lanes", Some("1")),
+    ("sutra.instance.claim-timeout", Some("PT5M")),
+    ("sutra.instance.sweep-interval", Some("PT1M")),
+    ("sutra.instance.max-recoveries", Some("5")),
+    ("sutra.intake.max-bytes", Some("1048576")),
+    ("sutra.lease.ttl", Some("PT30S")),
+    ("sutra.lease.poll", Some("PT10S")),
+    ("sutra.history.retention", Some("P7D")),
+    ("sutra.outbox.batch", Some("100")),
+    ("sutra.timers.batch", Some("100")),
+    ("sutra.transports.amqp.url", None),
+    ("sutra.transports.nats.url", None),
+    ("sutra.auth.tokens", None),
+];
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub datasource: String,
+    pub listen: SocketAddr,
+    pub replica_id: String,
+    pub lanes: usize,
+    pub claim_timeout: SignedDuration,
+    pub sweep_interval: SignedDuration,
+    pub max_recoveries: u32,
+    pub max_bytes: usize,
+    pub timers_batch: u32,
+    pub auth_tokens: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {reason}")]
+    Unreadable { path: String, reason: String },
+    #[error("{path}: {reason}")]
+    Malformed { path: String, reason: String },
+    #[error("unknown configuration key `{key}` (from {origin}); known keys: {known}")]
+    UnknownKey {
+        key: String,
+        origin: String,
+        known: String,
+    },
+    #[error("`{key}` = `{value}` (from {origin}): {reason}")]
+    Invalid {
+        key: String,
+        value: String,
+        origin: String,
+        reason: String,
+    },
+}
+
+/// Raw values by key, each remembering where it came from (for error messages).
+#[derive(Default)]
+pub struct Sources {
+    values: BTreeMap<String, (String, String)>,
+}
+
+impl Sources {
+    pub fn defaults() -> Sources {
+        let mut sources = Sources::default();
+        for (key, value) in KEYS {
+            if let Some(value) = value {
+                sources.set(key, value, "the default");
+            }
+        }
+        sources
+    }
+
+    fn set(&mut self, key: &str, value: &str, source: &str) {
+        self.values
+            .insert(key.to_owned(), (value.to_owned(), source.to_owned()));
+    }
+
+    /// Reads `sutra.yaml`-style YAML: nested maps or dotted keys, both allowed.
+    pub fn file(mut self, path: &Path) -> Result<Sources, ConfigError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Unreadable {
+            path: shown.clone(),
+            reason: e.to_string(),
+        })?;
+        let malformed = |reason: String| ConfigError::Malformed {
+            path: shown.clone(),
+            reason,
+        };
+        let tree = sutra_core::yaml::parse(&text)
+            .map_err(|d| malformed(format!("line {}: {}", d.line, d.message)))?;
+        let json = tree
+            .to_json()
+            .map_err(|at| malformed(format!("line {}: not a plain value", at.line)))?;
+        let mut flat = BTreeMap::new();
+        flatten("", &json, &mut flat);
+        for (key, value) in flat {
+            known(&key, &shown)?;
+            self.set(&key, &value, &shown);
+        }
+        Ok(self)
+    }
+
+    /// `SUTRA_INSTANCE_CLAIM_TIMEOUT=PT5M` overrides `sutra.instance.claim-timeout`.
+    pub fn environment(mut self, variables: impl IntoIterator<Item = (String, String)>) -> Sources {
+        let by_variable: BTreeMap<String, &str> =
+            KEYS.iter().map(|(key, _)| (env_name(key), *key)).collect();
+        for (name, value) in variables {
+            if let Some(key) = by_variable.get(&name) {
+                self.set(key, &value, &format!("${name}"));
+            }
+        }
+        self
+    }
+
+    /// A command-line flag for `key`.
+    pub fn flag(mut self, key: &str, value: Option<&str>) -> Sources {
+        if let Some(value) = value {
+            self.set(key, value, "the command line");
+        }
+        self
+    }
+
+    pub fn settings(&self) -> Result<Settings, ConfigError> {
+        Ok(Settings {
+            datasource: self.text("sutra.datasource")?,
+            listen: self.parsed("sutra.listen", |v| {
+                v.parse::<SocketAddr>().map_err(|e| e.to_string())
+            })?,
+            replica_id: match self.values.get("sutra.replica-id") {
+                Some((value, _)) => value.clone(),
+                None => default_replica_id(),
+            },
+            lanes: self.parsed("sutra.engine.lanes", positive)?,
+            claim_timeout: self.parsed("sutra.instance.claim-timeout", duration)?,
+            sweep_interval: self.parsed("sutra.instance.sweep-interval", duration)?,
+            max_recoveries: self.parsed("sutra.instance.max-recoveries", positive)?,
+            max_bytes: self.parsed("sutra.intake.max-bytes", positive)?,
+            timers_batch: self.parsed("sutra.timers.batch", positive)?,
+            auth_tokens: self
+                .values
+                .get("sutra.auth.tokens")
+                .map(|(value, _)| value.clone()),
+        })
+    }
+
+    fn text(&self, key: &str) -> Result<String, ConfigError> {
+        self.parsed(key, |value| Ok(value.to_owned()))
+    }
+
+    fn parsed<T>(
+        &self,
+        key: &str,
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> Result<T, ConfigError> {
+        let (value, source) = self
+            .values
+            .get(key)
+            .expect("every parsed key has a default");
+        parse(value).map_err(|reason| ConfigError::Invalid {
+            key: key.to_owned(),
+            value: value.clone(),
+            origin: source.clone(),
+            reason,
+        })
+    }
+}
+
+fn positive<T: std::str::FromStr + PartialOrd + Default>(value: &str) -> Result<T, String> {
+    match value.parse::<T>() {
+        Ok(n) if n > T::default() => Ok(n),
+        _ => Err("expected a whole number greater than 0".into()),
+    }
+}
+
+fn duration(value: &str) -> Result<SignedDuration, String> {
+    parse_duration(value).map_err(|e| e.to_string())
+}
+
+fn known(key: &str, source: &str) -> Result<(), ConfigError> {
+    if KEYS.iter().any(|(k, _)| *k == key) {
+        return Ok(());
+    }
+    let known = KEYS.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ");
+    Err(ConfigError::UnknownKey {
+        key: key.to_owned(),
+        origin: source.to_owned(),
+        known,
+    })
+}
+
+fn flatten(prefix: &str, value: &serde_json::Value, out: &mut BTreeMap<String, String>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, child) in map {
+                let path = if prefix.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{prefix}.{key}")
+                };
+                flatten(&path, child, out);
+            }
+        }
+        serde_json::Value::String(s) => {
+            out.insert(prefix.to_owned(), s.clone());
+        }
+        other => {
+            out.insert(prefix.to_owned(), other.to_string());
+        }
+    }
+}
+
+/// `sutra.instance.claim-timeout` → `SUTRA_INSTANCE_CLAIM_TIMEOUT`.
+pub fn env_name(key: &str) -> String {
+    key.replace(['.', '-'], "_").to_ascii_uppercase()
+}
+
+/// Hostname plus a random suffix: stable for the process, distinct across restarts, so a
+/// restarted replica never re-enters a claim its previous incarnation held.
+fn default_replica_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "sutra".into());
+    let suffix = uuid::Uuid::now_v7().simple().to_string();
+    format!("{host}-{}", &suffix[suffix.len() - 8..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn environment_overrides_defaults_and_flags_override_environment() {
+        let env = vec![("SUTRA_INSTANCE_CLAIM_TIMEOUT".to_owned(), "PT2S".to_owned())];
+        let settings = Sources::defaults()
+            .environment(env.clone())
+            .settings()
+            .unwrap();
+        assert_eq!(settings.claim_timeout, SignedDuration::from_secs(2));
+        let settings = Sources::defaults()
+            .environment(env)
+            .flag("sutra.instance.claim-timeout", Some("PT3S"))
+            .settings()
+            .unwrap();
+        assert_eq!(settings.claim_timeout, SignedDuration::from_secs(3));
+    }
+
+    #[test]
+    fn a_bad_value_names_its_key_and_where_it_came_from() {
+        let env = vec![("SUTRA_ENGINE_LANES".to_owned(), "zero".to_owned())];
+        let error = Sources::defaults()
+            .environment(env)
+            .settings()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("sutra.engine.lanes") && error.contains("$SUTRA_ENGINE_LANES"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn env_names_derive_from_keys() {
+        assert_eq!(
+            env_name("sutra.instance.claim-timeout"),
+            "SUTRA_INSTANCE_CLAIM_TIMEOUT"
+        );
+    }
+}

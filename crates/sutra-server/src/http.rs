@@ -1,0 +1,388 @@
+//! The HTTP API (SPEC §4): routes, and the translation between HTTP and the engine.
+//!
+//! Handlers are thin: decode, call the engine, encode. Every refusal is a [`Problem`] with a
+//! stable code; nothing here decides what a code means.
+
+use std::sync::Arc;
+
+use axum::body::{Body, to_bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sutra_core::codes;
+use sutra_core::snapshot::{Status, TokenState};
+use sutra_core::step::Reply;
+use sutra_engine::intake::{Answer, Inbound, IntakeError};
+use sutra_engine::{DeployError, Engine};
+use sutra_store::{DeploymentRecord, InstanceFilter, InstanceRecord};
+
+use crate::cloudevents;
+use crate::problem::Problem;
+
+/// Until API tokens bind requests to tenants, every request acts for the default tenant.
+const TENANT: &str = "default";
+const INSTANCES_PAGE_MAX: u32 = 500;
+
+#[derive(Clone)]
+pub struct Api {
+    pub engine: Arc<Engine>,
+    pub max_bytes: usize,
+}
+
+pub fn router(api: Api) -> Router {
+    Router::new()
+        .route("/v1/channels/{channel}/messages", post(intake))
+        .route("/v1/deployments", post(deploy).get(deployments))
+        .route("/v1/deployments/{name}/{version}", get(deployment))
+        .route("/v1/instances", get(instances))
+        .route("/v1/instances/{id}", get(instance))
+        .route("/v1/instances/{id}/history", get(history))
+        .route("/v1/instances/{id}/cancel", post(cancel))
+        .route("/v1/instances/{id}/restore", post(restore))
+        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/readyz", get(ready))
+        .fallback(|| async {
+            Problem::new(
+                codes::API_ROUTE_NOT_FOUND,
+                "no such endpoint; the API lives under /v1/",
+            )
+        })
+        .with_state(api)
+}
+
+type Result<T, E = Problem> = std::result::Result<T, E>;
+
+async fn read_body(body: Body, max_bytes: usize) -> Result<axum::body::Bytes> {
+    to_bytes(body, max_bytes).await.map_err(|_| {
+        Problem::new(
+            codes::INTAKE_VALIDATION,
+            format!("the body is larger than {max_bytes} bytes (sutra.intake.max-bytes)"),
+        )
+        .with_status(StatusCode::PAYLOAD_TOO_LARGE)
+    })
+}
+
+async fn intake(
+    State(api): State<Api>,
+    Path(channel): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response> {
+    let body = read_body(body, api.max_bytes).await?;
+    let message = cloudevents::decode(&headers, &body)
+        .map_err(|detail| Problem::new(codes::INTAKE_DECODE, detail))?;
+    let inbound = Inbound {
+        tenant: TENANT.into(),
+        channel,
+        message,
+    };
+    match api.engine.intake(inbound).await {
+        Ok(answer) => Ok(answered(answer)),
+        Err(error) => Err(intake_problem(error)),
+    }
+}
+
+fn answered(answer: Answer) -> Response {
+    match answer {
+        Answer::Accepted {
+            instance,
+            status,
+            dedup,
+        } => (
+            StatusCode::ACCEPTED,
+            Json(json!({"instance": instance, "status": status, "dedup": dedup})),
+        )
+            .into_response(),
+        Answer::StillRunning { instance, status } => (
+            StatusCode::ACCEPTED,
+            Json(json!({"instance": instance, "status": status, "dedup": false})),
+        )
+            .into_response(),
+        Answer::Ended { instance, reply } => ended(&instance, reply),
+    }
+}
+
+/// `ack: complete`: 200 with the `end` node's reply, or a problem carrying the flow's failure.
+fn ended(instance: &str, reply: Reply) -> Response {
+    let mut response = match reply {
+        Reply::Completed(value) => (StatusCode::OK, Json(value)).into_response(),
+        Reply::Failed { code, detail } => flow_failure(instance, &code, &detail),
+        Reply::Cancelled => Problem::new(
+            codes::ADMIN_STATE_INVALID,
+            format!("instance {instance} was cancelled"),
+        )
+        .with("instance", json!(instance))
+        .into_response(),
+    };
+    if let Ok(value) = instance.parse() {
+        response.headers_mut().insert("sutra-instance", value);
+    }
+    response
+}
+
+/// A flow's own failure code (from a `fail` node or a worker) is passed through unchanged.
+fn flow_failure(instance: &str, code: &str, detail: &str) -> Response {
+    let body = json!({
+        "type": format!("urn:sutra:error:{code}"),
+        "title": "Instance failed",
+        "status": 500,
+        "code": code,
+        "detail": detail,
+        "retryable": false,
+        "instance": instance,
+    });
+    let mut response = (StatusCode::INTERNAL_SERVER_ERROR, body.to_string()).into_response();
+    response.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        "application/problem+json".parse().unwrap(),
+    );
+    response
+}
+
+fn intake_problem(error: IntakeError) -> Problem {
+    match error {
+        IntakeError::UnknownChannel(channel) => Problem::new(
+            codes::INTAKE_CHANNEL_UNKNOWN,
+            format!("no deployed channel is named `{channel}`; deploy a document that declares it"),
+        ),
+        IntakeError::Invalid { detail, violations } => {
+            let violations: Vec<Value> = violations
+                .into_iter()
+                .map(|v| json!({"pointer": v.pointer, "message": v.message}))
+                .collect();
+            Problem::new(codes::INTAKE_VALIDATION, detail).with("violations", json!(violations))
+        }
+        IntakeError::NoMatch { channel, key } => {
+            let detail = match key {
+                Some(key) => format!(
+                    "no instance waits on channel `{channel}` with key `{key}`, and no flow starts on it"
+                ),
+                None => format!("channel `{channel}` has no `correlate`, and no flow starts on it"),
+            };
+            Problem::new(codes::RELAY_NO_MATCH, detail)
+        }
+        IntakeError::Engine(error) => Problem::engine(error, codes::RESUME_CLAIM_HELD),
+    }
+}
+
+async fn deploy(State(api): State<Api>, body: Body) -> Result<Response> {
+    let body = read_body(body, api.max_bytes).await?;
+    let source = String::from_utf8(body.to_vec())
+        .map_err(|_| Problem::new(codes::DEPLOY_INVALID, "the deployment must be UTF-8 YAML"))?;
+    match api.engine.deploy(&source).await {
+        Ok(deployed) => {
+            let warnings: Vec<Value> = deployed
+                .warnings
+                .iter()
+                .map(|d| d.to_json("deployment.yaml"))
+                .collect();
+            let mut body = deployment_json(&deployed.record);
+            body["warnings"] = json!(warnings);
+            Ok((StatusCode::CREATED, Json(body)).into_response())
+        }
+        Err(DeployError::Invalid(diagnostics)) => {
+            let rendered =
+                sutra_core::diagnostic::render_all(&diagnostics, "deployment.yaml", &source);
+            let listed: Vec<Value> = diagnostics
+                .iter()
+                .map(|d| d.to_json("deployment.yaml"))
+                .collect();
+            Err(Problem::new(codes::DEPLOY_INVALID, rendered).with("diagnostics", json!(listed)))
+        }
+        Err(DeployError::Engine(error)) => Err(Problem::engine(error, codes::RESUME_CLAIM_HELD)),
+    }
+}
+
+fn deployment_json(record: &DeploymentRecord) -> Value {
+    json!({
+        "name": record.name,
+        "tenant": record.tenant,
+        "version": record.version,
+        "status": record.status.as_str(),
+        "created_at": record.created_at.to_string(),
+    })
+}
+
+async fn deployments(State(api): State<Api>) -> Result<Json<Value>> {
+    let records = api
+        .engine
+        .store()
+        .deployments(Some(TENANT))
+        .await
+        .map_err(store_problem)?;
+    let items: Vec<Value> = records.iter().map(deployment_json).collect();
+    Ok(Json(json!({"items": items, "next": null})))
+}
+
+async fn deployment(
+    State(api): State<Api>,
+    Path((name, version)): Path<(String, u32)>,
+) -> Result<Json<Value>> {
+    let records = api
+        .engine
+        .store()
+        .deployments(Some(TENANT))
+        .await
+        .map_err(store_problem)?;
+    let record = records
+        .into_iter()
+        .find(|r| r.name == name && r.version == version)
+        .ok_or_else(|| {
+            Problem::new(
+                codes::DEPLOY_NOT_FOUND,
+                format!("no deployment `{name}` version {version}"),
+            )
+        })?;
+    let mut body = deployment_json(&record);
+    body["source"] = json!(record.source);
+    Ok(Json(body))
+}
+
+#[derive(Deserialize)]
+struct InstancesQuery {
+    status: Option<String>,
+    flow: Option<String>,
+    limit: Option<u32>,
+    after: Option<String>,
+}
+
+async fn instances(
+    State(api): State<Api>,
+    Query(query): Query<InstancesQuery>,
+) -> Result<Json<Value>> {
+    let status = query.status.as_deref().map(parse_status).transpose()?;
+    let limit = query.limit.unwrap_or(100).clamp(1, INSTANCES_PAGE_MAX);
+    let filter = InstanceFilter {
+        status,
+        flow: query.flow,
+        after: query.after,
+        limit,
+    };
+    let records = api
+        .engine
+        .store()
+        .instances(TENANT, &filter)
+        .await
+        .map_err(store_problem)?;
+    let next = (records.len() as u32 == limit)
+        .then(|| records.last().map(|r| r.snapshot.instance.id.clone()))
+        .flatten();
+    let items: Vec<Value> = records.iter().map(instance_json).collect();
+    Ok(Json(json!({"items": items, "next": next})))
+}
+
+fn parse_status(text: &str) -> Result<Status> {
+    [
+        Status::Suspended,
+        Status::Completed,
+        Status::Cancelled,
+        Status::Failed,
+    ]
+    .into_iter()
+    .find(|s| s.as_str() == text)
+    .ok_or_else(|| {
+        Problem::new(
+            codes::API_REQUEST_INVALID,
+            format!("unknown status `{text}`; use suspended, completed, cancelled or failed"),
+        )
+    })
+}
+
+async fn instance(State(api): State<Api>, Path(id): Path<String>) -> Result<Json<Value>> {
+    Ok(Json(instance_json(&find_instance(&api, &id).await?)))
+}
+
+async fn find_instance(api: &Api, id: &str) -> Result<InstanceRecord> {
+    api.engine
+        .store()
+        .instance(TENANT, id)
+        .await
+        .map_err(store_problem)?
+        .ok_or_else(|| Problem::new(codes::INSTANCE_NOT_FOUND, format!("no instance {id}")))
+}
+
+/// The instance shape of SPEC §4.
+fn instance_json(record: &InstanceRecord) -> Value {
+    let snapshot = &record.snapshot;
+    let tokens: Vec<Value> = snapshot
+        .tokens
+        .iter()
+        .map(|token| {
+            let (state, park) = match &token.state {
+                TokenState::Ready => ("ready", Value::Null),
+                TokenState::Parked(park) => ("parked", serde_json::to_value(park).unwrap_or(Value::Null)),
+                TokenState::Joining { pending } => ("joining", json!({"pending": pending})),
+            };
+            json!({"id": token.id, "node": token.node, "parent": token.parent, "state": state, "park": park})
+        })
+        .collect();
+    let failure = snapshot
+        .failure
+        .as_ref()
+        .map(|f| json!({"code": f.code, "detail": f.detail, "node": f.node}));
+    json!({
+        "id": snapshot.instance.id,
+        "tenant": snapshot.instance.tenant,
+        "flow": snapshot.instance.flow,
+        "deployment": snapshot.instance.deployment,
+        "version": snapshot.instance.version,
+        "status": snapshot.status.as_str(),
+        "vars": snapshot.vars,
+        "tokens": tokens,
+        "failure": failure,
+        "audit_seq": snapshot.audit_seq,
+        "created_at": record.created_at.to_string(),
+        "updated_at": record.updated_at.to_string(),
+    })
+}
+
+async fn history(State(api): State<Api>, Path(id): Path<String>) -> Result<Json<Value>> {
+    find_instance(&api, &id).await?;
+    let events = api
+        .engine
+        .store()
+        .history(TENANT, &id)
+        .await
+        .map_err(store_problem)?;
+    Ok(Json(
+        serde_json::to_value(events).unwrap_or_else(|_| json!([])),
+    ))
+}
+
+async fn cancel(State(api): State<Api>, Path(id): Path<String>) -> Result<Json<Value>> {
+    let outcome = api
+        .engine
+        .cancel(TENANT, &id)
+        .await
+        .map_err(|e| Problem::engine(e, codes::CANCEL_CLAIM_HELD))?;
+    Ok(Json(
+        json!({"instance": outcome.instance, "status": outcome.status.as_str()}),
+    ))
+}
+
+async fn restore(State(api): State<Api>, Path(id): Path<String>) -> Result<Json<Value>> {
+    let outcome = api
+        .engine
+        .restore(TENANT, &id)
+        .await
+        .map_err(|e| Problem::engine(e, codes::RESTORE_CLAIM_HELD))?;
+    Ok(Json(
+        json!({"instance": outcome.instance, "status": outcome.status.as_str()}),
+    ))
+}
+
+/// Ready means the store accepts a commit; a replica that cannot write must not take traffic.
+async fn ready(State(api): State<Api>) -> Result<Json<Value>> {
+    api.engine.store().ping().await.map_err(store_problem)?;
+    Ok(Json(
+        json!({"status": "ready", "lanes": api.engine.lane_queue_depths()}),
+    ))
+}
+
+fn store_problem(error: sutra_store::Error) -> Problem {
+    Problem::new(codes::STORE_UNAVAILABLE, error.to_string())
+}

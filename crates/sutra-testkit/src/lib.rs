@@ -1,0 +1,352 @@
+//! Test support: real `sutra serve` processes, driven the way a user drives them.
+//!
+//! A [`Server`] is a child process on a free loopback port with its own database file. Tests talk
+//! to it over HTTP only, kill it with a real SIGKILL, and start it again on the same file. Waits
+//! are for conditions with a generous deadline, never fixed sleeps: a slow machine makes a test
+//! slower, not red.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// How long any wait may take before the test fails: far above what a healthy run needs.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// A scratch directory removed when dropped.
+pub struct Scratch {
+    path: PathBuf,
+}
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let unique = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("sutra-test-{name}-{}-{unique}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("create a scratch directory");
+        Scratch { path }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `sqlite://…/sutra.db` inside the scratch directory.
+    pub fn database(&self) -> String {
+        format!("sqlite://{}", self.path.join("sutra.db").display())
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// How to start a server.
+#[derive(Clone)]
+pub struct ServerOptions {
+    pub binary: PathBuf,
+    pub datasource: String,
+    pub env: Vec<(String, String)>,
+}
+
+impl ServerOptions {
+    pub fn new(binary: impl Into<PathBuf>, datasource: impl Into<String>) -> ServerOptions {
+        ServerOptions {
+            binary: binary.into(),
+            datasource: datasource.into(),
+            env: Vec::new(),
+        }
+    }
+
+    pub fn env(mut self, name: &str, value: &str) -> ServerOptions {
+        self.env.push((name.to_owned(), value.to_owned()));
+        self
+    }
+}
+
+/// A running `sutra serve` child process.
+pub struct Server {
+    child: Child,
+    url: String,
+    stderr: Arc<Mutex<Vec<String>>>,
+    pub http: reqwest::Client,
+}
+
+impl Server {
+    /// Starts the server and waits until it listens.
+    pub fn start(options: &ServerOptions) -> Server {
+        let mut command = Command::new(&options.binary);
+        command
+            .args([
+                "serve",
+                "--db",
+                &options.datasource,
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .env("SUTRA_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (name, value) in &options.env {
+            command.env(name, value);
+        }
+        let mut child = command.spawn().expect("start sutra serve");
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let lines = Arc::clone(&stderr);
+        let pipe = child.stderr.take().expect("piped stderr");
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                lines.lock().unwrap().push(line);
+            }
+        });
+        let mut server = Server {
+            child,
+            url: String::new(),
+            stderr,
+            http: reqwest::Client::new(),
+        };
+        let line = server.wait_for_stderr("sutra: listening on ");
+        let url = line
+            .split_whitespace()
+            .nth(3)
+            .expect("the listening line names the url");
+        server.url = url.to_owned();
+        server
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.url)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for a stderr line containing `needle` and returns it. Fails the test if the process
+    /// exits first or the wait outlasts [`PATIENCE`].
+    pub fn wait_for_stderr(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(line) = self
+                .stderr
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|l| l.contains(needle))
+            {
+                return line.clone();
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                // Give the reader thread a moment to collect the last lines.
+                std::thread::sleep(Duration::from_millis(50));
+                if let Some(line) = self
+                    .stderr
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .find(|l| l.contains(needle))
+                {
+                    return line.clone();
+                }
+                panic!(
+                    "sutra serve exited ({status}) before printing {needle:?}:\n{}",
+                    self.stderr_text()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {needle:?} on stderr within {PATIENCE:?}:\n{}",
+                self.stderr_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn stderr_text(&self) -> String {
+        self.stderr.lock().unwrap().join("\n")
+    }
+
+    /// Waits for the process to exit (for fault points that kill it) and returns whether it was
+    /// killed by a signal.
+    pub fn wait_for_death(&mut self) -> bool {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code().is_none();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sutra serve did not die within {PATIENCE:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL: no shutdown path runs, as when a machine loses power.
+    pub fn kill(&mut self) {
+        // `Child::kill` is SIGKILL on Unix.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM and wait: the graceful path.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        self.child.wait().expect("wait for sutra serve")
+    }
+
+    pub async fn deploy(&self, yaml: &str) -> (u16, Value) {
+        let response = self
+            .http
+            .post(self.url("/v1/deployments"))
+            .body(yaml.to_owned())
+            .send()
+            .await
+            .unwrap();
+        status_and_json(response).await
+    }
+
+    /// Sends a structured CloudEvent on an HTTP channel.
+    pub async fn send(&self, channel: &str, id: &str, data: Value) -> (u16, Value) {
+        self.post_raw(
+            &format!("/v1/channels/{channel}/messages"),
+            event(id, data).to_string(),
+        )
+        .await
+    }
+
+    pub async fn post_raw(&self, path: &str, body: String) -> (u16, Value) {
+        self.try_post_raw(path, body)
+            .await
+            .expect("the server answers")
+    }
+
+    /// Like [`Server::post_raw`], but a server that dies mid-request gives `None`.
+    pub async fn try_post_raw(&self, path: &str, body: String) -> Option<(u16, Value)> {
+        let response = self
+            .http
+            .post(self.url(path))
+            .header("content-type", "application/cloudevents+json")
+            .body(body)
+            .send()
+            .await
+            .ok()?;
+        Some(status_and_json(response).await)
+    }
+
+    /// Sends an event to a server expected to die while handling it.
+    pub async fn send_into_fault(&mut self, channel: &str, id: &str, data: Value) {
+        let event = event(id, data);
+        let answer = self
+            .try_post_raw(
+                &format!("/v1/channels/{channel}/messages"),
+                event.to_string(),
+            )
+            .await;
+        assert!(
+            answer.is_none(),
+            "the fault point was not reached: {answer:?}"
+        );
+        assert!(
+            self.wait_for_death(),
+            "the server was not killed by a signal"
+        );
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        status_and_json(self.http.get(self.url(path)).send().await.unwrap()).await
+    }
+
+    pub async fn post(&self, path: &str) -> (u16, Value) {
+        status_and_json(self.http.post(self.url(path)).send().await.unwrap()).await
+    }
+
+    pub async fn instance(&self, id: &str) -> Value {
+        let (status, body) = self.get(&format!("/v1/instances/{id}")).await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    pub async fn history(&self, id: &str) -> Vec<Value> {
+        let (status, body) = self.get(&format!("/v1/instances/{id}/history")).await;
+        assert_eq!(status, 200, "{body}");
+        body.as_array().cloned().unwrap_or_default()
+    }
+
+    /// Polls an instance until its status is `status`.
+    pub async fn wait_for_status(&self, id: &str, status: &str) -> Value {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let instance = self.instance(id).await;
+            if instance["status"] == status {
+                return instance;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "instance {id} never became {status}: {instance}"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+}
+
+impl Server {
+    /// Polls an instance until one of its tokens is at `node`.
+    pub async fn wait_for_node(&self, id: &str, node: &str) -> Value {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let instance = self.instance(id).await;
+            if instance["tokens"]
+                .as_array()
+                .is_some_and(|tokens| tokens.iter().any(|t| t["node"] == node))
+            {
+                return instance;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "instance {id} never reached {node}: {instance}"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn event(id: &str, data: Value) -> Value {
+    json!({"specversion": "1.0", "id": id, "type": "test", "source": "sutra-testkit", "data": data})
+}
+
+async fn status_and_json(response: reqwest::Response) -> (u16, Value) {
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+/// The audit sequence of a history: 1, 2, 3, … with no gap and no duplicate.
+pub fn assert_audit_sequence_is_whole(history: &[Value]) {
+    let seqs: Vec<u64> = history
+        .iter()
+        .map(|event| event["seq"].as_u64().expect("seq"))
+        .collect();
+    let expected: Vec<u64> = (1..=seqs.len() as u64).collect();
+    assert_eq!(seqs, expected, "audit sequence has a gap or a duplicate");
+}
