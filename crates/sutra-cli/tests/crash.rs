@@ -254,3 +254,30 @@ async fn a_panicking_step_releases_its_claim() {
     );
     assert_paid_exactly_once(&server, &instance).await;
 }
+
+#[tokio::test]
+async fn a_step_that_keeps_killing_its_replica_is_poisoned() {
+    // Every process dies on its first claim. The sweep counts the recoveries and, after
+    // max-recoveries in a row, fails the instance instead of letting it crash-loop the fleet.
+    let scratch = Scratch::new("poison");
+    let doomed_options = options(&scratch)
+        .env("SUTRA_FAULT", "after-claim")
+        .env("SUTRA_INSTANCE_MAX_RECOVERIES", "2");
+    let mut server = Server::start(&doomed_options);
+    let (status, body) = server.deploy(FLOWS).await;
+    assert_eq!(status, 201, "{body}");
+    let instance = start_order(&server, "x1", true).await;
+    for _ in 0..10 {
+        if !server.wait_for_death_or_status(&instance, "failed").await {
+            break;
+        }
+        server = Server::start(&doomed_options);
+    }
+    let failed = server.wait_for_status(&instance, "failed").await;
+    assert_eq!(
+        failed["failure"]["code"], "SUTRA.RUNTIME.STEP.POISONED",
+        "{failed}"
+    );
+    let history = server.history(&instance).await;
+    assert_audit_sequence_is_whole(&history);
+}

@@ -34,7 +34,16 @@ channels:
   gates:
     transport: http
     correlate: data.id
+  refusals:
+    transport: http
+    correlate: data.id
+    ack: complete
 flows:
+  refuse:
+    start: { channel: refusals }
+    nodes:
+      - id: no
+        fail: { code: ORDER.REFUSED, detail: "= 'refused ' + vars.input.id" }
   gate:
     start: { channel: gates }
     nodes:
@@ -157,6 +166,27 @@ async fn ack_complete_answers_with_the_end_nodes_reply() {
     let (status, body) = server.send("checkout", "c-1", json!({"id": "c1"})).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body, json!({"ok": true, "id": "c1"}));
+}
+
+#[tokio::test]
+async fn a_fail_node_answers_a_held_caller_with_the_flows_own_code() {
+    let scratch = Scratch::new("fail-node");
+    let server = deployed(&scratch).await;
+    let (status, body) = server.send("refusals", "r-1", json!({"id": "r1"})).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (500, Some("ORDER.REFUSED")),
+        "{body}"
+    );
+    assert_eq!(body["detail"], "refused r1");
+    let instance = server.instance(body["instance"].as_str().unwrap()).await;
+    assert_eq!(
+        (
+            instance["status"].as_str(),
+            instance["failure"]["node"].as_str()
+        ),
+        (Some("failed"), Some("no"))
+    );
 }
 
 #[tokio::test]

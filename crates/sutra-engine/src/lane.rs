@@ -10,6 +10,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures_util::FutureExt;
 use tokio::sync::{mpsc, oneshot};
@@ -31,6 +32,9 @@ pub(crate) enum LaneRequest {
 
 pub(crate) struct Lane {
     sender: mpsc::Sender<LaneRequest>,
+    /// When the request in hand started, as milliseconds since the epoch; 0 when idle. Readiness
+    /// reads it: a lane stuck on one request is wedged, and a wedged replica must not take traffic.
+    busy_since: Arc<AtomicU64>,
     thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -39,12 +43,15 @@ impl Lane {
         let (sender, receiver) = mpsc::channel(depth);
         let handle = tokio::runtime::Handle::current();
         let owner = shared.lane_owner(index);
+        let busy_since = Arc::new(AtomicU64::new(0));
+        let progress = Arc::clone(&busy_since);
         let thread = std::thread::Builder::new()
             .name(format!("sutra-lane-{index}"))
-            .spawn(move || handle.block_on(lane_loop(shared, owner, live, receiver)))
+            .spawn(move || handle.block_on(lane_loop(shared, owner, live, receiver, progress)))
             .expect("the operating system starts a lane thread");
         Lane {
             sender,
+            busy_since,
             thread: std::sync::Mutex::new(Some(thread)),
         }
     }
@@ -69,6 +76,12 @@ impl Lane {
         receive.await.map_err(|_| Error::Closed)
     }
 
+    /// How long the lane has been on its current request; `None` when idle.
+    pub(crate) fn busy_for(&self) -> Option<std::time::Duration> {
+        let since = self.busy_since.load(Ordering::Relaxed);
+        (since != 0).then(|| std::time::Duration::from_millis(epoch_millis().saturating_sub(since)))
+    }
+
     pub(crate) fn queue_depth(&self) -> usize {
         self.sender.max_capacity() - self.sender.capacity()
     }
@@ -88,6 +101,7 @@ async fn lane_loop(
     owner: sutra_store::Owner,
     mut live: Arc<Live>,
     mut requests: mpsc::Receiver<LaneRequest>,
+    busy_since: Arc<AtomicU64>,
 ) {
     while let Some(request) = requests.recv().await {
         match request {
@@ -99,12 +113,20 @@ async fn lane_loop(
             LaneRequest::Step(step, answer) => {
                 // A panicking step has released its claim and re-raised; the lane survives it
                 // (one bad instance must not stop every other instance on the lane).
+                busy_since.store(epoch_millis().max(1), Ordering::Relaxed);
                 let outcome = AssertUnwindSafe(run_step(&shared, &owner, &live, *step))
                     .catch_unwind()
                     .await
                     .unwrap_or(Err(Error::Panicked));
+                busy_since.store(0, Ordering::Relaxed);
                 let _ = answer.send(outcome);
             }
         }
     }
+}
+
+fn epoch_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as u64)
 }

@@ -199,6 +199,15 @@ impl Engine {
         self.lane_for(&request.key.id).run(request).await
     }
 
+    /// Lanes that have been on one request for longer than the claim timeout: their step has
+    /// certainly lost its claim, so something below the engine is stuck (SPEC §4 readiness).
+    pub fn wedged_lanes(&self) -> Vec<usize> {
+        let limit = self.shared.config.claim_timeout.unsigned_abs();
+        let stuck =
+            |(i, lane): (usize, &Lane)| lane.busy_for().filter(|busy| *busy > limit).map(|_| i);
+        self.lanes.iter().enumerate().filter_map(stuck).collect()
+    }
+
     pub fn lane_queue_depths(&self) -> Vec<usize> {
         self.lanes.iter().map(Lane::queue_depth).collect()
     }

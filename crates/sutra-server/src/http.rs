@@ -375,9 +375,16 @@ async fn restore(State(api): State<Api>, Path(id): Path<String>) -> Result<Json<
     ))
 }
 
-/// Ready means the store accepts a commit; a replica that cannot write must not take traffic.
+/// Ready means the store accepts a commit and no lane is wedged: a replica that cannot make
+/// progress must not take traffic.
 async fn ready(State(api): State<Api>) -> Result<Json<Value>> {
     api.engine.store().ping().await.map_err(store_problem)?;
+    let wedged = api.engine.wedged_lanes();
+    if !wedged.is_empty() {
+        let detail =
+            format!("lanes {wedged:?} have been on one step for longer than the claim timeout");
+        return Err(Problem::new(codes::ENGINE_UNAVAILABLE, detail));
+    }
     Ok(Json(
         json!({"status": "ready", "lanes": api.engine.lane_queue_depths()}),
     ))

@@ -321,6 +321,35 @@ impl Server {
     }
 }
 
+impl Server {
+    /// Waits until the process dies (`true`) or, while it lives, instance `id` reaches `status`
+    /// (`false`).
+    pub async fn wait_for_death_or_status(&mut self, id: &str, status: &str) -> bool {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            let answer = self
+                .http
+                .get(self.url(&format!("/v1/instances/{id}")))
+                .send()
+                .await;
+            if let Ok(response) = answer
+                && let Ok(instance) = response.json::<Value>().await
+                && instance["status"] == status
+            {
+                return false;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "neither died nor saw {id} become {status}"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
