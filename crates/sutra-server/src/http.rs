@@ -354,24 +354,24 @@ async fn history(State(api): State<Api>, Path(id): Path<String>) -> Result<Json<
 }
 
 async fn cancel(State(api): State<Api>, Path(id): Path<String>) -> Result<Json<Value>> {
-    let outcome = api
-        .engine
-        .cancel(TENANT, &id)
-        .await
-        .map_err(|e| Problem::engine(e, codes::CANCEL_CLAIM_HELD))?;
-    Ok(Json(
-        json!({"instance": outcome.instance, "status": outcome.status.as_str()}),
-    ))
+    let outcome = api.engine.cancel(TENANT, &id).await;
+    administered(outcome, codes::CANCEL_CLAIM_HELD)
 }
 
 async fn restore(State(api): State<Api>, Path(id): Path<String>) -> Result<Json<Value>> {
-    let outcome = api
-        .engine
-        .restore(TENANT, &id)
-        .await
-        .map_err(|e| Problem::engine(e, codes::RESTORE_CLAIM_HELD))?;
+    let outcome = api.engine.restore(TENANT, &id).await;
+    administered(outcome, codes::RESTORE_CLAIM_HELD)
+}
+
+/// The answer of an administrative operation; `busy` is its path's CLAIM_HELD code.
+fn administered(
+    outcome: std::result::Result<sutra_engine::runner::StepOutcome, sutra_engine::Error>,
+    busy: codes::Code,
+) -> Result<Json<Value>> {
+    let outcome = outcome.map_err(|e| Problem::engine(e, busy))?;
+    let status = outcome.status.as_str();
     Ok(Json(
-        json!({"instance": outcome.instance, "status": outcome.status.as_str()}),
+        json!({"instance": outcome.instance, "status": status}),
     ))
 }
 

@@ -285,43 +285,42 @@ impl Server {
 
     /// Polls an instance until its status is `status`.
     pub async fn wait_for_status(&self, id: &str, status: &str) -> Value {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let instance = self.instance(id).await;
-            if instance["status"] == status {
-                return instance;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "instance {id} never became {status}: {instance}"
-            );
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        self.wait_for_instance(id, &format!("become {status}"), |i| i["status"] == status)
+            .await
     }
-}
 
-impl Server {
     /// Polls an instance until one of its tokens is at `node`.
     pub async fn wait_for_node(&self, id: &str, node: &str) -> Value {
+        let at_node = |i: &Value| {
+            i["tokens"]
+                .as_array()
+                .is_some_and(|tokens| tokens.iter().any(|t| t["node"] == node))
+        };
+        self.wait_for_instance(id, &format!("reach {node}"), at_node)
+            .await
+    }
+
+    /// Polls an instance until `done` holds for it, failing the test after [`PATIENCE`].
+    pub async fn wait_for_instance(
+        &self,
+        id: &str,
+        what: &str,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
         let deadline = Instant::now() + PATIENCE;
         loop {
             let instance = self.instance(id).await;
-            if instance["tokens"]
-                .as_array()
-                .is_some_and(|tokens| tokens.iter().any(|t| t["node"] == node))
-            {
+            if done(&instance) {
                 return instance;
             }
             assert!(
                 Instant::now() < deadline,
-                "instance {id} never reached {node}: {instance}"
+                "instance {id} did not {what}: {instance}"
             );
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
     }
-}
 
-impl Server {
     /// Waits until the process dies (`true`) or, while it lives, instance `id` reaches `status`
     /// (`false`).
     pub async fn wait_for_death_or_status(&mut self, id: &str, status: &str) -> bool {
