@@ -1,7 +1,6 @@
 //! `sutra check FILE...`: validates deployment documents without a server, printing located
 //! diagnostics and a one-line summary per file (or, with `--json`, one JSON document for tools).
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -9,14 +8,13 @@ use serde_json::{Value, json};
 use sutra_core::check::{Checked, check};
 use sutra_core::diagnostic::render_all;
 
+use crate::output::{counted, write_stdout};
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Deployment documents (YAML) to check.
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
-    /// Print the results as JSON, for editors and other tools.
-    #[arg(long)]
-    json: bool,
 }
 
 /// The outcome for one file.
@@ -32,9 +30,10 @@ enum Report {
     },
 }
 
-pub fn run(args: &Args) -> ExitCode {
+/// `json` is the global `--json`: one document for editors and other tools.
+pub fn run(args: &Args, json: bool) -> ExitCode {
     let reports: Vec<Report> = args.files.iter().map(read_and_check).collect();
-    let output = if args.json {
+    let output = if json {
         let files: Vec<Value> = reports.iter().map(to_json).collect();
         format!("{:#}\n", json!({ "files": files }))
     } else {
@@ -45,8 +44,7 @@ pub fn run(args: &Args) -> ExitCode {
             eprintln!("sutra: {error}");
         }
     }
-    // A reader that stops early (`| head`) is not an error worth a panic or a message.
-    let _ = std::io::stdout().lock().write_all(output.as_bytes());
+    write_stdout(&output);
     exit_code(&reports)
 }
 
@@ -114,14 +112,6 @@ fn summary(file: &str, checked: &Checked) -> String {
             counted(deployment.channels.len(), "channel"),
         ),
         None => format!("{file}: {}{warnings}", counted(checked.errors(), "error")),
-    }
-}
-
-fn counted(n: usize, noun: &str) -> String {
-    if n == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{n} {noun}s")
     }
 }
 

@@ -1,11 +1,23 @@
 //! The `sutra` command line.
 //!
-//! Each subcommand lives in its own module with its clap arguments and a `run` that returns the
-//! process exit code: 0 success, 1 the command's subject is invalid (a deployment with errors),
-//! 2 a usage error or an unreadable input (clap exits with 2 on its own usage errors).
+//! Each subcommand lives in its own module with its clap arguments and a `run`. Commands that
+//! talk to a server go through `remote`, which owns the client, `--json`, and the exit codes:
+//! 0 success; 1 the command's subject is invalid or the server refused it (a deployment with
+//! errors, an unknown instance); 2 a usage error, an unreadable input, or no usable server
+//! (clap exits with 2 on its own usage errors).
 
+mod cancel;
 mod check;
+mod db;
+mod demo;
+mod deploy;
+mod instances;
+mod output;
+mod remote;
+mod restore;
+mod send;
 mod serve;
+mod tasks;
 
 use std::process::ExitCode;
 
@@ -14,21 +26,62 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "sutra", version, about = "Sutra, a durable process engine")]
 struct Cli {
+    /// The server to talk to (every command but `check`, `serve` and `db`).
+    #[arg(
+        long,
+        global = true,
+        env = "SUTRA_SERVER",
+        default_value = "http://127.0.0.1:7480",
+        value_name = "URL"
+    )]
+    server: String,
+    /// Print JSON instead of text, for scripts and other tools.
+    #[arg(long, global = true)]
+    json: bool,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the engine with the money-transfer example and a worker, and drive transfers through it.
+    Demo(demo::Args),
     /// Validate deployment documents without a server.
     Check(check::Args),
     /// Run the engine and its HTTP API.
     Serve(serve::Args),
+    /// Manage the store's database.
+    #[command(subcommand)]
+    Db(db::Command),
+    /// Deploy a document to the server as the next version of its name.
+    Deploy(deploy::Args),
+    /// Send a message (a CloudEvent) on an http channel.
+    Send(send::Args),
+    /// List and inspect instances.
+    #[command(subcommand)]
+    Instances(instances::Command),
+    /// Bring a failed instance back to run its failed node again.
+    Restore(remote::InstanceId),
+    /// Cancel a live instance.
+    Cancel(remote::InstanceId),
+    /// List external tasks.
+    #[command(subcommand)]
+    Tasks(tasks::Command),
 }
 
 fn main() -> ExitCode {
-    match Cli::parse().command {
-        Command::Check(args) => check::run(&args),
-        Command::Serve(args) => serve::run(&args),
+    let cli = Cli::parse();
+    let (server, json) = (cli.server.as_str(), cli.json);
+    match &cli.command {
+        Command::Demo(args) => demo::run(args),
+        Command::Check(args) => check::run(args, json),
+        Command::Serve(args) => serve::run(args),
+        Command::Db(command) => db::run(command),
+        Command::Deploy(args) => remote::run(server, json, |c| deploy::run(args, c)),
+        Command::Send(args) => remote::run(server, json, |c| send::run(args, c)),
+        Command::Instances(command) => remote::run(server, json, |c| instances::run(command, c)),
+        Command::Restore(instance) => remote::run(server, json, |c| restore::run(instance, c)),
+        Command::Cancel(instance) => remote::run(server, json, |c| cancel::run(instance, c)),
+        Command::Tasks(command) => remote::run(server, json, |c| tasks::run(command, c)),
     }
 }

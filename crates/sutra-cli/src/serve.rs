@@ -13,7 +13,7 @@ pub struct Args {
     /// Configuration file (default: ./sutra.yaml when it exists).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Datasource: sqlite://FILE (default sqlite://sutra.db) or sqlite::memory:.
+    /// Datasource: sqlite://FILE (default sqlite://sutra.db), sqlite::memory: or postgres://….
     #[arg(long)]
     db: Option<String>,
     /// Address to listen on (default 127.0.0.1:7480; port 0 picks a free one).

@@ -94,6 +94,9 @@ codes! {
     TASK_RETRIES_EXHAUSTED = ("SUTRA.TASK.RETRIES.EXHAUSTED", 422, false,
         "Task retries exhausted",
         "The task failed past its retry budget. Fix the worker's problem, then restore the instance to run the task with a fresh budget.");
+    TASK_NOT_FOUND = ("SUTRA.TASK.NOT_FOUND", 404, false,
+        "Task not found",
+        "No task has this id in your tenant. Task ids are `{instance}:{park}` as poll returns them; list tasks with `GET /v1/tasks`.");
     DEPLOY_INVALID = ("SUTRA.DEPLOY.INVALID", 400, false,
         "Deployment is invalid",
         "Fix the errors listed (each names a line and column); `sutra check FILE` shows the same messages offline.");

@@ -3,11 +3,11 @@
 //! there instead, to prove that a panicking step releases its claim.
 //!
 //! The crash tests need deaths at exact places — after a claim and before its commit, after a
-//! commit and before the reply, inside a timer fire — which a kill from outside cannot hit
-//! reliably. The process announces the point on stderr (`sutra: fault point <name> reached`)
-//! and then sends itself SIGKILL: no destructor, no flush, no release runs, exactly as if the
-//! machine had lost power for this process. Without the variable, a point costs one atomic
-//! load.
+//! commit and before the reply, inside a timer fire, between an outbox send and its mark —
+//! which a kill from outside cannot hit reliably. The process announces the point on stderr
+//! (`sutra: fault point <name> reached`) and then sends itself SIGKILL: no destructor, no flush,
+//! no release runs, exactly as if the machine had lost power for this process. Without the
+//! variable, a point costs one atomic load.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -21,6 +21,8 @@ pub const POINTS: &[&str] = &[
     "after-commit",
     "timer-fire",
     "after-start-commit",
+    "after-send",
+    "after-task-complete",
 ];
 
 struct Plan {

@@ -9,14 +9,20 @@
 //! - [`background`]: the delivery dispatcher (timers and every other asked row, with look-again
 //!   and `recover`, SPEC §5.6) and the stuck-instance sweep.
 //! - [`settle`]: the deferred-acknowledgement registry (SPEC §5.3).
+//! - [`outbox`]: the outbox worker, and the [`outbox::Sender`] seam the server's transports
+//!   implement (SPEC §5.4).
+//! - [`tasks`]: the pull surface: long-polls, completions, failures and extensions of external
+//!   tasks (SPEC §5.5).
 
 pub mod background;
 pub mod fault;
 pub mod intake;
 mod lane;
+pub mod outbox;
 pub mod registry;
 pub mod runner;
 pub mod settle;
+pub mod tasks;
 
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -29,6 +35,7 @@ use tokio::sync::{Notify, watch};
 use tracing::warn;
 
 use crate::lane::Lane;
+use crate::outbox::Sender;
 use crate::registry::Live;
 use crate::runner::{StepOutcome, StepRequest};
 use crate::settle::SettleRegistry;
@@ -46,6 +53,15 @@ pub struct EngineConfig {
     /// The longest the dispatcher sleeps between looks at due deliveries, whatever it was told:
     /// the backstop for deliveries written by another replica.
     pub deliveries_poll: SignedDuration,
+    /// Outbox rows claimed per pass (`sutra.outbox.batch`). A claimed row's claim goes stale
+    /// after `claim_timeout`, when another sender takes it over.
+    pub outbox_batch: u32,
+    /// The delay before a failed send's first retry (`sutra.outbox.backoff`); it doubles per
+    /// failure, up to [`outbox::BACKOFF_CAP`].
+    pub outbox_backoff: SignedDuration,
+    /// The longest the outbox worker sleeps between passes when no commit wakes it: the backstop
+    /// for rows written by another replica.
+    pub outbox_poll: SignedDuration,
 }
 
 impl Default for EngineConfig {
@@ -59,6 +75,9 @@ impl Default for EngineConfig {
             max_recoveries: 5,
             deliveries_batch: 100,
             deliveries_poll: SignedDuration::from_secs(1),
+            outbox_batch: 100,
+            outbox_backoff: SignedDuration::from_secs(1),
+            outbox_poll: SignedDuration::from_secs(1),
         }
     }
 }
@@ -83,6 +102,11 @@ pub enum Error {
     Panicked,
     #[error("the engine is shutting down")]
     Closed,
+    #[error("no task {0}")]
+    TaskNotFound(String),
+    /// The worker's lock token does not hold the task; nothing was written.
+    #[error("{0}")]
+    LockLost(String),
 }
 
 /// What the background loops, the lanes and the callers share.
@@ -92,6 +116,11 @@ pub(crate) struct Shared {
     pub settle: SettleRegistry,
     /// Wakes the delivery dispatcher: something became due now.
     pub deliveries_due: Notify,
+    /// Wakes the outbox worker: a commit wrote outbox rows.
+    pub outbox_due: Notify,
+    /// Wakes every long-poll: a task may have become available (a commit armed one, a failed
+    /// attempt was rescheduled).
+    pub tasks_available: Notify,
 }
 
 impl Shared {
@@ -101,7 +130,8 @@ impl Shared {
     }
 
     /// `{replica_id}/admin`: no lane can produce it, so an administrative claim never re-enters
-    /// past a step in flight on this replica.
+    /// past a step in flight on this replica. Administrative steps run one at a time
+    /// ([`Engine::administering`]), so *same owner ⇒ serialized* holds for it as for a lane.
     pub fn admin_owner(&self) -> Owner {
         Owner(format!("{}/admin", self.config.replica_id))
     }
@@ -114,8 +144,17 @@ pub struct Engine {
     lanes: Vec<Lane>,
     /// Serializes deployments on this replica so that two activations never interleave.
     deploying: tokio::sync::Mutex<()>,
+    /// One administrative step at a time on this replica. They all claim as the one admin owner,
+    /// and the claim re-enters for the same owner: two at once would both hold the instance
+    /// (docs/protocol.md, the `SharedAdminOwner` counterexample). Each is one short step, so
+    /// waiting here is like waiting in a lane's queue.
+    administering: tokio::sync::Mutex<()>,
     shutdown: watch::Sender<bool>,
+    /// Set when waiting long-polls should answer now (see [`Engine::end_polls`]).
+    polls_end: watch::Sender<bool>,
     background: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// The server's transports, through which the outbox worker sends.
+    sender: Arc<dyn Sender>,
 }
 
 /// What a deployment produced.
@@ -136,14 +175,21 @@ pub enum DeployError {
 
 impl Engine {
     /// Loads every deployment, starts the lanes and the background loops. The delivery
-    /// dispatcher's first pass is `recover`: every due row that was asked and not taken.
-    pub async fn start(store: Arc<dyn Store>, config: EngineConfig) -> Result<Arc<Engine>, Error> {
+    /// dispatcher's first pass is `recover`: every due row that was asked and not taken. The
+    /// outbox worker sends through `sender`.
+    pub async fn start(
+        store: Arc<dyn Store>,
+        config: EngineConfig,
+        sender: Arc<dyn Sender>,
+    ) -> Result<Arc<Engine>, Error> {
         let live = Arc::new(load_live(store.as_ref()).await?);
         let shared = Arc::new(Shared {
             store,
             config: config.clone(),
             settle: SettleRegistry::default(),
             deliveries_due: Notify::new(),
+            outbox_due: Notify::new(),
+            tasks_available: Notify::new(),
         });
         let lanes = (0..config.lanes.max(1))
             .map(|i| {
@@ -161,10 +207,14 @@ impl Engine {
             live: RwLock::new(live),
             lanes,
             deploying: tokio::sync::Mutex::new(()),
+            administering: tokio::sync::Mutex::new(()),
             shutdown,
+            polls_end: watch::Sender::new(false),
             background: Mutex::new(Vec::new()),
+            sender,
         });
-        let loops = background::spawn(&engine);
+        let mut loops = background::spawn(&engine);
+        loops.push(outbox::spawn(&engine));
         *engine.background.lock().unwrap_or_else(|p| p.into_inner()) = loops;
         Ok(engine)
     }
@@ -179,6 +229,10 @@ impl Engine {
 
     pub(crate) fn shared(&self) -> &Shared {
         &self.shared
+    }
+
+    pub(crate) fn sender(&self) -> &dyn Sender {
+        self.sender.as_ref()
     }
 
     pub fn live(&self) -> Arc<Live> {
@@ -254,6 +308,7 @@ impl Engine {
     }
 
     async fn administer(&self, tenant: &str, id: &str, event: Event) -> Result<StepOutcome, Error> {
+        let _one_at_a_time = self.administering.lock().await;
         let key = InstanceKey {
             tenant: tenant.to_owned(),
             id: id.to_owned(),
@@ -270,6 +325,7 @@ impl Engine {
 
     /// Fails an instance whose steps keep dying (SPEC §5.2, `SUTRA.RUNTIME.STEP.POISONED`).
     pub(crate) async fn poison(&self, key: &InstanceKey) -> Result<(), Error> {
+        let _one_at_a_time = self.administering.lock().await;
         let owner = self.shared.admin_owner();
         let claimed = self
             .shared
@@ -318,6 +374,7 @@ impl Engine {
     /// Stops the background loops and the lanes, letting each finish the request in hand.
     pub async fn shutdown(&self) {
         let _ = self.shutdown.send(true);
+        self.end_polls();
         let loops = std::mem::take(&mut *self.background.lock().unwrap_or_else(|p| p.into_inner()));
         for handle in loops {
             let _ = handle.await;

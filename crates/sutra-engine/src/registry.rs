@@ -70,14 +70,28 @@ impl Live {
 
     /// The definition an instance is pinned to.
     pub fn pinned(&self, instance: &InstanceInfo) -> Option<(Arc<Deployment>, &Flow)> {
-        let key = (
-            instance.tenant.clone(),
-            instance.deployment.clone(),
-            instance.version,
-        );
-        let deployment = self.versions.get(&key)?;
+        let deployment = self.version(&instance.tenant, &instance.deployment, instance.version)?;
         let flow = deployment.flows.get(&instance.flow)?;
         Some((Arc::clone(deployment), flow))
+    }
+
+    /// A channel as a loaded (active or draining) deployment version defines it: an outbox row
+    /// is sent as the version that minted it says, whatever was deployed since.
+    pub fn channel(
+        &self,
+        tenant: &str,
+        deployment: &str,
+        version: u32,
+        name: &str,
+    ) -> Option<&Channel> {
+        self.version(tenant, deployment, version)?
+            .channels
+            .get(name)
+    }
+
+    fn version(&self, tenant: &str, name: &str, version: u32) -> Option<&Arc<Deployment>> {
+        self.versions
+            .get(&(tenant.to_owned(), name.to_owned(), version))
     }
 
     /// The active deployment version that declares `channel` for `tenant`.

@@ -259,6 +259,16 @@ async fn commit(
             if !committed.due_now.is_empty() {
                 shared.deliveries_due.notify_one();
             }
+            if step
+                .effects
+                .iter()
+                .any(|effect| matches!(effect, Effect::Emit { .. }))
+            {
+                shared.outbox_due.notify_one();
+            }
+            if step.effects.iter().any(arms_a_task) {
+                shared.tasks_available.notify_waiters();
+            }
             Ok(StepOutcome {
                 instance,
                 status: step.snapshot.status,
@@ -339,6 +349,11 @@ fn to_commit(step: &Step, pending: &PendingCommit) -> StepCommit {
         taken: pending.taken,
         inbox,
     }
+}
+
+/// Whether the effect puts a task in front of pollers, who long-poll for exactly that.
+fn arms_a_task(effect: &Effect) -> bool {
+    matches!(effect, Effect::Arm { park, .. } if matches!(park.kind, ParkKind::Task { .. }))
 }
 
 /// The durable rows behind a park.

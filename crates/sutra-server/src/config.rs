@@ -16,6 +16,10 @@ use sutra_core::duration::parse_duration;
 /// Every key, with its default (`None`: unset).
 const KEYS: &[(&str, Option<&str>)] = &[
     ("sutra.datasource", Some("sqlite://sutra.db")),
+    // PostgreSQL only: the most connections one replica opens, and whether it applies pending
+    // schema migrations when it starts (off where `sutra db migrate` runs as a separate step).
+    ("sutra.store.pool-size", Some("10")),
+    ("sutra.store.migrate", Some("true")),
     ("sutra.listen", Some("127.0.0.1:7480")),
     ("sutra.replica-id", None),
     ("sutra.engine.lanes", Some("1")),
@@ -27,6 +31,8 @@ const KEYS: &[(&str, Option<&str>)] = &[
     ("sutra.lease.poll", Some("PT10S")),
     ("sutra.history.retention", Some("P7D")),
     ("sutra.outbox.batch", Some("100")),
+    // The first retry's delay after a failed send; it doubles per failure, up to five minutes.
+    ("sutra.outbox.backoff", Some("PT1S")),
     ("sutra.timers.batch", Some("100")),
     ("sutra.transports.amqp.url", None),
     ("sutra.transports.nats.url", None),
@@ -36,6 +42,8 @@ const KEYS: &[(&str, Option<&str>)] = &[
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub datasource: String,
+    pub store_pool_size: u32,
+    pub store_migrate: bool,
     pub listen: SocketAddr,
     pub replica_id: String,
     pub lanes: usize,
@@ -44,6 +52,8 @@ pub struct Settings {
     pub max_recoveries: u32,
     pub max_bytes: usize,
     pub timers_batch: u32,
+    pub outbox_batch: u32,
+    pub outbox_backoff: SignedDuration,
     pub auth_tokens: Option<String>,
 }
 
@@ -138,6 +148,8 @@ impl Sources {
     pub fn settings(&self) -> Result<Settings, ConfigError> {
         Ok(Settings {
             datasource: self.text("sutra.datasource")?,
+            store_pool_size: self.parsed("sutra.store.pool-size", positive)?,
+            store_migrate: self.parsed("sutra.store.migrate", boolean)?,
             listen: self.parsed("sutra.listen", |v| {
                 v.parse::<SocketAddr>().map_err(|e| e.to_string())
             })?,
@@ -151,6 +163,8 @@ impl Sources {
             max_recoveries: self.parsed("sutra.instance.max-recoveries", positive)?,
             max_bytes: self.parsed("sutra.intake.max-bytes", positive)?,
             timers_batch: self.parsed("sutra.timers.batch", positive)?,
+            outbox_batch: self.parsed("sutra.outbox.batch", positive)?,
+            outbox_backoff: self.parsed("sutra.outbox.backoff", positive_duration)?,
             auth_tokens: self
                 .values
                 .get("sutra.auth.tokens")
@@ -187,8 +201,22 @@ fn positive<T: std::str::FromStr + PartialOrd + Default>(value: &str) -> Result<
     }
 }
 
+fn boolean(value: &str) -> Result<bool, String> {
+    value
+        .parse()
+        .map_err(|_| "expected true or false".to_owned())
+}
+
 fn duration(value: &str) -> Result<SignedDuration, String> {
     parse_duration(value).map_err(|e| e.to_string())
+}
+
+/// A zero backoff would resend a failing row in a tight loop.
+fn positive_duration(value: &str) -> Result<SignedDuration, String> {
+    match duration(value)? {
+        positive if positive.is_positive() => Ok(positive),
+        _ => Err("expected a duration greater than zero".into()),
+    }
 }
 
 fn known(key: &str, source: &str) -> Result<(), ConfigError> {
@@ -282,5 +310,17 @@ mod tests {
             env_name("sutra.instance.claim-timeout"),
             "SUTRA_INSTANCE_CLAIM_TIMEOUT"
         );
+    }
+
+    #[test]
+    fn a_zero_outbox_backoff_is_refused() {
+        let env = vec![("SUTRA_OUTBOX_BACKOFF".to_owned(), "PT0S".to_owned())];
+        let error = Sources::defaults().environment(env).settings().unwrap_err();
+        assert!(
+            error.to_string().contains("sutra.outbox.backoff"),
+            "{error}"
+        );
+        let settings = Sources::defaults().settings().unwrap();
+        assert_eq!(settings.outbox_backoff, SignedDuration::from_secs(1));
     }
 }

@@ -18,14 +18,15 @@ use sutra_core::snapshot::{Status, TokenState};
 use sutra_core::step::Reply;
 use sutra_engine::intake::{Answer, Inbound, IntakeError};
 use sutra_engine::{DeployError, Engine};
-use sutra_store::{DeploymentRecord, InstanceFilter, InstanceRecord};
+use sutra_store::{DeploymentRecord, InstanceFilter, InstanceRecord, OutboxRecord};
 
 use crate::cloudevents;
 use crate::problem::Problem;
 
 /// Until API tokens bind requests to tenants, every request acts for the default tenant.
-const TENANT: &str = "default";
-const INSTANCES_PAGE_MAX: u32 = 500;
+pub(crate) const TENANT: &str = "default";
+/// The most items one page of a listing holds.
+const PAGE_MAX: u32 = 500;
 
 #[derive(Clone)]
 pub struct Api {
@@ -41,10 +42,12 @@ pub fn router(api: Api) -> Router {
         .route("/v1/instances", get(instances))
         .route("/v1/instances/{id}", get(instance))
         .route("/v1/instances/{id}/history", get(history))
+        .route("/v1/instances/{id}/outbox", get(outbox))
         .route("/v1/instances/{id}/cancel", post(cancel))
         .route("/v1/instances/{id}/restore", post(restore))
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(ready))
+        .merge(crate::tasks::routes())
         .fallback(|| async {
             Problem::new(
                 codes::API_ROUTE_NOT_FOUND,
@@ -56,7 +59,7 @@ pub fn router(api: Api) -> Router {
 
 type Result<T, E = Problem> = std::result::Result<T, E>;
 
-async fn read_body(body: Body, max_bytes: usize) -> Result<axum::body::Bytes> {
+pub(crate) async fn read_body(body: Body, max_bytes: usize) -> Result<axum::body::Bytes> {
     to_bytes(body, max_bytes).await.map_err(|_| {
         Problem::new(
             codes::INTAKE_VALIDATION,
@@ -255,7 +258,7 @@ async fn instances(
     Query(query): Query<InstancesQuery>,
 ) -> Result<Json<Value>> {
     let status = query.status.as_deref().map(parse_status).transpose()?;
-    let limit = query.limit.unwrap_or(100).clamp(1, INSTANCES_PAGE_MAX);
+    let limit = page_limit(query.limit);
     let filter = InstanceFilter {
         status,
         flow: query.flow,
@@ -268,11 +271,25 @@ async fn instances(
         .instances(TENANT, &filter)
         .await
         .map_err(store_problem)?;
-    let next = (records.len() as u32 == limit)
-        .then(|| records.last().map(|r| r.snapshot.instance.id.clone()))
-        .flatten();
+    let next = next_cursor(&records, limit, |r| &r.snapshot.instance.id);
     let items: Vec<Value> = records.iter().map(instance_json).collect();
     Ok(Json(json!({"items": items, "next": next})))
+}
+
+/// A keyset page's size: 100 unless asked, at most [`PAGE_MAX`].
+pub(crate) fn page_limit(limit: Option<u32>) -> u32 {
+    limit.unwrap_or(100).clamp(1, PAGE_MAX)
+}
+
+/// The cursor of the page after `items`: the last item's id when the page is full, `None` when
+/// it is the last page.
+pub(crate) fn next_cursor<T>(
+    items: &[T],
+    limit: u32,
+    id: impl Fn(&T) -> &String,
+) -> Option<String> {
+    let full = items.len() as u32 == limit;
+    items.last().filter(|_| full).map(|item| id(item).clone())
 }
 
 fn parse_status(text: &str) -> Result<Status> {
@@ -353,6 +370,43 @@ async fn history(State(api): State<Api>, Path(id): Path<String>) -> Result<Json<
     ))
 }
 
+/// The messages the instance emitted and where each stands, in emission order: `pending`
+/// (waiting for its next attempt, or being sent), `sent`, or `poisoned` (past the channel's
+/// `max-attempts`: kept, never sent).
+async fn outbox(State(api): State<Api>, Path(id): Path<String>) -> Result<Json<Value>> {
+    find_instance(&api, &id).await?;
+    let records = api
+        .engine
+        .store()
+        .outbox(TENANT, &id)
+        .await
+        .map_err(store_problem)?;
+    Ok(Json(Value::Array(
+        records.iter().map(outbox_json).collect(),
+    )))
+}
+
+fn outbox_json(record: &OutboxRecord) -> Value {
+    let state = match (record.sent_at, record.poisoned) {
+        (Some(_), _) => "sent",
+        (None, true) => "poisoned",
+        (None, false) => "pending",
+    };
+    let next_attempt_at = (state == "pending").then(|| record.next_attempt_at.to_string());
+    json!({
+        "idempotency_key": record.entry.idempotency_key,
+        "channel": record.entry.channel,
+        "version": record.version,
+        "message_key": record.entry.message_key,
+        "data": record.entry.payload,
+        "state": state,
+        "attempts": record.attempts,
+        "last_error": record.last_error,
+        "next_attempt_at": next_attempt_at,
+        "sent_at": record.sent_at.map(|at| at.to_string()),
+    })
+}
+
 async fn cancel(State(api): State<Api>, Path(id): Path<String>) -> Result<Json<Value>> {
     let outcome = api.engine.cancel(TENANT, &id).await;
     administered(outcome, codes::CANCEL_CLAIM_HELD)
@@ -390,6 +444,6 @@ async fn ready(State(api): State<Api>) -> Result<Json<Value>> {
     ))
 }
 
-fn store_problem(error: sutra_store::Error) -> Problem {
+pub(crate) fn store_problem(error: sutra_store::Error) -> Problem {
     Problem::new(codes::STORE_UNAVAILABLE, error.to_string())
 }

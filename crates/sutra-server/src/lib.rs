@@ -1,13 +1,14 @@
 //! `sutra serve`: reads the configuration, opens the store, starts the engine and serves the
 //! HTTP API until SIGINT or SIGTERM.
 //!
-//! This is the only crate that names concrete implementations (the SQLite store today); the
-//! engine sees a `dyn Store`.
+//! This is the only crate that names concrete implementations (the SQLite store and the
+//! transports today); the engine sees a `dyn Store` and a `dyn Sender`.
 
 pub mod cloudevents;
 pub mod config;
 pub mod http;
 pub mod problem;
+pub mod tasks;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,12 +27,16 @@ pub enum ServeError {
         "refusing to listen on {0}: it is not a loopback address and no API tokens are configured (set sutra.auth.tokens, or listen on 127.0.0.1)"
     )]
     UnprotectedListen(SocketAddr),
-    #[error("the datasource `{0}` is not supported yet: use sqlite://FILE or sqlite::memory:")]
+    #[error(
+        "the datasource `{0}` is not supported: use sqlite://FILE, sqlite::memory: or postgres://…"
+    )]
     UnsupportedDatasource(String),
     #[error("cannot open the store at {url}: {reason}")]
     Store { url: String, reason: String },
     #[error("cannot start the engine: {0}")]
     Engine(#[from] sutra_engine::Error),
+    #[error("cannot set up the outbound transports: {0}")]
+    Transports(String),
     #[error("cannot listen on {addr}: {reason}")]
     Listen { addr: SocketAddr, reason: String },
 }
@@ -45,17 +50,87 @@ pub fn init_logging() {
         .try_init();
 }
 
-pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, ServeError> {
-    if !url.starts_with("sqlite:") {
-        return Err(ServeError::UnsupportedDatasource(url.to_owned()));
+/// The store implementations, told apart by the datasource's scheme.
+enum Datasource {
+    Sqlite,
+    Postgres,
+}
+
+impl Datasource {
+    fn of(url: &str) -> Result<Datasource, ServeError> {
+        if url.starts_with("sqlite:") {
+            Ok(Datasource::Sqlite)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Datasource::Postgres)
+        } else {
+            Err(ServeError::UnsupportedDatasource(redacted(url)))
+        }
     }
-    let store = sutra_store_sqlite::SqliteStore::open(url)
-        .await
-        .map_err(|e| ServeError::Store {
-            url: url.to_owned(),
-            reason: e.to_string(),
-        })?;
-    Ok(Arc::new(store))
+}
+
+/// Opens the store `settings.datasource` names: SQLite for `sqlite:`, PostgreSQL for
+/// `postgres://` or `postgresql://` (with its pool size, migrating unless told not to).
+pub async fn open_store(settings: &Settings) -> Result<Arc<dyn Store>, ServeError> {
+    let url = settings.datasource.as_str();
+    let store: Arc<dyn Store> = match Datasource::of(url)? {
+        Datasource::Sqlite => Arc::new(
+            sutra_store_sqlite::SqliteStore::open(url)
+                .await
+                .map_err(|e| store_error(url, e))?,
+        ),
+        Datasource::Postgres => {
+            let options = sutra_store_postgres::PostgresOptions {
+                pool_size: settings.store_pool_size,
+                migrate: settings.store_migrate,
+            };
+            Arc::new(
+                sutra_store_postgres::PostgresStore::open(url, &options)
+                    .await
+                    .map_err(|e| store_error(url, e))?,
+            )
+        }
+    };
+    Ok(store)
+}
+
+/// Brings the schema of the store at `url` up to date (`sutra db migrate`). SQLite migrates
+/// whenever it is opened, so opening it is enough.
+pub async fn migrate_store(url: &str) -> Result<(), ServeError> {
+    match Datasource::of(url)? {
+        Datasource::Sqlite => {
+            let store = sutra_store_sqlite::SqliteStore::open(url)
+                .await
+                .map_err(|e| store_error(url, e))?;
+            store.close().await;
+            Ok(())
+        }
+        Datasource::Postgres => sutra_store_postgres::migrate(url)
+            .await
+            .map_err(|e| store_error(url, e)),
+    }
+}
+
+fn store_error(url: &str, error: sutra_store::Error) -> ServeError {
+    ServeError::Store {
+        url: redacted(url),
+        reason: error.to_string(),
+    }
+}
+
+/// The datasource as it may be shown in logs and errors: without its password.
+pub fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((login, host)) if login.contains(':') => {
+            let user = login.split_once(':').map_or(login, |(user, _)| user);
+            format!("{scheme}://{user}:***@{host}{tail}")
+        }
+        _ => url.to_owned(),
+    }
 }
 
 pub fn engine_config(settings: &Settings) -> EngineConfig {
@@ -66,40 +141,59 @@ pub fn engine_config(settings: &Settings) -> EngineConfig {
         sweep_interval: settings.sweep_interval,
         max_recoveries: settings.max_recoveries,
         deliveries_batch: settings.timers_batch,
+        outbox_batch: settings.outbox_batch,
+        outbox_backoff: settings.outbox_backoff,
         ..EngineConfig::default()
     }
 }
 
-/// Serves until a shutdown signal, then drains: the listener stops, in-flight requests finish,
-/// the engine's lanes finish what they hold.
+/// Serves until SIGINT or SIGTERM, announcing the bound address on stderr.
 pub async fn serve(settings: Settings) -> Result<(), ServeError> {
+    let replica = settings.replica_id.clone();
+    let store = redacted(&settings.datasource);
+    serve_until(settings, shutdown_signal(), |bound| {
+        // Tests and scripts wait for this exact line to learn the bound port.
+        eprintln!("sutra: listening on http://{bound} (replica {replica}, store {store})");
+        info!(%bound, %replica, "serving");
+    })
+    .await
+}
+
+/// Serves until `shutdown` completes, then drains: the listener stops, waiting long-polls
+/// answer, in-flight requests finish, the engine's lanes finish what they hold. `listening` is
+/// told the bound address once requests can be sent (port 0 picks a free one).
+pub async fn serve_until(
+    settings: Settings,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    listening: impl FnOnce(SocketAddr),
+) -> Result<(), ServeError> {
     if !settings.listen.ip().is_loopback() && settings.auth_tokens.is_none() {
         return Err(ServeError::UnprotectedListen(settings.listen));
     }
-    let store = open_store(&settings.datasource).await?;
-    let engine = Engine::start(store, engine_config(&settings)).await?;
+    let store = open_store(&settings).await?;
+    let transports =
+        sutra_transport::Transports::new().map_err(|e| ServeError::Transports(e.to_string()))?;
+    let engine = Engine::start(store, engine_config(&settings), Arc::new(transports)).await?;
+    let listen_error = |reason: std::io::Error| ServeError::Listen {
+        addr: settings.listen,
+        reason: reason.to_string(),
+    };
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
-        .map_err(|e| ServeError::Listen {
-            addr: settings.listen,
-            reason: e.to_string(),
-        })?;
-    let bound = listener.local_addr().map_err(|e| ServeError::Listen {
-        addr: settings.listen,
-        reason: e.to_string(),
-    })?;
+        .map_err(listen_error)?;
+    let bound = listener.local_addr().map_err(listen_error)?;
     let api = http::Api {
         engine: Arc::clone(&engine),
         max_bytes: settings.max_bytes,
     };
-    // Tests and scripts wait for this exact line to learn the bound port.
-    eprintln!(
-        "sutra: listening on http://{bound} (replica {}, store {})",
-        settings.replica_id, settings.datasource
-    );
-    info!(%bound, replica = %settings.replica_id, "serving");
+    listening(bound);
+    let draining = Arc::clone(&engine);
     let served = axum::serve(listener, http::router(api))
-        .with_graceful_shutdown(shutdown_signal())
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            // The drain waits for every in-flight request; a long-poll would hold it for its wait.
+            draining.end_polls();
+        })
         .await;
     engine.shutdown().await;
     served.map_err(|e| ServeError::Listen {
@@ -123,4 +217,25 @@ async fn shutdown_signal() {
         _ = terminate => {}
     }
     info!("shutting down");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redacted;
+
+    #[test]
+    fn a_datasource_is_shown_without_its_password() {
+        assert_eq!(
+            redacted("postgres://sutra:s3cr@t@db:5432/sutra?sslmode=require"),
+            "postgres://sutra:***@db:5432/sutra?sslmode=require"
+        );
+        for shown_as_is in [
+            "postgres://sutra@db/sutra",
+            "postgres:///sutra?host=/run/postgresql",
+            "sqlite://sutra.db",
+            "sqlite::memory:",
+        ] {
+            assert_eq!(redacted(shown_as_is), shown_as_is);
+        }
+    }
 }

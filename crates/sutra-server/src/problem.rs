@@ -58,6 +58,10 @@ impl Problem {
             EngineError::Stale(detail) => Problem::new(codes::ADMIN_STATE_INVALID, detail),
             EngineError::Store(store) => Problem::new(codes::STORE_UNAVAILABLE, store.to_string()),
             EngineError::Panicked => Problem::new(codes::STEP_PANICKED, error.to_string()),
+            EngineError::TaskNotFound(id) => {
+                Problem::new(codes::TASK_NOT_FOUND, format!("no task {id}"))
+            }
+            EngineError::LockLost(detail) => Problem::new(codes::TASK_LOCK_LOST, detail),
             EngineError::Unpinned(_) | EngineError::Closed => {
                 Problem::new(codes::ENGINE_UNAVAILABLE, error.to_string())
             }

@@ -1,12 +1,16 @@
-//! How values cross into SQLite and back: times as INTEGER microseconds (the PostgreSQL store
-//! keeps BIGINT the same way), JSON as TEXT, unsigned counters as INTEGER, and sqlx's errors as
-//! the store's — a retryable [`Error::Unavailable`] kept apart from [`Error::Corrupt`] bugs.
+//! How values cross into SQLite and back: times as INTEGER microseconds and unsigned counters as
+//! INTEGER, as every SQL backend keeps them ([`sutra_store::codec`], re-exported here), JSON as
+//! TEXT, and sqlx's errors as the store's — a retryable [`Error::Unavailable`] kept apart from
+//! [`Error::Corrupt`] bugs.
 
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 use sqlx::error::ErrorKind;
-use sutra_core::snapshot::{ParkId, Snapshot};
-use sutra_core::step::HistoryKind;
+use sutra_core::snapshot::Snapshot;
+pub use sutra_store::codec::{
+    corrupt, duration_micros, history_kind, micros, park, park_id, parse_history_kind, signed,
+    timestamp, unsigned,
+};
 use sutra_store::{Error, Result};
 
 /// Now, to the microsecond the store keeps, so that a record returned from a write equals the
@@ -15,48 +19,9 @@ pub fn now() -> Timestamp {
     Timestamp::from_microsecond(Timestamp::now().as_microsecond()).expect("now is in range")
 }
 
-pub fn micros(at: Timestamp) -> i64 {
-    at.as_microsecond()
-}
-
 /// `at - duration` in microseconds, saturating: a claim timeout of centuries means "never stale".
 pub fn micros_before(at: Timestamp, duration: SignedDuration) -> i64 {
     micros(at).saturating_sub(duration_micros(duration))
-}
-
-pub fn duration_micros(duration: SignedDuration) -> i64 {
-    i64::try_from(duration.as_micros()).unwrap_or(if duration.is_negative() {
-        i64::MIN
-    } else {
-        i64::MAX
-    })
-}
-
-pub fn timestamp(micros: i64) -> Result<Timestamp> {
-    Timestamp::from_microsecond(micros).map_err(|e| corrupt("a time", e))
-}
-
-/// An unsigned number as SQLite's signed 64-bit INTEGER.
-pub fn signed(value: u64, what: &str) -> Result<i64> {
-    i64::try_from(value).map_err(|e| corrupt(what, e))
-}
-
-pub fn park(id: ParkId) -> Result<i64> {
-    signed(id.0, "a park id")
-}
-
-pub fn park_id(value: i64) -> Result<ParkId> {
-    u64::try_from(value)
-        .map(ParkId)
-        .map_err(|e| corrupt("a park id", e))
-}
-
-/// A non-negative 64-bit column read as an unsigned number.
-pub fn unsigned<T: TryFrom<i64>>(value: i64, what: &str) -> Result<T>
-where
-    T::Error: std::fmt::Display,
-{
-    T::try_from(value).map_err(|e| corrupt(what, e))
 }
 
 pub fn json(text: &str) -> Result<Value> {
@@ -65,22 +30,6 @@ pub fn json(text: &str) -> Result<Value> {
 
 pub fn snapshot(text: &str) -> Result<Snapshot> {
     Snapshot::from_json(json(text)?).map_err(|e| corrupt("a snapshot", e))
-}
-
-/// The name serde gives the kind (`message_received`), so that the column reads as the API does.
-pub fn history_kind(kind: HistoryKind) -> String {
-    match serde_json::to_value(kind) {
-        Ok(Value::String(name)) => name,
-        other => unreachable!("a history kind serializes as its name, not {other:?}"),
-    }
-}
-
-pub fn parse_history_kind(name: &str) -> Result<HistoryKind> {
-    serde_json::from_value(Value::String(name.to_owned())).map_err(|e| corrupt("a history kind", e))
-}
-
-pub fn corrupt(what: &str, error: impl std::fmt::Display) -> Error {
-    Error::Corrupt(format!("{what}: {error}"))
 }
 
 /// Broken constraints and undecodable rows are bugs; everything else (I/O, a busy or locked

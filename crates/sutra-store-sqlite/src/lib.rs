@@ -9,8 +9,10 @@
 
 mod codec;
 mod commit;
+mod outbox;
 mod rows;
 mod statements;
+mod tasks;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -25,12 +27,13 @@ use sutra_core::step::HistoryEvent;
 use sutra_store::{
     BufferedMessage, ClaimToken, Claimed, Committed, Delivery, DeliveryId, DeliveryKind,
     DeploymentRecord, DeploymentStatus, Error, InboxAnswer, InboxEntry, InstanceFilter,
-    InstanceKey, InstanceRecord, NewDelivery, OutboxRecord, Owner, Result, StepCommit, Store,
-    SweepOutcome, TaskRecord, WaitTarget,
+    InstanceKey, InstanceRecord, NewDelivery, OutboxId, OutboxRecord, OutboxRetry, Owner, Result,
+    StepCommit, Store, SweepOutcome, TaskRecord, WaitTarget,
 };
+use sutra_store::{Polled, TaskFailure, TaskFilter, TaskPoll, TaskState};
 
 use crate::codec::{db, micros, micros_before, now, timestamp};
-use crate::rows::{DeliveryRow, DeploymentRow, HistoryRow, InstanceRow, OutboxRow, TaskRow};
+use crate::rows::{DeliveryRow, DeploymentRow, HistoryRow, InstanceRow, OutboxRow};
 use crate::statements::{
     begin_write, find_wait, inbox_answer, insert_delivery, insert_inbox_unless_consumed,
 };
@@ -360,6 +363,60 @@ impl Store for SqliteStore {
         earliest.map(timestamp).transpose()
     }
 
+    async fn claim_outbox(
+        &self,
+        batch: u32,
+        stale_after: SignedDuration,
+    ) -> Result<Vec<sutra_store::OutboxRow>> {
+        outbox::claim(&self.pool, batch, stale_after).await
+    }
+
+    async fn outbox_sent(&self, id: OutboxId) -> Result<()> {
+        outbox::sent(&self.pool, id).await
+    }
+
+    async fn outbox_failed(&self, id: OutboxId, error: &str, retry: OutboxRetry) -> Result<()> {
+        outbox::failed(&self.pool, id, error, retry).await
+    }
+
+    async fn poll_tasks(&self, poll: &TaskPoll) -> Result<Polled> {
+        tasks::poll(&self.pool, poll).await
+    }
+
+    async fn next_task_at(&self, tenant: &str, topics: &[String]) -> Result<Option<Timestamp>> {
+        tasks::next_at(&self.pool, tenant, topics).await
+    }
+
+    async fn complete_task(
+        &self,
+        tenant: &str,
+        id: &str,
+        lock_token: &str,
+        output: &serde_json::Value,
+    ) -> Result<()> {
+        tasks::complete(&self.pool, tenant, id, lock_token, output).await
+    }
+
+    async fn fail_task(
+        &self,
+        tenant: &str,
+        id: &str,
+        lock_token: &str,
+        failure: &TaskFailure,
+    ) -> Result<TaskState> {
+        tasks::fail(&self.pool, tenant, id, lock_token, failure).await
+    }
+
+    async fn extend_task(
+        &self,
+        tenant: &str,
+        id: &str,
+        lock_token: &str,
+        lock: SignedDuration,
+    ) -> Result<Timestamp> {
+        tasks::extend(&self.pool, tenant, id, lock_token, lock).await
+    }
+
     async fn instance(&self, tenant: &str, id: &str) -> Result<Option<InstanceRecord>> {
         let row: Option<InstanceRow> = sqlx::query_as(
             "SELECT snapshot, owner, fence, recoveries, created_at, updated_at FROM instances
@@ -419,22 +476,17 @@ impl Store for SqliteStore {
     }
 
     async fn tasks(&self, tenant: &str, instance: &str) -> Result<Vec<TaskRecord>> {
-        let rows: Vec<TaskRow> = sqlx::query_as(
-            "SELECT id, instance, park, topic, input, state, attempt, retries FROM tasks
-             WHERE tenant = ?1 AND instance = ?2 ORDER BY park",
-        )
-        .bind(tenant)
-        .bind(instance)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db)?;
-        rows.into_iter().map(TaskRow::decode).collect()
+        tasks::of_instance(&self.pool, tenant, instance).await
+    }
+
+    async fn list_tasks(&self, tenant: &str, filter: &TaskFilter) -> Result<Vec<TaskRecord>> {
+        tasks::list(&self.pool, tenant, filter).await
     }
 
     async fn outbox(&self, tenant: &str, instance: &str) -> Result<Vec<OutboxRecord>> {
         let rows: Vec<OutboxRow> = sqlx::query_as(
             "SELECT channel, payload, message_key, idempotency_key, instance, deployment, version,
-                    attempts, sent_at, poisoned
+                    attempts, sent_at, poisoned, last_error, next_attempt_at
              FROM outbox WHERE tenant = ?1 AND instance = ?2 ORDER BY id",
         )
         .bind(tenant)

@@ -5,7 +5,7 @@ use sutra_core::snapshot::TokenId;
 use sutra_core::step::HistoryEvent;
 use sutra_store::{
     Delivery, DeliveryId, DeliveryKind, DeploymentRecord, DeploymentStatus, InboxAnswer,
-    InstanceRecord, OutboxEntry, OutboxRecord, Result, TaskRecord, TaskState, WaitTarget,
+    InstanceRecord, OutboxEntry, OutboxId, OutboxRecord, Result, TaskRecord, TaskState, WaitTarget,
 };
 
 use crate::codec::{self, corrupt, json, park_id, timestamp, unsigned};
@@ -149,6 +149,10 @@ pub struct TaskRow {
     state: String,
     attempt: i64,
     retries: i64,
+    worker: Option<String>,
+    locked_until: Option<i64>,
+    available_at: i64,
+    created_at: i64,
 }
 
 impl TaskRow {
@@ -163,6 +167,10 @@ impl TaskRow {
             input: json(&self.input)?,
             attempt: unsigned(self.attempt, "a task attempt")?,
             retries: unsigned(self.retries, "a task's retries")?,
+            worker: self.worker,
+            locked_until: self.locked_until.map(timestamp).transpose()?,
+            available_at: timestamp(self.available_at)?,
+            created_at: timestamp(self.created_at)?,
         })
     }
 }
@@ -179,6 +187,8 @@ pub struct OutboxRow {
     attempts: i64,
     sent_at: Option<i64>,
     poisoned: bool,
+    last_error: Option<String>,
+    next_attempt_at: i64,
 }
 
 impl OutboxRow {
@@ -196,6 +206,48 @@ impl OutboxRow {
             attempts: unsigned(self.attempts, "an outbox row's attempts")?,
             sent_at: self.sent_at.map(timestamp).transpose()?,
             poisoned: self.poisoned,
+            last_error: self.last_error,
+            next_attempt_at: timestamp(self.next_attempt_at)?,
         })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub struct ClaimedOutboxRow {
+    id: i64,
+    tenant: String,
+    instance: String,
+    deployment: String,
+    version: i64,
+    channel: String,
+    payload: String,
+    message_key: Option<String>,
+    idempotency_key: String,
+    attempts: i64,
+    next_attempt_at: i64,
+}
+
+impl ClaimedOutboxRow {
+    pub fn decode(self) -> Result<sutra_store::OutboxRow> {
+        Ok(sutra_store::OutboxRow {
+            id: OutboxId(self.id),
+            tenant: self.tenant,
+            instance: self.instance,
+            deployment: self.deployment,
+            version: unsigned(self.version, "a deployment version")?,
+            entry: OutboxEntry {
+                channel: self.channel,
+                payload: json(&self.payload)?,
+                message_key: self.message_key,
+                idempotency_key: self.idempotency_key,
+            },
+            attempts: unsigned(self.attempts, "an outbox row's attempts")?,
+        })
+    }
+
+    /// Oldest due first, rows due at the same microsecond in the order they were written: the
+    /// order a batch is handed out in (`RETURNING` keeps none).
+    pub fn order(&self) -> (i64, i64) {
+        (self.next_attempt_at, self.id)
     }
 }

@@ -17,6 +17,12 @@ use serde_json::json;
 use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot, Status, TokenId};
 use sutra_core::step::{HistoryEvent, HistoryKind, Message};
 
+mod outbox;
+mod tasks;
+
+pub use outbox::*;
+pub use tasks::*;
+
 use crate::{
     Arm, BufferedMessage, Claimed, Delivery, DeliveryId, DeliveryKind, DeploymentRecord,
     DeploymentStatus, Error, InboxAnswer, InboxEntry, InstanceFilter, InstanceKey, InstanceRecord,
@@ -64,6 +70,28 @@ macro_rules! conformance_tests {
             tenants_never_see_each_others_rows,
             instances_page_by_keyset,
             deploy_makes_version_n_plus_one_active_and_the_previous_draining,
+            a_row_is_claimed_by_one_sender_at_a_time,
+            claims_take_the_oldest_due_rows_first,
+            a_stale_claim_is_cleared_and_retried,
+            sent_rows_are_never_claimed_again,
+            failed_sends_back_off,
+            past_max_attempts_a_row_is_poisoned_and_stays_visible,
+            the_idempotency_key_is_unique_and_stable,
+            tenants_never_see_each_others_outbox,
+            a_task_is_locked_by_one_poller_at_a_time,
+            a_poll_takes_the_oldest_tasks_of_its_topics_with_their_own_lock,
+            an_expired_lock_makes_the_task_available_again,
+            a_wrong_or_expired_lock_token_is_refused,
+            completing_twice_is_refused,
+            completion_is_recorded_with_the_task_update,
+            a_business_error_is_delivered_at_once,
+            retries_back_off_then_exhaust,
+            a_lock_that_expires_counts_as_an_attempt,
+            extend_moves_the_lock_deadline,
+            a_disarmed_task_cannot_be_completed,
+            next_task_at_is_when_a_poll_could_next_take_one,
+            tasks_page_by_keyset_and_filter,
+            tenants_never_see_each_others_tasks,
         );
     };
     (@each $fresh:expr; $($invariant:ident),+ $(,)?) => {

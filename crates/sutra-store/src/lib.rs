@@ -23,8 +23,15 @@ use serde_json::Value;
 use sutra_core::snapshot::{ParkId, Snapshot, Status};
 use sutra_core::step::{HistoryEvent, Message, TaskError};
 
+pub mod codec;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod tasks;
+
+pub use tasks::{
+    LockedTask, Polled, TaskFailure, TaskFilter, TaskLock, TaskPoll, after_failure, lock_expired,
+    retry_backoff,
+};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -55,6 +62,12 @@ pub enum Error {
     /// condition.
     #[error("corrupt store data: {0}")]
     Corrupt(String),
+    #[error("no task {0}")]
+    TaskNotFound(String),
+    /// The worker's lock token does not hold the task (wrong, expired, or the task moved on).
+    /// Nothing was written.
+    #[error("{0}")]
+    LockLost(String),
 }
 
 /// Who holds a claim. Opaque to the store: compared for equality, never parsed.
@@ -327,9 +340,16 @@ pub struct TaskRecord {
     pub topic: String,
     pub input: Value,
     pub state: TaskState,
-    /// Which attempt the next lock is, from 1.
+    /// The attempt the task is on while locked, or the one its next lock will be; from 1.
     pub attempt: u32,
     pub retries: u32,
+    /// Who took the last lock.
+    pub worker: Option<String>,
+    /// When the lock expires, while the task is locked.
+    pub locked_until: Option<Timestamp>,
+    /// When a poll may take it (later than its creation while a retry backs off).
+    pub available_at: Timestamp,
+    pub created_at: Timestamp,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -380,10 +400,44 @@ pub struct OutboxRecord {
     pub instance: String,
     pub deployment: String,
     pub version: u32,
+    /// Sends tried whose outcome was recorded (a send cut short by a crash is not counted).
     pub attempts: u32,
     pub sent_at: Option<Timestamp>,
     /// Past the channel's `max-attempts`: kept, visible, never sent.
     pub poisoned: bool,
+    /// Why the last send failed; `None` before any failure and once sent.
+    pub last_error: Option<String>,
+    /// When the row is due for its next send (its creation time until a send fails).
+    pub next_attempt_at: Timestamp,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OutboxId(pub i64);
+
+/// An outbox row claimed for sending by [`Store::claim_outbox`]: what a sender needs to address
+/// and send it, and what the engine needs to decide what follows a failure.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboxRow {
+    pub id: OutboxId,
+    pub tenant: String,
+    pub instance: String,
+    /// The deployment version that minted the row: its channel definitions address the send,
+    /// even once the version is draining.
+    pub deployment: String,
+    pub version: u32,
+    pub entry: OutboxEntry,
+    /// Sends tried so far whose outcome was recorded.
+    pub attempts: u32,
+}
+
+/// What follows a failed send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutboxRetry {
+    /// Send again once this time has come.
+    At(Timestamp),
+    /// Never send again (past the channel's `max-attempts`): the row stays, visible, and no
+    /// longer counts as pending.
+    Poison,
 }
 
 /// A message kept for a `receive` that has not parked yet (channel `buffer`).
@@ -459,6 +513,62 @@ pub trait Store: Send + Sync + 'static {
     /// When the earliest pending delivery is due, if any.
     async fn next_due(&self) -> Result<Option<Timestamp>>;
 
+    // The outbox (SPEC §5.4).
+
+    /// Claims up to `batch` rows due for sending, oldest due first, in one transaction: rows
+    /// neither sent nor poisoned whose next attempt has come, and which are unclaimed or whose
+    /// claim is older than `stale_after` (their sender died). Stamps their claim, so that no
+    /// other sender takes them until it goes stale. Rows of every tenant.
+    async fn claim_outbox(&self, batch: u32, stale_after: SignedDuration)
+    -> Result<Vec<OutboxRow>>;
+    /// Marks a row sent, counts the attempt, clears its claim and its last error; never claimed
+    /// again.
+    async fn outbox_sent(&self, id: OutboxId) -> Result<()>;
+    /// Records a failed send: counts the attempt, keeps `error`, clears the claim, and either
+    /// schedules the next attempt or poisons the row.
+    async fn outbox_failed(&self, id: OutboxId, error: &str, retry: OutboxRetry) -> Result<()>;
+
+    // External tasks (SPEC §5.5).
+
+    /// Locks up to `poll.max` tasks of `poll.topics` for `poll.worker` in one transaction,
+    /// oldest available first: available tasks whose `available_at` has come, and locked tasks
+    /// whose lock expired — an expired lock is a failed attempt, so the task is handed out as its
+    /// next attempt. An expired task already at its last attempt is not handed out: it turns
+    /// terminal with a [`DeliveryKind::TaskExhausted`] delivery ([`lock_expired`]) due now. Each
+    /// lock gets a fresh random token.
+    async fn poll_tasks(&self, poll: &TaskPoll) -> Result<Polled>;
+    /// When a task of `topics` next becomes available to a poll (a retry's backoff ends, a lock
+    /// expires), if any will. A time already past means one is available now.
+    async fn next_task_at(&self, tenant: &str, topics: &[String]) -> Result<Option<Timestamp>>;
+    /// Completes a task `lock_token` holds ([`TaskLock::check`], else [`Error::LockLost`]) and
+    /// records a [`DeliveryKind::TaskCompleted`] delivery due now, in one transaction.
+    async fn complete_task(
+        &self,
+        tenant: &str,
+        id: &str,
+        lock_token: &str,
+        output: &Value,
+    ) -> Result<()>;
+    /// Records a failed attempt of a task `lock_token` holds and returns where it left the task
+    /// ([`after_failure`]): available again after [`retry_backoff`], or failed or terminal with a
+    /// [`DeliveryKind::TaskFailed`] or [`DeliveryKind::TaskExhausted`] delivery due now, written
+    /// in the same transaction.
+    async fn fail_task(
+        &self,
+        tenant: &str,
+        id: &str,
+        lock_token: &str,
+        failure: &TaskFailure,
+    ) -> Result<TaskState>;
+    /// Moves the deadline of a lock `lock_token` holds to `lock` from now; returns it.
+    async fn extend_task(
+        &self,
+        tenant: &str,
+        id: &str,
+        lock_token: &str,
+        lock: SignedDuration,
+    ) -> Result<Timestamp>;
+
     // Reads.
 
     async fn instance(&self, tenant: &str, id: &str) -> Result<Option<InstanceRecord>>;
@@ -467,6 +577,8 @@ pub trait Store: Send + Sync + 'static {
     async fn history(&self, tenant: &str, id: &str) -> Result<Vec<HistoryEvent>>;
     /// The instance's task rows, by park.
     async fn tasks(&self, tenant: &str, instance: &str) -> Result<Vec<TaskRecord>>;
+    /// The tenant's tasks matching `filter`, in id order.
+    async fn list_tasks(&self, tenant: &str, filter: &TaskFilter) -> Result<Vec<TaskRecord>>;
     /// The outbox rows the instance wrote, oldest first.
     async fn outbox(&self, tenant: &str, instance: &str) -> Result<Vec<OutboxRecord>>;
     /// The store accepts a commit (readiness).

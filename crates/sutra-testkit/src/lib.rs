@@ -5,6 +5,11 @@
 //! are for conditions with a generous deadline, never fixed sleeps: a slow machine makes a test
 //! slower, not red.
 
+pub mod postgres;
+mod receiver;
+
+pub use receiver::{Received, Receiver};
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -269,6 +274,25 @@ impl Server {
 
     pub async fn post(&self, path: &str) -> (u16, Value) {
         status_and_json(self.http.post(self.url(path)).send().await.unwrap()).await
+    }
+
+    /// POSTs a JSON body (`application/json`).
+    pub async fn post_json(&self, path: &str, body: &Value) -> (u16, Value) {
+        self.try_post_json(path, body)
+            .await
+            .expect("the server answers")
+    }
+
+    /// Like [`Server::post_json`], but a server that dies mid-request gives `None`.
+    pub async fn try_post_json(&self, path: &str, body: &Value) -> Option<(u16, Value)> {
+        let response = self
+            .http
+            .post(self.url(path))
+            .json(body)
+            .send()
+            .await
+            .ok()?;
+        Some(status_and_json(response).await)
     }
 
     pub async fn instance(&self, id: &str) -> Value {

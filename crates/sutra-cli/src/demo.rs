@@ -1,0 +1,388 @@
+//! `sutra demo`: a newcomer's first five minutes in one command.
+//!
+//! It starts the engine in this process on a throwaway embedded store, deploys the money
+//! transfer of `examples/money-transfer.yaml`, runs a worker for its two task topics and a stub
+//! ledger for its webhook, drives a handful of transfers through it while showing each instance
+//! start, park, resume and end, and then says how to go on. Everything it uses is the public
+//! surface — the HTTP API through `sutra-client` — so what it shows is what a user gets.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sutra_client::{Client, CloudEvent, Instance, Task, TaskError, Worker};
+use tokio::sync::oneshot;
+
+use crate::output;
+
+const EXAMPLE: &str = include_str!("../../../examples/money-transfer.yaml");
+const EXAMPLE_LEDGER_URL: &str = "http://127.0.0.1:9000/ledger";
+/// How long the demo waits for its transfers before saying something is wrong.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Keep the engine, the worker and the ledger running after the transfers, until Ctrl-C,
+    /// so that `sutra send`, `sutra instances` and curl can be tried against it.
+    #[arg(long)]
+    keep_running: bool,
+}
+
+/// One transfer the demo sends, and what it shows.
+struct Transfer {
+    id: &'static str,
+    from: &'static str,
+    amount: u64,
+    story: &'static str,
+}
+
+const TRANSFERS: &[Transfer] = &[
+    Transfer {
+        id: "t-1",
+        from: "alice",
+        amount: 120,
+        story: "debit, credit, ledger, done",
+    },
+    Transfer {
+        id: "t-2",
+        from: "bob",
+        amount: 75,
+        story: "debit, credit, ledger, done",
+    },
+    Transfer {
+        id: "t-3",
+        from: "alice",
+        amount: 9_900,
+        story: "debit, credit, ledger, done",
+    },
+    Transfer {
+        id: "t-4",
+        from: "carol",
+        amount: 25_000,
+        story: "over 10 000: parks until the bank approves (or a day passes)",
+    },
+    Transfer {
+        id: "t-5",
+        from: "mallory",
+        amount: 60,
+        story: "the debit worker refuses: a business error fails the instance",
+    },
+];
+
+pub fn run(args: &Args) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("sutra demo: cannot start the async runtime: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(demo(args.keep_running)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("sutra demo: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn demo(keep_running: bool) -> Result<(), String> {
+    let scratch = std::env::temp_dir().join(format!("sutra-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)
+        .map_err(|e| format!("cannot create {}: {e}", scratch.display()))?;
+    let database = format!("sqlite://{}", scratch.join("sutra.db").display());
+    let outcome = run_demo(&database, keep_running).await;
+    let _ = std::fs::remove_dir_all(&scratch);
+    outcome
+}
+
+/// Runs the engine and the demo side by side in this task (`join!`, not `spawn`: the server's
+/// future is not `Send`), stopping the engine once the demo is done.
+async fn run_demo(database: &str, keep_running: bool) -> Result<(), String> {
+    let settings = sutra_server::config::Sources::defaults()
+        .flag("sutra.datasource", Some(database))
+        .flag(
+            "sutra.listen",
+            Some(if keep_running {
+                "127.0.0.1:7480"
+            } else {
+                "127.0.0.1:0"
+            }),
+        )
+        .settings()
+        .map_err(|e| e.to_string())?;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let (bound, listening) = oneshot::channel();
+    let server = sutra_server::serve_until(
+        settings,
+        async {
+            let _ = stopped.await;
+        },
+        |addr| {
+            let _ = bound.send(addr);
+        },
+    );
+    let driver = async {
+        // The engine failed to start when `bound` is dropped unsent; its error is `served`'s.
+        let Ok(addr) = listening.await else {
+            return Ok(());
+        };
+        let driven = drive(&format!("http://{addr}"), database, keep_running).await;
+        let _ = stop.send(());
+        driven
+    };
+    let (served, driven) = tokio::join!(server, driver);
+    served.map_err(|e| e.to_string())?;
+    driven
+}
+
+async fn drive(url: &str, database: &str, keep_running: bool) -> Result<(), String> {
+    let (ledger_url, ledger) = start_ledger().await?;
+    println!("Sutra is running on {url} with an embedded store ({database}).\n");
+    let client = Client::new(url).map_err(|e| e.to_string())?;
+    let deployed = client
+        .deploy(&EXAMPLE.replace(EXAMPLE_LEDGER_URL, &ledger_url))
+        .await
+        .map_err(|e| format!("deploying the example failed: {e}"))?;
+    println!(
+        "Deployed `{}` version {} (examples/money-transfer.yaml): debit → choice → credit → ledger webhook → end.",
+        deployed.name, deployed.version
+    );
+    let (stop_worker, worker_stopped) = oneshot::channel::<()>();
+    let worker = tokio::spawn(bank_worker(client.clone()).run(async {
+        let _ = worker_stopped.await;
+    }));
+    println!("Started a worker for the topics debit-account and credit-account.\n");
+
+    let instances = send_transfers(&client).await?;
+    watch(&client, &instances).await?;
+    summarize(&client, &instances, &ledger).await?;
+    how_to_continue(url, keep_running);
+    if keep_running {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    let _ = stop_worker.send(());
+    let _ = worker.await;
+    Ok(())
+}
+
+#[derive(Deserialize)]
+struct Movement {
+    account: String,
+    amount: u64,
+}
+
+#[derive(Serialize)]
+struct Receipt {
+    account: String,
+    amount: u64,
+    reference: String,
+}
+
+/// A pretend bank: every account can pay, except `mallory`'s.
+fn bank_worker(client: Client) -> Worker {
+    let receipt = |task: Task<Movement>, kind: &str| Receipt {
+        reference: format!("{kind}-{}", &task.id[task.id.len().saturating_sub(6)..]),
+        account: task.input.account,
+        amount: task.input.amount,
+    };
+    Worker::new(client, "demo-bank")
+        .handler("debit-account", move |task: Task<Movement>| async move {
+            if task.input.account == "mallory" {
+                return Err(TaskError::business(
+                    "INSUFFICIENT_FUNDS",
+                    "mallory's account is empty",
+                ));
+            }
+            Ok(receipt(task, "debit"))
+        })
+        .handler("credit-account", move |task: Task<Movement>| async move {
+            Ok(receipt(task, "credit"))
+        })
+        .poll_wait(Duration::from_secs(1))
+}
+
+async fn send_transfers(client: &Client) -> Result<BTreeMap<&'static str, String>, String> {
+    let mut instances = BTreeMap::new();
+    for transfer in TRANSFERS {
+        let data = json!({"transferId": transfer.id, "from": transfer.from, "to": "dave", "amount": transfer.amount});
+        let event = CloudEvent::new(
+            format!("demo-{}", transfer.id),
+            "demo.transfer",
+            "sutra-demo",
+            data,
+        );
+        let sent = client
+            .send("transfer-requests", &event)
+            .await
+            .map_err(|e| e.to_string())?;
+        let instance = match sent {
+            sutra_client::Sent::Accepted(accepted) => accepted.instance,
+            sutra_client::Sent::Replied { instance, .. } => instance.unwrap_or_default(),
+        };
+        println!(
+            "→ sent {} ({} → dave, {}): instance {}  — {}",
+            transfer.id,
+            transfer.from,
+            transfer.amount,
+            short(&instance),
+            transfer.story
+        );
+        instances.insert(transfer.id, instance);
+    }
+    println!();
+    Ok(instances)
+}
+
+/// Shows every change of each instance's position until all have settled.
+async fn watch(client: &Client, instances: &BTreeMap<&'static str, String>) -> Result<(), String> {
+    let started = Instant::now();
+    let mut seen: BTreeMap<&str, String> = BTreeMap::new();
+    loop {
+        let mut settled = 0;
+        for (transfer, id) in instances {
+            let instance = client.instance(id).await.map_err(|e| e.to_string())?;
+            let now = describe(&instance);
+            if seen.get(transfer) != Some(&now) {
+                println!("  {transfer}  {now}");
+                seen.insert(transfer, now);
+            }
+            settled += usize::from(is_settled(&instance));
+        }
+        if settled == instances.len() {
+            println!();
+            return Ok(());
+        }
+        if started.elapsed() > PATIENCE {
+            return Err("the transfers did not settle within a minute; see the log above".into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Ended, or parked somewhere nothing in the demo will move it from.
+fn is_settled(instance: &Instance) -> bool {
+    instance.status != "suspended" || instance.tokens.iter().any(|token| token.node == "approval")
+}
+
+fn describe(instance: &Instance) -> String {
+    match (
+        instance.status.as_str(),
+        &instance.failure,
+        instance.tokens.first(),
+    ) {
+        ("failed", Some(failure), _) => format!("failed: {} ({})", failure.code, failure.detail),
+        ("suspended", _, Some(token)) => format!(
+            "suspended at `{}` ({})",
+            token.node,
+            token
+                .park
+                .as_ref()
+                .map(crate::instances::show::park)
+                .unwrap_or_default()
+        ),
+        (status, _, _) => status.to_owned(),
+    }
+}
+
+async fn summarize(
+    client: &Client,
+    instances: &BTreeMap<&'static str, String>,
+    ledger: &Ledger,
+) -> Result<(), String> {
+    let mut rows = Vec::new();
+    for (transfer, id) in instances {
+        let instance = client.instance(id).await.map_err(|e| e.to_string())?;
+        let steps = client.history(id).await.map_err(|e| e.to_string())?.len();
+        rows.push(vec![
+            transfer.to_string(),
+            short(id),
+            instance.status.clone(),
+            steps.to_string(),
+        ]);
+    }
+    let mut table = output::Table::new(&["TRANSFER", "INSTANCE", "STATUS", "HISTORY EVENTS"]);
+    rows.into_iter().for_each(|row| table.row(row));
+    print!("{}", table.render());
+    let deadline = Instant::now() + PATIENCE;
+    while ledger.received() < 3 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!(
+        "\nThe ledger webhook received {} entries, each with an Idempotency-Key.",
+        ledger.received()
+    );
+    Ok(())
+}
+
+fn how_to_continue(url: &str, keep_running: bool) {
+    let first = if keep_running {
+        format!("This engine keeps running at {url} until Ctrl-C. From another terminal:")
+    } else {
+        "Next: `sutra demo --keep-running` keeps this engine and its worker up (on the default\n\
+         address, so no --server flag is needed); then, from another terminal:"
+            .to_owned()
+    };
+    println!(
+        "\n{first}
+  sutra send transfer-requests --id t-42 --data '{{\"transferId\":\"t-42\",\"from\":\"alice\",\"to\":\"bob\",\"amount\":10}}'
+  sutra instances list                 sutra instances show ID
+  sutra instances history ID           sutra tasks list
+  curl -s http://127.0.0.1:7480/v1/instances
+Your own engine: `sutra serve` (embedded store in ./sutra.db), `sutra deploy FILE`, and a worker
+built with the sutra-client crate. `sutra check FILE` validates a flow offline; the flow language
+is in docs/spec.md §2. (`cargo install --path crates/sutra-cli` puts `sutra` on your PATH.)"
+    );
+}
+
+fn short(id: &str) -> String {
+    id.get(id.len().saturating_sub(12)..)
+        .unwrap_or(id)
+        .to_owned()
+}
+
+/// The stub ledger: answers every webhook with 200 and counts them.
+#[derive(Clone, Default)]
+struct Ledger {
+    received: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Ledger {
+    fn received(&self) -> usize {
+        self.received.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+async fn start_ledger() -> Result<(String, Ledger), String> {
+    let ledger = Ledger::default();
+    let counter = ledger.clone();
+    let app = axum::Router::new().route(
+        "/ledger",
+        axum::routing::post(move |body: axum::Json<Value>| {
+            let counter = counter.clone();
+            async move {
+                counter
+                    .received
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let transfer = body.0["data"]["transfer"]
+                    .as_str()
+                    .unwrap_or("?")
+                    .to_owned();
+                println!("  ledger  webhook for {transfer}");
+                axum::http::StatusCode::OK
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok((format!("http://{addr}/ledger"), ledger))
+}

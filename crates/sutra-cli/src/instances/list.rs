@@ -1,0 +1,47 @@
+//! `sutra instances list`: one line per instance, filtered and paged by the server.
+
+use sutra_client::{Instance, InstanceQuery, Page};
+
+use crate::output::{page, time};
+use crate::remote::{CommandError, Context};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Only instances with this status: suspended, completed, cancelled or failed.
+    #[arg(long)]
+    status: Option<String>,
+    /// Only instances of this flow.
+    #[arg(long)]
+    flow: Option<String>,
+    /// At most this many (the server's default is 100).
+    #[arg(long, value_name = "N")]
+    limit: Option<u32>,
+    /// Continue after this cursor (printed under a full page).
+    #[arg(long, value_name = "CURSOR")]
+    after: Option<String>,
+}
+
+pub async fn run(args: &Args, context: Context) -> Result<(), CommandError> {
+    let query = InstanceQuery {
+        status: args.status.clone(),
+        flow: args.flow.clone(),
+        limit: args.limit,
+        after: args.after.clone(),
+    };
+    let instances = context.client.instances(&query).await?;
+    context.print(&instances, human);
+    Ok(())
+}
+
+fn human(instances: &Page<Instance>) -> String {
+    let header = ["ID", "FLOW", "VERSION", "STATUS", "UPDATED"];
+    page(instances, "instance", &header, |instance| {
+        vec![
+            instance.id.clone(),
+            instance.flow.clone(),
+            instance.version.to_string(),
+            instance.status.clone(),
+            time(&instance.updated_at),
+        ]
+    })
+}

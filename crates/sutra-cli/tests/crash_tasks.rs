@@ -1,0 +1,92 @@
+//! Crash test of the pull surface: a real `sutra serve` killed with SIGKILL inside a task
+//! completion — after the store recorded it, before the worker heard back — then restarted on
+//! the same database file.
+//!
+//! The completion and its delivery were one transaction, so after the restart `recover` takes
+//! the delivery and the instance advances exactly once; the worker, never having heard back,
+//! retries with the same token and is told its lock is gone instead of advancing it again.
+
+use serde_json::{Value, json};
+use sutra_testkit::{Scratch, Server, ServerOptions, assert_audit_sequence_is_whole};
+
+const FLOWS: &str = r#"
+name: crash-tasks
+channels:
+  transfers:
+    transport: http
+    correlate: data.id
+flows:
+  transfer:
+    start: { channel: transfers }
+    nodes:
+      - id: debit
+        task: { topic: debit, input: { id: "= vars.input.id" } }
+        output: debit
+      - id: credit
+        task: { topic: credit, input: { id: "= vars.input.id" } }
+        output: credit
+"#;
+
+fn options(scratch: &Scratch) -> ServerOptions {
+    ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), scratch.database())
+        .env("SUTRA_INSTANCE_CLAIM_TIMEOUT", "PT1S")
+        .env("SUTRA_INSTANCE_SWEEP_INTERVAL", "PT0.5S")
+}
+
+async fn poll_one(server: &Server, topic: &str) -> Value {
+    let body = json!({"worker": "w1", "topics": [topic], "wait": "PT30S"});
+    let (status, tasks) = server.post_json("/v1/tasks/poll", &body).await;
+    assert_eq!(status, 200, "{tasks}");
+    assert_eq!(tasks.as_array().map(Vec::len), Some(1), "{tasks}");
+    tasks[0].clone()
+}
+
+fn completion(task: &Value) -> (String, Value) {
+    let path = format!("/v1/tasks/{}/complete", task["id"].as_str().unwrap());
+    let body = json!({"lock_token": task["lock_token"], "output": {"debited": true}});
+    (path, body)
+}
+
+#[tokio::test]
+async fn a_completion_killed_before_its_reply_is_taken_exactly_once() {
+    let scratch = Scratch::new("after-task-complete");
+    let mut server = Server::start(&options(&scratch).env("SUTRA_FAULT", "after-task-complete"));
+    let (status, body) = server.deploy(FLOWS).await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = server.send("transfers", "t-1", json!({"id": "t1"})).await;
+    assert_eq!(status, 202, "{body}");
+    let instance = body["instance"].as_str().unwrap().to_owned();
+    let debit = poll_one(&server, "debit").await;
+    let (path, body) = completion(&debit);
+
+    let answer = server.try_post_json(&path, &body).await;
+    assert!(
+        answer.is_none(),
+        "the fault point was not reached: {answer:?}"
+    );
+    assert!(
+        server.wait_for_death(),
+        "the server was not killed by a signal"
+    );
+
+    let server = Server::start(&options(&scratch));
+    let (status, retried) = server.post_json(&path, &body).await;
+    assert_eq!(
+        (status, retried["code"].as_str()),
+        (409, Some("SUTRA.TASK.LOCK.LOST")),
+        "{retried}"
+    );
+    let advanced = server.wait_for_node(&instance, "credit").await;
+    assert_eq!(advanced["vars"]["debit"], json!({"debited": true}));
+    let credit = poll_one(&server, "credit").await;
+    let (path, body) = completion(&credit);
+    assert_eq!(server.post_json(&path, &body).await.0, 200);
+    server.wait_for_status(&instance, "completed").await;
+    let history = server.history(&instance).await;
+    assert_audit_sequence_is_whole(&history);
+    let completions = history
+        .iter()
+        .filter(|event| event["kind"] == "task_completed")
+        .count();
+    assert_eq!(completions, 2, "debit and credit, once each: {history:?}");
+}

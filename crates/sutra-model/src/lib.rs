@@ -1,0 +1,24 @@
+//! A model of Sutra's coordination protocol — claims with fences, commits that release, the
+//! owner-blind sweep, look-again after a refusal and `recover` — checked exhaustively by
+//! stateright in `cargo test`.
+//!
+//! Why a model: the protocol's failures live in interleavings of crashes, stalls and lanes that
+//! no example-based test reaches on purpose (an all-green suite at one lane proves nothing about
+//! two). The model mirrors the engine's store statements and dispatcher, and every named
+//! property is checked against the protocol and against each plausible regression of it
+//! (`Protocol`), which must fail. `docs/protocol.md` holds the prose, the mapping to the engine
+//! and the counterexamples.
+
+mod check;
+mod model;
+mod properties;
+mod setup;
+mod state;
+mod trace;
+
+pub use check::{Report, exhaustively, until_failure};
+pub use model::{Action, ProtocolModel};
+pub use properties::{
+    ASKED_IS_TAKEN, CLAIM_NOT_FOREVER, COMMITTED_IMPLIES_UNOWNED, EXCLUSION, NO_LOST_COMMIT,
+};
+pub use setup::{Protocol, RowSpec, Setup};

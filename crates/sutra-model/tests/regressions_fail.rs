@@ -1,0 +1,63 @@
+//! Each plausible regression of the protocol is caught by the same check, in the same world,
+//! that the engine's protocol passes: the test names the property that must fail, and checks
+//! that the shortest counterexample is the scenario the regression is known for. The traces are
+//! printed (`cargo test -p sutra-model -- --nocapture`) and pasted in docs/protocol.md.
+
+use sutra_model::{ASKED_IS_TAKEN, EXCLUSION, NO_LOST_COMMIT, Protocol, Setup, until_failure};
+
+/// The shortest counterexample to `property` under `protocol`, printed.
+fn counterexample(protocol: Protocol, property: &'static str) -> String {
+    let report = until_failure(protocol, Setup::standard(), property);
+    let Some(trace) = report.failed(property) else {
+        panic!("{protocol:?} keeps {property}: the check no longer catches this regression");
+    };
+    println!(
+        "{protocol:?} breaks {property} ({} states, {:.1?}):\n{trace}\n",
+        report.unique_states, report.elapsed
+    );
+    trace.to_owned()
+}
+
+fn shows(trace: &str, scenario: &[&str]) {
+    for event in scenario {
+        assert!(trace.contains(event), "expected `{event}` in:\n{trace}");
+    }
+}
+
+#[test]
+fn per_process_owner_breaks_exclusion() {
+    let trace = counterexample(Protocol::PerProcessOwner, EXCLUSION);
+    shows(&trace, &["lane-0", "lane-1", ".0, fence 1", ".0, fence 2"]);
+}
+
+#[test]
+fn no_look_again_strands_an_asked_row() {
+    let trace = counterexample(Protocol::NoLookAgain, ASKED_IS_TAKEN);
+    shows(&trace, &["parked for a hand-over", "crashes"]);
+}
+
+#[test]
+fn no_recover_strands_an_asked_row() {
+    let trace = counterexample(Protocol::NoRecover, ASKED_IS_TAKEN);
+    shows(&trace, &["crashes", "restarts"]);
+}
+
+#[test]
+fn unfenced_commit_loses_a_commit() {
+    let trace = counterexample(Protocol::UnfencedCommit, NO_LOST_COMMIT);
+    shows(&trace, &["stalls", "from fence 1: lands"]);
+}
+
+#[test]
+fn shared_admin_owner_breaks_exclusion() {
+    let trace = counterexample(Protocol::SharedAdminOwner, EXCLUSION);
+    shows(
+        &trace,
+        &[
+            "admin#0",
+            "admin#1",
+            ".0/admin, fence 1",
+            ".0/admin, fence 2",
+        ],
+    );
+}

@@ -1,0 +1,67 @@
+//! How values cross into PostgreSQL and back: times as BIGINT microseconds and unsigned counters
+//! as BIGINT, as every SQL backend keeps them ([`sutra_store::codec`], re-exported here), JSON as
+//! JSONB, and sqlx's errors as the store's — a retry-safe [`Error::Unavailable`] kept apart from
+//! [`Error::Corrupt`] bugs, decided by the SQLSTATE class rather than by reading messages.
+
+use jiff::SignedDuration;
+use serde_json::Value;
+use sutra_core::snapshot::Snapshot;
+pub use sutra_store::codec::{
+    corrupt, duration_micros, history_kind, micros, park, park_id, parse_history_kind, signed,
+    timestamp, unsigned,
+};
+use sutra_store::{Error, Result};
+
+/// A duration as a non-negative age in microseconds, for `sutra_now() - age`: a negative
+/// timeout would make every claim stale at once, and the subtraction must not overflow.
+pub fn age(duration: SignedDuration) -> i64 {
+    duration_micros(duration).max(0)
+}
+
+pub fn snapshot(json: Value) -> Result<Snapshot> {
+    Snapshot::from_json(json).map_err(|e| corrupt("a snapshot", e))
+}
+
+/// SQLSTATE classes that say the database could not do the work now, not that the work is wrong:
+/// connection exceptions (08), transaction rollbacks — serialization failures and deadlocks —
+/// (40), insufficient resources (53), a lock not obtained in time (55), an operator intervening
+/// or the server shutting down or restarting (57), system I/O errors (58). Every write is one
+/// transaction, so any of them is retry-safe.
+const RETRYABLE_CLASSES: [&str; 6] = ["08", "40", "53", "55", "57", "58"];
+
+/// A transaction killed for idling while it held locks (a frozen replica): retry-safe too.
+const IDLE_IN_TRANSACTION_TIMEOUT: &str = "25P03";
+
+/// Broken constraints (a repeated history sequence, another tenant's row), malformed data and
+/// undecodable rows are bugs: [`Error::Corrupt`]. Everything the database or the network refused
+/// for now (connections, the pool, I/O, serialization failures, lock and idle timeouts) is
+/// [`Error::Unavailable`].
+pub fn db(error: sqlx::Error) -> Error {
+    match error {
+        sqlx::Error::Database(e) => {
+            let code = e.code().unwrap_or_default();
+            let retryable = code == IDLE_IN_TRANSACTION_TIMEOUT
+                || RETRYABLE_CLASSES
+                    .iter()
+                    .any(|class| code.starts_with(class));
+            if retryable {
+                Error::Unavailable(e.to_string())
+            } else {
+                Error::Corrupt(format!("{e} (SQLSTATE {code})"))
+            }
+        }
+        sqlx::Error::RowNotFound
+        | sqlx::Error::TypeNotFound { .. }
+        | sqlx::Error::ColumnIndexOutOfBounds { .. }
+        | sqlx::Error::ColumnNotFound(_)
+        | sqlx::Error::ColumnDecode { .. }
+        | sqlx::Error::Encode(_)
+        | sqlx::Error::Decode(_) => Error::Corrupt(error.to_string()),
+        other => Error::Unavailable(other.to_string()),
+    }
+}
+
+/// Whether a failed statement waited for a row lock longer than `lock_timeout` allows.
+pub fn is_lock_timeout(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(e) if e.code().as_deref() == Some("55P03"))
+}

@@ -1,0 +1,178 @@
+//! The pull surface's vocabulary (SPEC §5.5): what a worker asks of the store and gets back, and
+//! the rules every backend applies the same way — whether a lock token still holds its task, what
+//! a failed attempt leads to, and how long a retry backs off.
+//!
+//! The rules are plain functions here rather than SQL in each backend so that SQLite and
+//! PostgreSQL cannot disagree on them; a backend reads the task row inside its write transaction,
+//! asks these functions, and writes what they say.
+
+use jiff::{SignedDuration, Timestamp};
+use serde_json::Value;
+use sutra_core::codes;
+use sutra_core::step::TaskError;
+
+use crate::{DeliveryId, Error, Result, TaskState};
+
+/// A worker's poll: lock up to `max` tasks of `topics`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskPoll {
+    pub tenant: String,
+    /// Who takes the locks; recorded on the task and named if its lock expires.
+    pub worker: String,
+    pub topics: Vec<String>,
+    pub max: u32,
+    /// How long each lock lasts; `None`: the task node's own `lock`.
+    pub lock: Option<SignedDuration>,
+}
+
+/// A task locked for a worker.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LockedTask {
+    pub id: String,
+    pub instance: String,
+    pub topic: String,
+    pub input: Value,
+    /// Which attempt this lock is, from 1.
+    pub attempt: u32,
+    /// Proof of the lock, required to complete, fail or extend the task.
+    pub lock_token: String,
+    pub lock_expires_at: Timestamp,
+}
+
+/// What one poll did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Polled {
+    pub tasks: Vec<LockedTask>,
+    /// Exhausted deliveries the poll recorded for tasks whose last attempt's lock expired: the
+    /// caller should dispatch them now.
+    pub due_now: Vec<DeliveryId>,
+}
+
+/// A worker's report that an attempt failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskFailure {
+    pub error: TaskError,
+    /// `false`: a business error, sent to the node's `on-error` at once whatever the budget.
+    pub retry: bool,
+}
+
+/// Which tasks a listing shows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskFilter {
+    pub topic: Option<String>,
+    pub state: Option<TaskState>,
+    /// Keyset cursor: tasks are listed in id order, so `id > after` pages forward.
+    pub after: Option<String>,
+    /// At most this many; `0` means no limit.
+    pub limit: u32,
+}
+
+/// A task's lock as stored, to check a worker's token against.
+#[derive(Debug, Clone, Copy)]
+pub struct TaskLock<'a> {
+    pub state: TaskState,
+    pub token: Option<&'a str>,
+    pub until: Option<Timestamp>,
+}
+
+impl TaskLock<'_> {
+    /// Whether `presented` holds task `id` at `now`. A lock that expired is lost even before
+    /// another worker takes the task: the expiry already counted as a failed attempt.
+    pub fn check(&self, id: &str, presented: &str, now: Timestamp) -> Result<()> {
+        let why = match (self.state, self.token, self.until) {
+            (TaskState::Locked, Some(token), _) if token != presented => {
+                "the lock token does not match: another worker holds it now, or it was never this task's"
+            }
+            (TaskState::Locked, Some(_), Some(until)) if until > now => return Ok(()),
+            (TaskState::Locked, _, _) => "the lock expired",
+            (TaskState::Available, _, _) => {
+                "the task is not locked (its lock expired or it failed, and it waits for a poll)"
+            }
+            (TaskState::Completed, _, _) => "the task was already completed",
+            (TaskState::Failed | TaskState::Terminal, _, _) => "the task already failed",
+            (TaskState::Cancelled, _, _) => {
+                "the task was cancelled: its instance no longer waits on it"
+            }
+        };
+        Err(Error::LockLost(format!("task {id}: {why}")))
+    }
+}
+
+/// Where a failed attempt leaves the task: [`TaskState::Failed`] for a business error,
+/// [`TaskState::Available`] for a retry within the budget, [`TaskState::Terminal`] past it. The
+/// budget is `retries` retries after the first attempt: `retries + 1` attempts in all.
+pub fn after_failure(attempt: u32, retries: u32, retry: bool) -> TaskState {
+    if !retry {
+        TaskState::Failed
+    } else if attempt <= retries {
+        TaskState::Available
+    } else {
+        TaskState::Terminal
+    }
+}
+
+/// How long the retry after failed attempt `attempt` (from 1) waits: `backoff * 2^(attempt-1)`,
+/// saturating (64 doublings saturate any non-zero backoff).
+pub fn retry_backoff(backoff: SignedDuration, attempt: u32) -> SignedDuration {
+    let doublings = attempt.saturating_sub(1).min(64);
+    (0..doublings).fold(backoff, |delay, _| delay.saturating_mul(2))
+}
+
+/// The error an exhausted delivery carries when the last attempt's lock expired: no worker
+/// answered, so there is no worker message to pass on.
+pub fn lock_expired(worker: Option<&str>, attempt: u32) -> TaskError {
+    let worker = worker.map_or_else(String::new, |worker| format!(" of worker `{worker}`"));
+    TaskError {
+        code: codes::TASK_LOCK_LOST.code.to_owned(),
+        message: format!("the lock{worker} on attempt {attempt} expired without an answer"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_is_retries_after_the_first_attempt() {
+        assert_eq!(after_failure(1, 0, true), TaskState::Terminal);
+        assert_eq!(after_failure(1, 2, true), TaskState::Available);
+        assert_eq!(after_failure(3, 2, true), TaskState::Terminal);
+        assert_eq!(after_failure(1, 2, false), TaskState::Failed);
+    }
+
+    #[test]
+    fn backoff_doubles_per_failed_attempt_and_saturates() {
+        let five = SignedDuration::from_secs(5);
+        assert_eq!(retry_backoff(five, 1), five);
+        assert_eq!(retry_backoff(five, 3), SignedDuration::from_secs(20));
+        assert_eq!(retry_backoff(five, u32::MAX), SignedDuration::MAX);
+    }
+
+    #[test]
+    fn only_the_live_matching_token_holds_the_lock() {
+        let now = Timestamp::now();
+        let later = now + SignedDuration::from_secs(1);
+        let locked = TaskLock {
+            state: TaskState::Locked,
+            token: Some("t"),
+            until: Some(later),
+        };
+        assert_eq!(locked.check("x", "t", now), Ok(()));
+        assert!(matches!(
+            locked.check("x", "u", now),
+            Err(Error::LockLost(_))
+        ));
+        assert!(matches!(
+            locked.check("x", "t", later),
+            Err(Error::LockLost(_))
+        ));
+        let completed = TaskLock {
+            state: TaskState::Completed,
+            ..locked
+        };
+        assert!(matches!(
+            completed.check("x", "t", now),
+            Err(Error::LockLost(_))
+        ));
+    }
+}
