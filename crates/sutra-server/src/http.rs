@@ -5,12 +5,13 @@
 
 use std::sync::Arc;
 
-use axum::body::{Body, to_bytes};
+use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sutra_core::codes;
@@ -59,14 +60,34 @@ pub fn router(api: Api) -> Router {
 
 type Result<T, E = Problem> = std::result::Result<T, E>;
 
+/// How much of an oversized body is read and dropped before answering 413. A server that
+/// answers while the client is still sending makes most clients report a broken connection
+/// instead of the answer; reading a bounded excess lets them see the 413 and its code.
+const OVERSIZED_DRAIN_BYTES_MAX: usize = 16 << 20;
+
 pub(crate) async fn read_body(body: Body, max_bytes: usize) -> Result<axum::body::Bytes> {
-    to_bytes(body, max_bytes).await.map_err(|_| {
-        Problem::new(
-            codes::INTAKE_VALIDATION,
-            format!("the body is larger than {max_bytes} bytes (sutra.intake.max-bytes)"),
-        )
-        .with_status(StatusCode::PAYLOAD_TOO_LARGE)
-    })
+    let mut chunks = body.into_data_stream();
+    let (mut kept, mut seen) = (Vec::new(), 0usize);
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| {
+            Problem::new(
+                codes::INTAKE_DECODE,
+                format!("the body could not be read: {e}"),
+            )
+        })?;
+        seen = seen.saturating_add(chunk.len());
+        if seen <= max_bytes {
+            kept.extend_from_slice(&chunk);
+        } else if seen > max_bytes.saturating_add(OVERSIZED_DRAIN_BYTES_MAX) {
+            break;
+        }
+    }
+    if seen > max_bytes {
+        let detail = format!("the body is larger than {max_bytes} bytes (sutra.intake.max-bytes)");
+        return Err(Problem::new(codes::INTAKE_VALIDATION, detail)
+            .with_status(StatusCode::PAYLOAD_TOO_LARGE));
+    }
+    Ok(kept.into())
 }
 
 async fn intake(
