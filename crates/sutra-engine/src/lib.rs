@@ -131,7 +131,7 @@ impl Shared {
 
     /// `{replica_id}/admin`: no lane can produce it, so an administrative claim never re-enters
     /// past a step in flight on this replica. Administrative steps run one at a time
-    /// ([`Engine::administering`]), so *same owner ⇒ serialized* holds for it as for a lane.
+    /// (`Engine::administering`), so *same owner ⇒ serialized* holds for it as for a lane.
     pub fn admin_owner(&self) -> Owner {
         Owner(format!("{}/admin", self.config.replica_id))
     }

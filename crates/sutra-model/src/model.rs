@@ -4,7 +4,8 @@
 //! to the engine function that implements it.
 //!
 //! The predicates are written the way the SQL is (`may_claim` is the claim's `WHERE`,
-//! `commit_lands` the commit's), so that a reviewer can hold one against the other.
+//! `is_current` the commit's and the release's), so that a reviewer can hold one against the
+//! other.
 
 use stateright::{Model, Property};
 
@@ -183,37 +184,32 @@ impl ProtocolModel {
     }
 
     fn take(&self, state: &mut State, r: u8, lane: u8, row: u8) {
-        let owner = self.owner(state, r, lane);
         state.replicas[r as usize].looks &= !(1 << row);
-        let instance = self.row_instance(row);
-        match claim(&mut state.instances[instance as usize], owner) {
-            Some(fence) => {
-                let fresh = state.rows[row as usize].state.pending();
-                self.begin(state, r, lane, instance, Some(row), fence, fresh);
-            }
-            None => self.refused(state, r, row),
+        if !self.try_claim(state, r, lane, self.row_instance(row), Some(row)) {
+            self.refused(state, r, row);
         }
     }
 
+    /// A refused relay or administrative operation answers 409 and writes nothing.
     fn resume(&self, state: &mut State, r: u8, executor: u8, instance: u8) {
         state.budget.resumes -= 1;
-        let owner = self.owner(state, r, executor);
-        if let Some(fence) = claim(&mut state.instances[instance as usize], owner) {
-            self.begin(state, r, executor, instance, None, fence, true);
-        }
+        self.try_claim(state, r, executor, instance, None);
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn begin(
+    /// Claims the instance for the executor and begins its step; `false` for a refusal.
+    fn try_claim(
         &self,
         state: &mut State,
         r: u8,
         executor: u8,
         instance: u8,
         row: Option<u8>,
-        fence: u8,
-        fresh: bool,
-    ) {
+    ) -> bool {
+        let owner = self.owner(state, r, executor);
+        let Some(fence) = claim(&mut state.instances[instance as usize], owner) else {
+            return false;
+        };
+        let fresh = row.is_none_or(|row| state.rows[row as usize].state.pending());
         let claimed = &state.instances[instance as usize];
         state.replicas[r as usize].executors[executor as usize] = Some(Step {
             instance,
@@ -223,6 +219,7 @@ impl ProtocolModel {
             lapsed: false,
             stale: !fresh || claimed.ended,
         });
+        true
     }
 
     /// CLAIM_HELD: the row's next attempt is scheduled (and this process keeps a look for it),
@@ -275,8 +272,7 @@ impl ProtocolModel {
     }
 
     fn commit_lands(&self, instance: &Instance, owner: &Owner, step: &Step) -> bool {
-        !self.protocol.commit_checks_the_claim()
-            || (instance.owner == Some(*owner) && instance.fence == step.fence)
+        !self.protocol.commit_checks_the_claim() || is_current(instance, owner, step.fence)
     }
 
     /// The ending step disarms every park: the instance's other rows are deleted in its commit.
@@ -304,7 +300,7 @@ impl ProtocolModel {
             .take()
             .expect("only a step releases");
         let instance = &mut state.instances[step.instance as usize];
-        if instance.owner == Some(owner) && instance.fence == step.fence {
+        if is_current(instance, &owner, step.fence) {
             instance.owner = None;
             instance.lapsed = false;
             self.hand_over(state, step.instance);
@@ -342,7 +338,7 @@ impl ProtocolModel {
             };
             step.lapsed = true;
             let instance = &mut state.instances[step.instance as usize];
-            if instance.owner == Some(owner) && instance.fence == step.fence {
+            if is_current(instance, &owner, step.fence) {
                 instance.lapsed = true;
             }
         }
@@ -374,8 +370,8 @@ impl ProtocolModel {
         if sweeper_lives && state.instances.iter().any(lapsed) {
             actions.push(Action::Sweep);
         }
-        for (row, state) in state.rows.iter().enumerate() {
-            if state.state == RowState::Deferred {
+        for (row, deferred) in state.rows.iter().enumerate() {
+            if deferred.state == RowState::Deferred {
                 actions.push(Action::ComeDue { row: row as u8 });
             }
         }
@@ -397,6 +393,12 @@ fn claim(instance: &mut Instance, owner: Owner) -> Option<u8> {
 
 fn may_claim(instance: &Instance, owner: &Owner) -> bool {
     instance.owner.is_none() || instance.owner == Some(*owner) || instance.lapsed
+}
+
+/// The commit's and the release's `WHERE owner = $me AND fence = $fence`: the claim the step
+/// took is still the instance's.
+fn is_current(instance: &Instance, owner: &Owner, fence: u8) -> bool {
+    instance.owner == Some(*owner) && instance.fence == fence
 }
 
 impl Model for ProtocolModel {
