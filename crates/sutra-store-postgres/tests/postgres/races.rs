@@ -18,7 +18,7 @@ use crate::common::{
 /// Replicas with pools large enough that every racer has a connection of its own.
 async fn replicas(database: &TestDatabase, count: usize) -> Vec<PostgresStore> {
     let options = PostgresOptions {
-        pool_size: 32,
+        pool_size: 16,
         ..PostgresOptions::default()
     };
     let mut replicas = Vec::with_capacity(count);
