@@ -12,6 +12,7 @@ mod db;
 mod demo;
 mod deploy;
 mod instances;
+mod leases;
 mod output;
 mod remote;
 mod restore;
@@ -35,6 +36,16 @@ struct Cli {
         value_name = "URL"
     )]
     server: String,
+    /// The API token, sent as `Authorization: Bearer` (needed when the server has
+    /// `sutra.auth.tokens`).
+    #[arg(
+        long,
+        global = true,
+        env = "SUTRA_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    token: Option<String>,
     /// Print JSON instead of text, for scripts and other tools.
     #[arg(long, global = true)]
     json: bool,
@@ -67,11 +78,17 @@ enum Command {
     /// List external tasks.
     #[command(subcommand)]
     Tasks(tasks::Command),
+    /// Show who leads which singleton role (timers, the sweep, the purger, singleton channels).
+    Leases,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let (server, json) = (cli.server.as_str(), cli.json);
+    let server = &remote::Server {
+        url: &cli.server,
+        token: cli.token.as_deref(),
+    };
+    let json = cli.json;
     match &cli.command {
         Command::Demo(args) => demo::run(args),
         Command::Check(args) => check::run(args, json),
@@ -83,5 +100,6 @@ fn main() -> ExitCode {
         Command::Restore(instance) => remote::run(server, json, |c| restore::run(instance, c)),
         Command::Cancel(instance) => remote::run(server, json, |c| cancel::run(instance, c)),
         Command::Tasks(command) => remote::run(server, json, |c| tasks::run(command, c)),
+        Command::Leases => remote::run(server, json, leases::run),
     }
 }

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 use sutra_client::{ApiError, Client, Problem, TransportError};
+use sutra_core::codes::{self, Code};
 
 use crate::output::write_stdout;
 
@@ -52,13 +53,31 @@ pub struct InstanceId {
     pub id: String,
 }
 
-/// Runs `command` against the server at `server` and turns its outcome into an exit code.
-pub fn run<F, Fut>(server: &str, json: bool, command: F) -> ExitCode
+/// Where commands send their requests, and as whom.
+pub struct Server<'a> {
+    /// `--server`.
+    pub url: &'a str,
+    /// `--token`: never printed.
+    pub token: Option<&'a str>,
+}
+
+impl Server<'_> {
+    fn client(&self) -> Result<Client, sutra_client::InvalidUrl> {
+        let client = Client::new(self.url)?;
+        Ok(match self.token {
+            Some(token) => client.with_token(token),
+            None => client,
+        })
+    }
+}
+
+/// Runs `command` against `server` and turns its outcome into an exit code.
+pub fn run<F, Fut>(server: &Server, json: bool, command: F) -> ExitCode
 where
     F: FnOnce(Context) -> Fut,
     Fut: Future<Output = Result<(), CommandError>>,
 {
-    let client = match Client::new(server) {
+    let client = match server.client() {
         Ok(client) => client,
         Err(error) => return usage(&error.to_string()),
     };
@@ -81,12 +100,12 @@ where
             ExitCode::from(1)
         }
         Err(CommandError::Api(ApiError::Transport(error))) => {
-            eprint!("{}", unreachable(server, &error));
+            eprint!("{}", unreachable(server.url, &error));
             ExitCode::from(2)
         }
         Err(CommandError::Api(unexpected)) => {
             eprintln!("sutra: {unexpected}");
-            eprintln!("hint: is {server} a Sutra server of this version?");
+            eprintln!("hint: is {} a Sutra server of this version?", server.url);
             ExitCode::from(2)
         }
     }
@@ -130,9 +149,18 @@ fn refusal(problem: &Problem) -> String {
         }
     }
     if let Some(code) = sutra_core::codes::lookup(&problem.code) {
-        text.push_str(&format!("hint: {}\n", code.action));
+        text.push_str(&format!("hint: {}\n", hint(code)));
     }
     text
+}
+
+/// What to do, in the command line's terms where the documented action speaks HTTP.
+fn hint(code: Code) -> &'static str {
+    if code == codes::AUTH_UNAUTHENTICATED {
+        "the server requires an API token: pass it with --token TOKEN, or set SUTRA_TOKEN"
+    } else {
+        code.action
+    }
 }
 
 fn unreachable(server: &str, error: &TransportError) -> String {

@@ -16,6 +16,11 @@ pub struct Args {
     /// Datasource: sqlite://FILE (default sqlite://sutra.db), sqlite::memory: or postgres://….
     #[arg(long)]
     db: Option<String>,
+    /// PostgreSQL: the URL to apply pending migrations through at start, as the role that owns
+    /// the schema, where --db names a role that may only read and write rows
+    /// (sutra.store.migrate-url).
+    #[arg(long, value_name = "URL")]
+    migrate_db: Option<String>,
     /// Address to listen on (default 127.0.0.1:7480; port 0 picks a free one).
     #[arg(long)]
     listen: Option<String>,
@@ -70,6 +75,7 @@ fn settings(
     sources
         .environment(std::env::vars())
         .flag("sutra.datasource", args.db.as_deref())
+        .flag("sutra.store.migrate-url", args.migrate_db.as_deref())
         .flag("sutra.listen", args.listen.as_deref())
         .flag("sutra.engine.lanes", args.lanes.as_deref())
         .flag("sutra.replica-id", args.replica_id.as_deref())

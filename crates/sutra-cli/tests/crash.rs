@@ -264,7 +264,9 @@ async fn a_step_that_keeps_killing_its_replica_is_poisoned() {
         .env("SUTRA_FAULT", "after-claim")
         .env("SUTRA_INSTANCE_MAX_RECOVERIES", "2");
     let mut server = Server::start(&doomed_options);
-    let (status, body) = server.deploy(FLOWS).await;
+    // A longer cool-off, so that the start is answered before the first claim kills the process
+    // even on a loaded machine.
+    let (status, body) = server.deploy(&FLOWS.replace("PT0.2S", "PT2S")).await;
     assert_eq!(status, 201, "{body}");
     let instance = start_order(&server, "x1", true).await;
     for _ in 0..10 {

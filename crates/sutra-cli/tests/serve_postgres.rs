@@ -43,10 +43,10 @@ fn instance_id(body: &Value) -> String {
         .to_owned()
 }
 
-/// Runs `sutra db migrate` on the database; returns its stdout.
+/// Runs `sutra db migrate` on the database as the schema's owner; returns its stdout.
 fn db_migrate(database: &TestDatabase) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_sutra"))
-        .args(["db", "migrate", "--db", database.url()])
+        .args(["db", "migrate", "--db", database.owner_url()])
         .output()
         .expect("run sutra db migrate");
     assert!(
@@ -91,7 +91,7 @@ async fn a_flow_with_a_timer_and_a_receive_completes_on_postgres() {
 
 #[tokio::test]
 async fn db_migrate_prepares_a_database_for_replicas_that_do_not_migrate() {
-    let database = TestDatabase::create().await;
+    let database = TestDatabase::empty().await;
 
     let first = db_migrate(&database);
     let again = db_migrate(&database);
@@ -107,4 +107,35 @@ async fn db_migrate_prepares_a_database_for_replicas_that_do_not_migrate() {
     assert_eq!(status, 201, "{body}");
     let (status, body) = server.send("orders", "o-1", json!({"id": "o1"})).await;
     assert_eq!(status, 202, "{body}");
+}
+
+#[tokio::test]
+async fn a_replica_migrates_as_the_owner_and_serves_as_a_role_that_only_reads_and_writes_rows() {
+    let database = TestDatabase::empty().await;
+
+    let server =
+        Server::start(&serving(&database).env("SUTRA_STORE_MIGRATE_URL", database.owner_url()));
+
+    let (status, body) = server.deploy(FLOWS).await;
+    assert_eq!(status, 201, "{body}");
+    assert!(
+        !server
+            .stderr_text()
+            .contains("row-level security does not bind"),
+        "the serving role is bound by row-level security:\n{}",
+        server.stderr_text()
+    );
+}
+
+#[tokio::test]
+async fn a_replica_serving_as_the_tables_owner_warns_that_row_security_does_not_bind_it() {
+    let database = TestDatabase::create().await;
+
+    let mut server = Server::start(&ServerOptions::new(
+        env!("CARGO_BIN_EXE_sutra"),
+        database.owner_url(),
+    ));
+
+    let warning = server.wait_for_stderr("row-level security does not bind this replica");
+    assert!(warning.contains("sutra_owner owns the tables"), "{warning}");
 }

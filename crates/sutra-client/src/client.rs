@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::duration::iso8601;
 use crate::error::{ApiError, InvalidUrl, Problem, TransportError};
 use crate::types::{
-    Accepted, CloudEvent, Deployment, HistoryEvent, Instance, InstanceQuery, LockExtended,
+    Accepted, CloudEvent, Deployment, HistoryEvent, Instance, InstanceQuery, Leases, LockExtended,
     LockedTask, Page, PollRequest, Sent, StatusChange, TaskFailure, TaskQuery, TaskState,
     TaskSummary,
 };
@@ -28,11 +28,21 @@ const POLL_TIMEOUT_MARGIN: Duration = Duration::from_secs(10);
 const INSTANCE_HEADER: &str = "sutra-instance";
 
 /// A client for one Sutra server. Cheap to clone; clones share connections.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Client {
     http: reqwest::Client,
     base: Url,
     token: Option<String>,
+}
+
+/// Says whether a token is set, never the token: clients end up in workers' debug logs.
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("base", &self.base.as_str())
+            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .finish()
+    }
 }
 
 /// A received answer, before it is decoded.
@@ -149,6 +159,11 @@ impl Client {
             ],
         );
         self.get(url).await
+    }
+
+    /// Who leads which singleton role, and what the answering replica leads.
+    pub async fn leases(&self) -> Result<Leases, ApiError> {
+        self.get(self.url(&["v1", "leases"])).await
     }
 
     /// Locks up to `max` tasks of the given topics, waiting up to `wait` for the first one.

@@ -43,7 +43,7 @@ pub use client::Client;
 pub use error::{ApiError, InvalidUrl, Problem, TASK_LOCK_LOST, TransportError};
 pub use types::{
     Accepted, CloudEvent, Deployment, Diagnostic, Extra, Failure, HistoryEvent, Instance,
-    InstanceQuery, LockExtended, LockedTask, Page, PollRequest, Sent, StatusChange, TaskFailure,
-    TaskQuery, TaskState, TaskSummary, Token,
+    InstanceQuery, Lease, Leases, LockExtended, LockedTask, Page, PollRequest, Sent, StatusChange,
+    TaskFailure, TaskQuery, TaskState, TaskSummary, Token,
 };
 pub use worker::{Task, TaskError, Worker, codes};

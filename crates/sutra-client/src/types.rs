@@ -228,6 +228,35 @@ pub struct TaskSummary {
     pub extra: Extra,
 }
 
+/// Who leads which singleton role (`GET /v1/leases`, SPEC §6).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Leases {
+    /// The lease rows the fleet shares, by role; empty where every replica leads every role
+    /// (the embedded SQLite store).
+    pub items: Vec<Lease>,
+    pub next: Option<String>,
+    /// The replica that answered.
+    pub replica: String,
+    /// The roles the answering replica leads now, as it sees it.
+    pub leading: Vec<String>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// One role's lease. Expired leases stay listed (a released one expires at its release): the
+/// role is free for the next replica that polls.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Lease {
+    pub role: String,
+    /// The replica id that holds, or last held, the lease.
+    pub holder: String,
+    pub expires_at: String,
+    /// Grows by one whenever the holder changes.
+    pub epoch: i64,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
 /// What a worker asks for in one poll.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PollRequest {

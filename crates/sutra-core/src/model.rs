@@ -15,7 +15,9 @@ use crate::expr::{Expr, Template};
 #[derive(Debug, Clone)]
 pub struct Deployment {
     pub name: String,
-    pub tenant: String,
+    /// The tenant the document names, if it names one; a deployment belongs to the tenant that
+    /// deploys it, which must be this one when it is named.
+    pub tenant: Option<String>,
     pub channels: BTreeMap<String, Channel>,
     pub flows: BTreeMap<String, Flow>,
 }

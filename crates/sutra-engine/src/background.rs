@@ -1,37 +1,44 @@
-//! The engine's background loops: the delivery dispatcher and the stuck-instance sweep.
+//! The engine's background loops: the delivery dispatcher and the stuck-instance sweep, the
+//! loops of lease roles `timers` and `instance-sweeper` (SPEC §6): each runs only while this
+//! replica leads its role ([`crate::leadership`]).
 //!
 //! Asked is taken (SPEC §5.6). Every internal delivery — a due timer, a task completion, a
 //! buffered message matched by a park — is a durable row before anyone claims its instance, and
 //! the step that takes it deletes it in its commit. The dispatcher hands due rows to their
 //! lanes. A claimant refused as busy does not drop the row: it defers it with backoff, never
 //! later than one claim timeout, by which time a dead holder's claim has lapsed. The dispatcher's
-//! first pass at start is `recover`, and every sweep wakes it again, so a row asked of a process
-//! that died is taken by whoever runs next.
+//! first pass in each term is `recover`, and every sweep wakes it again, so a row asked of a
+//! process that died is taken by whoever leads `timers` next. A replica that does not lead
+//! `timers` leaves the rows it asks to the leader's passes, every `deliveries_poll` at most; two
+//! dispatchers at once (the embedded store, where every process leads) only bounce on the claim.
 
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 use sutra_core::step::{Event, TaskError};
 use sutra_store::{Delivery, DeliveryKind, InstanceKey};
-use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+use crate::leadership::{INSTANCE_SWEEPER, TIMERS};
 use crate::runner::{StepRequest, Work};
 use crate::{Engine, Error, fault};
 
 /// The first look-again delay after a refusal; it doubles per refusal up to the claim timeout.
 const LOOK_AGAIN_FIRST: SignedDuration = SignedDuration::from_millis(50);
 
+/// The role loops of `timers` and `instance-sweeper`.
 pub(crate) fn spawn(engine: &Arc<Engine>) -> Vec<tokio::task::JoinHandle<()>> {
+    let dispatcher = Arc::clone(engine);
+    let sweeper = Arc::clone(engine);
     vec![
-        tokio::spawn(dispatch_loop(Arc::clone(engine), engine.shutdown_signal())),
-        tokio::spawn(sweep_loop(Arc::clone(engine), engine.shutdown_signal())),
+        engine.spawn_role(TIMERS, move || dispatch_loop(Arc::clone(&dispatcher))),
+        engine.spawn_role(INSTANCE_SWEEPER, move || sweep_loop(Arc::clone(&sweeper))),
     ]
 }
 
-/// Runs until shutdown. A notification sent while a pass is running is kept by `Notify` as a
-/// permit, so a wake-up is never lost between passes.
-async fn dispatch_loop(engine: Arc<Engine>, mut shutdown: watch::Receiver<bool>) {
+/// Runs for as long as the term lasts. A notification sent while a pass is running is kept by
+/// `Notify` as a permit, so a wake-up is never lost between passes.
+async fn dispatch_loop(engine: Arc<Engine>) {
     loop {
         let pause = match engine.dispatch_due().await {
             Ok(Pass::Full) => continue,
@@ -44,18 +51,14 @@ async fn dispatch_loop(engine: Arc<Engine>, mut shutdown: watch::Receiver<bool>)
         tokio::select! {
             _ = tokio::time::sleep(pause.unsigned_abs()) => {}
             _ = engine.shared().deliveries_due.notified() => {}
-            _ = shutdown.changed() => return,
         }
     }
 }
 
-async fn sweep_loop(engine: Arc<Engine>, mut shutdown: watch::Receiver<bool>) {
+async fn sweep_loop(engine: Arc<Engine>) {
     let interval = engine.config().sweep_interval.unsigned_abs();
     loop {
-        tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
-            _ = shutdown.changed() => return,
-        }
+        tokio::time::sleep(interval).await;
         if let Err(error) = engine.sweep().await {
             // Idempotent: the next interval simply sweeps again.
             warn!(%error, "stuck-instance sweep failed; it runs again next interval");

@@ -8,6 +8,10 @@
 //! - [`intake`]: a message on a channel → dedup, relay, start or buffer (SPEC §5.1).
 //! - [`background`]: the delivery dispatcher (timers and every other asked row, with look-again
 //!   and `recover`, SPEC §5.6) and the stuck-instance sweep.
+//! - [`leadership`]: who runs each singleton role (SPEC §6): every process on the embedded
+//!   store, one replica at a time by lease on a shared one. The dispatcher (`timers`), the sweep
+//!   (`instance-sweeper`) and [`history`]'s purger (`history-purger`) run only while leading.
+//! - [`converge`]: deployments made through another replica, loaded and activated here.
 //! - [`settle`]: the deferred-acknowledgement registry (SPEC §5.3).
 //! - [`outbox`]: the outbox worker, and the [`outbox::Sender`] seam the server's transports
 //!   implement (SPEC §5.4).
@@ -15,9 +19,12 @@
 //!   tasks (SPEC §5.5).
 
 pub mod background;
+mod converge;
 pub mod fault;
+mod history;
 pub mod intake;
 mod lane;
+pub mod leadership;
 pub mod outbox;
 pub mod registry;
 pub mod runner;
@@ -29,12 +36,14 @@ use std::sync::{Arc, Mutex, RwLock};
 use jiff::SignedDuration;
 use sutra_core::check;
 use sutra_core::diagnostic::Diagnostic;
+use sutra_core::model::Deployment;
 use sutra_core::step::Event;
 use sutra_store::{DeploymentRecord, InstanceKey, Owner, Store};
 use tokio::sync::{Notify, watch};
 use tracing::warn;
 
 use crate::lane::Lane;
+use crate::leadership::{AlwaysLeading, Elected, Leadership};
 use crate::outbox::Sender;
 use crate::registry::Live;
 use crate::runner::{StepOutcome, StepRequest};
@@ -62,6 +71,16 @@ pub struct EngineConfig {
     /// The longest the outbox worker sleeps between passes when no commit wakes it: the backstop
     /// for rows written by another replica.
     pub outbox_poll: SignedDuration,
+    /// How long a lease lasts unless renewed (`sutra.lease.ttl`), on a store replicas share.
+    pub lease_ttl: SignedDuration,
+    /// How often each role's lease is acquired or renewed, and the store asked whether another
+    /// replica deployed something (`sutra.lease.poll`).
+    pub lease_poll: SignedDuration,
+    /// How long terminal instances are kept (`sutra.history.retention`).
+    pub history_retention: SignedDuration,
+    /// How often the purger looks for history past the retention while it leads
+    /// (`sutra.history.purge-interval`).
+    pub purge_interval: SignedDuration,
 }
 
 impl Default for EngineConfig {
@@ -78,6 +97,10 @@ impl Default for EngineConfig {
             outbox_batch: 100,
             outbox_backoff: SignedDuration::from_secs(1),
             outbox_poll: SignedDuration::from_secs(1),
+            lease_ttl: SignedDuration::from_secs(30),
+            lease_poll: SignedDuration::from_secs(10),
+            history_retention: SignedDuration::from_hours(7 * 24),
+            purge_interval: SignedDuration::from_mins(1),
         }
     }
 }
@@ -150,6 +173,11 @@ pub struct Engine {
     /// waiting here is like waiting in a lane's queue.
     administering: tokio::sync::Mutex<()>,
     shutdown: watch::Sender<bool>,
+    leadership: Arc<dyn Leadership>,
+    /// Set when the role loops must stop for good (see [`Engine::resign`]).
+    resigned: watch::Sender<bool>,
+    /// The role loops: each runs its role's work while this replica leads the role.
+    roles: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Set when waiting long-polls should answer now (see [`Engine::end_polls`]).
     polls_end: watch::Sender<bool>,
     background: Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -169,20 +197,37 @@ pub struct Deployed {
 pub enum DeployError {
     #[error("the deployment is invalid")]
     Invalid(Vec<Diagnostic>),
+    /// The document names a tenant other than the one deploying it.
+    #[error("the document is for tenant `{named}`, and tenant `{deployer}` is deploying it")]
+    OtherTenant { named: String, deployer: String },
     #[error(transparent)]
     Engine(#[from] Error),
 }
 
 impl Engine {
-    /// Loads every deployment, starts the lanes and the background loops. The delivery
-    /// dispatcher's first pass is `recover`: every due row that was asked and not taken. The
+    /// Loads every deployment, starts the lanes, the role loops and the background loops. Each
+    /// role loop runs while this replica leads its role: every process on the embedded store, one
+    /// replica at a time elected by lease on a store replicas share. The delivery dispatcher's
+    /// first pass in each term is `recover`: every due row that was asked and not taken. The
     /// outbox worker sends through `sender`.
     pub async fn start(
         store: Arc<dyn Store>,
         config: EngineConfig,
         sender: Arc<dyn Sender>,
     ) -> Result<Arc<Engine>, Error> {
-        let live = Arc::new(load_live(store.as_ref()).await?);
+        let loaded = loadable(store.deployments(None).await?);
+        let leadership: Arc<dyn Leadership> = if store.shared_by_replicas() {
+            Arc::new(Elected::new(
+                Arc::clone(&store),
+                config.replica_id.clone(),
+                config.lease_ttl,
+                config.lease_poll,
+            ))
+        } else {
+            Arc::new(AlwaysLeading::default())
+        };
+        contend_for_singleton_channels(leadership.as_ref(), &loaded);
+        let live = Arc::new(Live::default().with(loaded));
         let shared = Arc::new(Shared {
             store,
             config: config.clone(),
@@ -209,11 +254,17 @@ impl Engine {
             deploying: tokio::sync::Mutex::new(()),
             administering: tokio::sync::Mutex::new(()),
             shutdown,
+            leadership,
+            resigned: watch::Sender::new(false),
+            roles: Mutex::new(Vec::new()),
             polls_end: watch::Sender::new(false),
             background: Mutex::new(Vec::new()),
             sender,
         });
-        let mut loops = background::spawn(&engine);
+        let mut roles = background::spawn(&engine);
+        roles.push(history::spawn(&engine));
+        *engine.roles.lock().unwrap_or_else(|p| p.into_inner()) = roles;
+        let mut loops = converge::spawn(&engine);
         loops.push(outbox::spawn(&engine));
         *engine.background.lock().unwrap_or_else(|p| p.into_inner()) = loops;
         Ok(engine)
@@ -243,6 +294,26 @@ impl Engine {
         self.shutdown.subscribe()
     }
 
+    /// Who runs which singleton role, as this replica sees it.
+    pub fn leadership(&self) -> &dyn Leadership {
+        self.leadership.as_ref()
+    }
+
+    /// Runs `work` as role `role`'s loop: while this replica leads it, until it resigns.
+    pub(crate) fn spawn_role<W, F>(
+        &self,
+        role: &'static str,
+        work: W,
+    ) -> tokio::task::JoinHandle<()>
+    where
+        W: FnMut() -> F + Send + 'static,
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let signal = self.leadership.role(role);
+        let stop = self.resigned.subscribe();
+        tokio::spawn(leadership::while_leading(role, signal, stop, work))
+    }
+
     /// The lane that owns `instance` (affinity by a stable hash of its id).
     pub(crate) fn lane_for(&self, instance: &str) -> &Lane {
         let hash = xxhash_rust::xxh3::xxh3_64(instance.as_bytes());
@@ -266,9 +337,9 @@ impl Engine {
         self.lanes.iter().map(Lane::queue_depth).collect()
     }
 
-    /// Checks, stores and activates a deployment: version n+1 becomes active on every lane
-    /// before intake routes to it.
-    pub async fn deploy(&self, source: &str) -> Result<Deployed, DeployError> {
+    /// Checks, stores and activates a deployment for `tenant`: version n+1 becomes active on every
+    /// lane before intake routes to it. A document naming a tenant must name `tenant`.
+    pub async fn deploy(&self, tenant: &str, source: &str) -> Result<Deployed, DeployError> {
         let _one_at_a_time = self.deploying.lock().await;
         let checked = check::check(source);
         let (errors, warnings): (Vec<_>, Vec<_>) = checked
@@ -278,22 +349,43 @@ impl Engine {
         let Some(deployment) = checked.deployment.filter(|_| errors.is_empty()) else {
             return Err(DeployError::Invalid(errors));
         };
-        let conflicts = channel_conflicts(&self.live(), &deployment);
+        if let Some(named) = deployment
+            .tenant
+            .as_deref()
+            .filter(|named| *named != tenant)
+        {
+            return Err(DeployError::OtherTenant {
+                named: named.to_owned(),
+                deployer: tenant.to_owned(),
+            });
+        }
+        let conflicts = channel_conflicts(&self.live(), tenant, &deployment);
         if !conflicts.is_empty() {
             return Err(DeployError::Invalid(conflicts));
         }
         let record = self
             .shared
             .store
-            .deploy(&deployment.tenant, &deployment.name, source)
+            .deploy(tenant, &deployment.name, source)
             .await
             .map_err(Error::from)?;
-        let live = Arc::new(self.live().with(&record, deployment));
+        self.activate(vec![(record.clone(), deployment)]).await?;
+        Ok(Deployed { record, warnings })
+    }
+
+    /// Adds stored `versions` to the live set: every lane flips to it before intake routes by it,
+    /// so that no step sees half a deployment (SPEC §6), and the singleton channels the versions
+    /// declare are contended for from now on. The one activation path, for deployments made here
+    /// and those made through other replicas; callers hold `deploying`, so that two activations
+    /// never interleave.
+    async fn activate(&self, versions: Vec<(DeploymentRecord, Deployment)>) -> Result<(), Error> {
+        contend_for_singleton_channels(self.leadership.as_ref(), &versions);
+        let live = Arc::new(self.live().with(versions));
         for lane in &self.lanes {
             lane.activate(Arc::clone(&live)).await?;
         }
         *self.live.write().unwrap_or_else(|p| p.into_inner()) = live;
-        Ok(Deployed { record, warnings })
+        Ok(())
     }
 
     /// Cancels an instance under the administrative owner (SPEC §7.4's distinct owner).
@@ -371,8 +463,23 @@ impl Engine {
         Ok(())
     }
 
-    /// Stops the background loops and the lanes, letting each finish the request in hand.
+    /// Stops the role loops and gives up this replica's leases, so that other replicas take the
+    /// roles at their next poll rather than after the TTL (the restart hang of the design text).
+    /// Call it as soon as shutting down begins, before draining requests; steps already in the
+    /// lanes finish under their claims. [`Engine::shutdown`] calls it too.
+    pub async fn resign(&self) {
+        self.resigned.send_replace(true);
+        let roles = std::mem::take(&mut *self.roles.lock().unwrap_or_else(|p| p.into_inner()));
+        for handle in roles {
+            let _ = handle.await;
+        }
+        self.leadership.resign().await;
+    }
+
+    /// Resigns, then stops the background loops and the lanes, letting each finish the request
+    /// in hand.
     pub async fn shutdown(&self) {
+        self.resign().await;
         let _ = self.shutdown.send(true);
         self.end_polls();
         let loops = std::mem::take(&mut *self.background.lock().unwrap_or_else(|p| p.into_inner()));
@@ -414,12 +521,16 @@ fn poisoned_commit(
 }
 
 /// A channel name belongs to one deployment per tenant: intake routes by channel alone.
-fn channel_conflicts(live: &Live, deployment: &sutra_core::model::Deployment) -> Vec<Diagnostic> {
+fn channel_conflicts(
+    live: &Live,
+    tenant: &str,
+    deployment: &sutra_core::model::Deployment,
+) -> Vec<Diagnostic> {
     deployment
         .channels
         .keys()
         .filter_map(|channel| {
-            let owner = live.channel_owner(&deployment.tenant, channel, &deployment.name)?;
+            let owner = live.channel_owner(tenant, channel, &deployment.name)?;
             Some(Diagnostic::error(
                 "channel-taken",
                 sutra_core::diagnostic::Span::default(),
@@ -430,20 +541,34 @@ fn channel_conflicts(live: &Live, deployment: &sutra_core::model::Deployment) ->
         .collect()
 }
 
-/// Loads every non-retired deployment version. A version that no longer checks (written by a
-/// newer build, or edited by hand) is skipped loudly rather than stopping the replica.
-async fn load_live(store: &dyn Store) -> Result<Live, Error> {
-    let mut live = Live::default();
-    for record in store.deployments(None).await? {
-        if record.status == sutra_store::DeploymentStatus::Retired {
-            continue;
-        }
-        match check::check(&record.source).deployment {
-            Some(deployment) => live.insert(&record, deployment),
+/// Every non-retired version of `records` with its checked definition. A version that no longer
+/// checks (written by a newer build, or edited by hand) is skipped loudly rather than stopping
+/// the replica.
+fn loadable(records: Vec<DeploymentRecord>) -> Vec<(DeploymentRecord, Deployment)> {
+    records
+        .into_iter()
+        .filter(|record| record.status != sutra_store::DeploymentStatus::Retired)
+        .filter_map(|record| match check::check(&record.source).deployment {
+            Some(deployment) => Some((record, deployment)),
             None => {
-                warn!(deployment = %record.name, version = record.version, "stored deployment no longer checks; skipped")
+                warn!(deployment = %record.name, version = record.version, "stored deployment no longer checks; skipped");
+                None
+            }
+        })
+        .collect()
+}
+
+/// Registers the role of every channel of `versions` declared `singleton: true` (SPEC §6: on
+/// first need). Nothing consumes a broker yet, so the role is only held and shown.
+fn contend_for_singleton_channels(
+    leadership: &dyn Leadership,
+    versions: &[(DeploymentRecord, Deployment)],
+) {
+    for (record, deployment) in versions {
+        for (name, channel) in &deployment.channels {
+            if channel.singleton {
+                leadership.role(&crate::leadership::channel_role(&record.tenant, name));
             }
         }
     }
-    Ok(live)
 }

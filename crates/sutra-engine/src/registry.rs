@@ -38,19 +38,27 @@ impl ChannelRoute {
 }
 
 impl Live {
-    /// Adds a checked deployment version. An active version replaces the previous active one
-    /// for routing; the previous one stays loaded (draining).
-    pub fn with(&self, record: &DeploymentRecord, deployment: Deployment) -> Live {
+    /// This set with checked deployment versions added, in order. An active version replaces
+    /// the previous active one for routing; the previous one stays loaded (draining).
+    pub fn with(&self, versions: Vec<(DeploymentRecord, Deployment)>) -> Live {
         let mut next = Live {
             versions: self.versions.clone(),
             active: self.active.clone(),
             channels: self.channels.clone(),
         };
-        next.insert(record, deployment);
+        for (record, deployment) in versions {
+            next.insert(&record, deployment);
+        }
         next
     }
 
-    pub(crate) fn insert(&mut self, record: &DeploymentRecord, deployment: Deployment) {
+    /// Whether the version `record` names is loaded.
+    pub fn contains(&self, record: &DeploymentRecord) -> bool {
+        self.version(&record.tenant, &record.name, record.version)
+            .is_some()
+    }
+
+    fn insert(&mut self, record: &DeploymentRecord, deployment: Deployment) {
         let tenant = record.tenant.clone();
         if record.status == DeploymentStatus::Active {
             self.channels

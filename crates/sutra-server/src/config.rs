@@ -13,6 +13,8 @@ use std::path::Path;
 use jiff::SignedDuration;
 use sutra_core::duration::parse_duration;
 
+use crate::tokens::Tokens;
+
 /// Every key, with its default (`None`: unset).
 const KEYS: &[(&str, Option<&str>)] = &[
     ("sutra.datasource", Some("sqlite://sutra.db")),
@@ -20,6 +22,9 @@ const KEYS: &[(&str, Option<&str>)] = &[
     // schema migrations when it starts (off where `sutra db migrate` runs as a separate step).
     ("sutra.store.pool-size", Some("10")),
     ("sutra.store.migrate", Some("true")),
+    // Whom the start-up migration runs as: the schema's owner, where replicas serve as a role
+    // that may only read and write rows (docs/decisions/0019). Unset: the datasource's role.
+    ("sutra.store.migrate-url", None),
     ("sutra.listen", Some("127.0.0.1:7480")),
     ("sutra.replica-id", None),
     ("sutra.engine.lanes", Some("1")),
@@ -30,6 +35,8 @@ const KEYS: &[(&str, Option<&str>)] = &[
     ("sutra.lease.ttl", Some("PT30S")),
     ("sutra.lease.poll", Some("PT10S")),
     ("sutra.history.retention", Some("P7D")),
+    // How often the replica leading `history-purger` looks for history past the retention.
+    ("sutra.history.purge-interval", Some("PT1M")),
     ("sutra.outbox.batch", Some("100")),
     // The first retry's delay after a failed send; it doubles per failure, up to five minutes.
     ("sutra.outbox.backoff", Some("PT1S")),
@@ -44,6 +51,7 @@ pub struct Settings {
     pub datasource: String,
     pub store_pool_size: u32,
     pub store_migrate: bool,
+    pub store_migrate_url: Option<String>,
     pub listen: SocketAddr,
     pub replica_id: String,
     pub lanes: usize,
@@ -54,7 +62,13 @@ pub struct Settings {
     pub timers_batch: u32,
     pub outbox_batch: u32,
     pub outbox_backoff: SignedDuration,
-    pub auth_tokens: Option<String>,
+    pub lease_ttl: SignedDuration,
+    pub lease_poll: SignedDuration,
+    pub history_retention: SignedDuration,
+    pub purge_interval: SignedDuration,
+    /// `None`: no tokens, so every request acts for tenant `default` with every role, which
+    /// only a loopback listener allows.
+    pub auth_tokens: Option<Tokens>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +87,13 @@ pub enum ConfigError {
     Invalid {
         key: String,
         value: String,
+        origin: String,
+        reason: String,
+    },
+    /// A value holding secrets is never repeated in a message.
+    #[error("`{key}` (from {origin}; its value holds secrets and is not shown): {reason}")]
+    InvalidSecret {
+        key: String,
         origin: String,
         reason: String,
     },
@@ -150,6 +171,7 @@ impl Sources {
             datasource: self.text("sutra.datasource")?,
             store_pool_size: self.parsed("sutra.store.pool-size", positive)?,
             store_migrate: self.parsed("sutra.store.migrate", boolean)?,
+            store_migrate_url: self.optional("sutra.store.migrate-url"),
             listen: self.parsed("sutra.listen", |v| {
                 v.parse::<SocketAddr>().map_err(|e| e.to_string())
             })?,
@@ -165,10 +187,42 @@ impl Sources {
             timers_batch: self.parsed("sutra.timers.batch", positive)?,
             outbox_batch: self.parsed("sutra.outbox.batch", positive)?,
             outbox_backoff: self.parsed("sutra.outbox.backoff", positive_duration)?,
-            auth_tokens: self
-                .values
-                .get("sutra.auth.tokens")
-                .map(|(value, _)| value.clone()),
+            lease_ttl: self.parsed("sutra.lease.ttl", positive_duration)?,
+            lease_poll: self.lease_poll()?,
+            history_retention: self.parsed("sutra.history.retention", positive_duration)?,
+            purge_interval: self.parsed("sutra.history.purge-interval", positive_duration)?,
+            auth_tokens: self.tokens("sutra.auth.tokens")?,
+        })
+    }
+
+    fn optional(&self, key: &str) -> Option<String> {
+        self.values.get(key).map(|(value, _)| value.clone())
+    }
+
+    fn tokens(&self, key: &str) -> Result<Option<Tokens>, ConfigError> {
+        let Some((value, origin)) = self.values.get(key) else {
+            return Ok(None);
+        };
+        Tokens::parse(value)
+            .map(Some)
+            .map_err(|reason| ConfigError::InvalidSecret {
+                key: key.to_owned(),
+                origin: origin.clone(),
+                reason,
+            })
+    }
+
+    /// A leader renews every poll and stops at four fifths of the TTL after a renewal it sent
+    /// (docs/decisions/0018): a poll of half the TTL or more would leave it no second try before
+    /// it stops, and one of four fifths or more would make it stop between any two renewals.
+    fn lease_poll(&self) -> Result<SignedDuration, ConfigError> {
+        let ttl = self.parsed("sutra.lease.ttl", positive_duration)?;
+        self.parsed("sutra.lease.poll", |value| match positive_duration(value)? {
+            poll if poll < ttl / 2 => Ok(poll),
+            _ => Err(format!(
+                "expected less than half of sutra.lease.ttl ({ttl}), so that a leader can renew \
+                 more than once before its lease runs out"
+            )),
         })
     }
 
@@ -309,6 +363,74 @@ mod tests {
         assert_eq!(
             env_name("sutra.instance.claim-timeout"),
             "SUTRA_INSTANCE_CLAIM_TIMEOUT"
+        );
+    }
+
+    const TOKEN: &str = "acme-admin-0123456789abcdef";
+
+    #[test]
+    fn tokens_mean_the_same_from_sutra_yaml_and_from_one_environment_variable() {
+        let file = std::env::temp_dir().join(format!("sutra-config-{}.yaml", std::process::id()));
+        let yaml = format!(
+            "sutra:\n  auth:\n    tokens:\n      - tenant: acme\n        roles: [admin, worker]\n        token: {TOKEN}\n"
+        );
+        std::fs::write(&file, yaml).unwrap();
+        let from_file = Sources::defaults().file(&file).unwrap().settings();
+        std::fs::remove_file(&file).unwrap();
+        let env = vec![(
+            "SUTRA_AUTH_TOKENS".to_owned(),
+            format!("acme:admin,worker:{TOKEN}"),
+        )];
+        let from_env = Sources::defaults().environment(env).settings();
+
+        let from_file = from_file
+            .unwrap()
+            .auth_tokens
+            .expect("tokens from the file");
+        assert_eq!(Some(from_file), from_env.unwrap().auth_tokens);
+    }
+
+    #[test]
+    fn a_bad_token_entry_is_named_and_the_value_is_not_shown() {
+        let env = vec![(
+            "SUTRA_AUTH_TOKENS".to_owned(),
+            format!("acme:admin:{TOKEN}; globex:janitor:{TOKEN}x"),
+        )];
+        let error = Sources::defaults()
+            .environment(env)
+            .settings()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("sutra.auth.tokens")
+                && error.contains("$SUTRA_AUTH_TOKENS")
+                && error.contains("entry 2 (tenant `globex`): unknown role `janitor`"),
+            "{error}"
+        );
+        assert!(!error.contains(TOKEN), "{error}");
+    }
+
+    #[test]
+    fn a_lease_poll_of_half_the_ttl_or_more_is_refused() {
+        let env = |ttl: &str, poll: &str| {
+            vec![
+                ("SUTRA_LEASE_TTL".to_owned(), ttl.to_owned()),
+                ("SUTRA_LEASE_POLL".to_owned(), poll.to_owned()),
+            ]
+        };
+        let error = Sources::defaults()
+            .environment(env("PT10S", "PT5S"))
+            .settings()
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("sutra.lease.poll"), "{error}");
+        let settings = Sources::defaults()
+            .environment(env("PT3S", "PT1S"))
+            .settings()
+            .unwrap();
+        assert_eq!(
+            (settings.lease_ttl, settings.lease_poll),
+            (SignedDuration::from_secs(3), SignedDuration::from_secs(1))
         );
     }
 

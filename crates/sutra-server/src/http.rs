@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -21,11 +21,11 @@ use sutra_engine::intake::{Answer, Inbound, IntakeError};
 use sutra_engine::{DeployError, Engine};
 use sutra_store::{DeploymentRecord, InstanceFilter, InstanceRecord, OutboxRecord};
 
+use crate::auth::{Caller, Gate, admit};
 use crate::cloudevents;
 use crate::problem::Problem;
+use crate::tokens::{Role, Tokens};
 
-/// Until API tokens bind requests to tenants, every request acts for the default tenant.
-pub(crate) const TENANT: &str = "default";
 /// The most items one page of a listing holds.
 const PAGE_MAX: u32 = 500;
 
@@ -33,11 +33,20 @@ const PAGE_MAX: u32 = 500;
 pub struct Api {
     pub engine: Arc<Engine>,
     pub max_bytes: usize,
+    /// `None`: every request acts for tenant `default` with every role.
+    pub tokens: Option<Arc<Tokens>>,
 }
 
+/// The routes in three groups, each behind a gate admitting the role it needs (SPEC §4); a
+/// route added to a group takes that group's role.
 pub fn router(api: Api) -> Router {
-    Router::new()
+    let gate =
+        |role| axum::middleware::from_fn_with_state(Gate::new(api.tokens.clone(), role), admit);
+    let senders = Router::new()
         .route("/v1/channels/{channel}/messages", post(intake))
+        .route_layer(gate(Role::Sender));
+    let workers = crate::tasks::routes().route_layer(gate(Role::Worker));
+    Router::new()
         .route("/v1/deployments", post(deploy).get(deployments))
         .route("/v1/deployments/{name}/{version}", get(deployment))
         .route("/v1/instances", get(instances))
@@ -46,9 +55,14 @@ pub fn router(api: Api) -> Router {
         .route("/v1/instances/{id}/outbox", get(outbox))
         .route("/v1/instances/{id}/cancel", post(cancel))
         .route("/v1/instances/{id}/restore", post(restore))
+        .route("/v1/leases", get(crate::leases::list))
+        // Every route above is an administrator's.
+        .route_layer(gate(Role::Admin))
+        .merge(senders)
+        .merge(workers)
+        // Open, tokens or not: probes carry no credentials and show no tenant's rows.
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(ready))
-        .merge(crate::tasks::routes())
         .fallback(|| async {
             Problem::new(
                 codes::API_ROUTE_NOT_FOUND,
@@ -92,6 +106,7 @@ pub(crate) async fn read_body(body: Body, max_bytes: usize) -> Result<axum::body
 
 async fn intake(
     State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
     Path(channel): Path<String>,
     headers: HeaderMap,
     body: Body,
@@ -100,7 +115,7 @@ async fn intake(
     let message = cloudevents::decode(&headers, &body)
         .map_err(|detail| Problem::new(codes::INTAKE_DECODE, detail))?;
     let inbound = Inbound {
-        tenant: TENANT.into(),
+        tenant: caller.tenant,
         channel,
         message,
     };
@@ -193,11 +208,15 @@ fn intake_problem(error: IntakeError) -> Problem {
     }
 }
 
-async fn deploy(State(api): State<Api>, body: Body) -> Result<Response> {
+async fn deploy(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    body: Body,
+) -> Result<Response> {
     let body = read_body(body, api.max_bytes).await?;
     let source = String::from_utf8(body.to_vec())
         .map_err(|_| Problem::new(codes::DEPLOY_INVALID, "the deployment must be UTF-8 YAML"))?;
-    match api.engine.deploy(&source).await {
+    match api.engine.deploy(&caller.tenant, &source).await {
         Ok(deployed) => {
             let warnings: Vec<Value> = deployed
                 .warnings
@@ -217,6 +236,9 @@ async fn deploy(State(api): State<Api>, body: Body) -> Result<Response> {
                 .collect();
             Err(Problem::new(codes::DEPLOY_INVALID, rendered).with("diagnostics", json!(listed)))
         }
+        Err(error @ DeployError::OtherTenant { .. }) => {
+            Err(Problem::new(codes::AUTH_FORBIDDEN, error.to_string()))
+        }
         Err(DeployError::Engine(error)) => Err(Problem::engine(error, codes::RESUME_CLAIM_HELD)),
     }
 }
@@ -231,11 +253,14 @@ fn deployment_json(record: &DeploymentRecord) -> Value {
     })
 }
 
-async fn deployments(State(api): State<Api>) -> Result<Json<Value>> {
+async fn deployments(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<Value>> {
     let records = api
         .engine
         .store()
-        .deployments(Some(TENANT))
+        .deployments(Some(&caller.tenant))
         .await
         .map_err(store_problem)?;
     let items: Vec<Value> = records.iter().map(deployment_json).collect();
@@ -244,12 +269,13 @@ async fn deployments(State(api): State<Api>) -> Result<Json<Value>> {
 
 async fn deployment(
     State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
     Path((name, version)): Path<(String, u32)>,
 ) -> Result<Json<Value>> {
     let records = api
         .engine
         .store()
-        .deployments(Some(TENANT))
+        .deployments(Some(&caller.tenant))
         .await
         .map_err(store_problem)?;
     let record = records
@@ -276,6 +302,7 @@ struct InstancesQuery {
 
 async fn instances(
     State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
     Query(query): Query<InstancesQuery>,
 ) -> Result<Json<Value>> {
     let status = query.status.as_deref().map(parse_status).transpose()?;
@@ -289,7 +316,7 @@ async fn instances(
     let records = api
         .engine
         .store()
-        .instances(TENANT, &filter)
+        .instances(&caller.tenant, &filter)
         .await
         .map_err(store_problem)?;
     let next = next_cursor(&records, limit, |r| &r.snapshot.instance.id);
@@ -330,14 +357,20 @@ fn parse_status(text: &str) -> Result<Status> {
     })
 }
 
-async fn instance(State(api): State<Api>, Path(id): Path<String>) -> Result<Json<Value>> {
-    Ok(Json(instance_json(&find_instance(&api, &id).await?)))
+async fn instance(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>> {
+    Ok(Json(instance_json(
+        &find_instance(&api, &caller, &id).await?,
+    )))
 }
 
-async fn find_instance(api: &Api, id: &str) -> Result<InstanceRecord> {
+async fn find_instance(api: &Api, caller: &Caller, id: &str) -> Result<InstanceRecord> {
     api.engine
         .store()
-        .instance(TENANT, id)
+        .instance(&caller.tenant, id)
         .await
         .map_err(store_problem)?
         .ok_or_else(|| Problem::new(codes::INSTANCE_NOT_FOUND, format!("no instance {id}")))
@@ -378,12 +411,16 @@ fn instance_json(record: &InstanceRecord) -> Value {
     })
 }
 
-async fn history(State(api): State<Api>, Path(id): Path<String>) -> Result<Json<Value>> {
-    find_instance(&api, &id).await?;
+async fn history(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>> {
+    find_instance(&api, &caller, &id).await?;
     let events = api
         .engine
         .store()
-        .history(TENANT, &id)
+        .history(&caller.tenant, &id)
         .await
         .map_err(store_problem)?;
     Ok(Json(
@@ -394,12 +431,16 @@ async fn history(State(api): State<Api>, Path(id): Path<String>) -> Result<Json<
 /// The messages the instance emitted and where each stands, in emission order: `pending`
 /// (waiting for its next attempt, or being sent), `sent`, or `poisoned` (past the channel's
 /// `max-attempts`: kept, never sent).
-async fn outbox(State(api): State<Api>, Path(id): Path<String>) -> Result<Json<Value>> {
-    find_instance(&api, &id).await?;
+async fn outbox(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>> {
+    find_instance(&api, &caller, &id).await?;
     let records = api
         .engine
         .store()
-        .outbox(TENANT, &id)
+        .outbox(&caller.tenant, &id)
         .await
         .map_err(store_problem)?;
     Ok(Json(Value::Array(
@@ -428,13 +469,21 @@ fn outbox_json(record: &OutboxRecord) -> Value {
     })
 }
 
-async fn cancel(State(api): State<Api>, Path(id): Path<String>) -> Result<Json<Value>> {
-    let outcome = api.engine.cancel(TENANT, &id).await;
+async fn cancel(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>> {
+    let outcome = api.engine.cancel(&caller.tenant, &id).await;
     administered(outcome, codes::CANCEL_CLAIM_HELD)
 }
 
-async fn restore(State(api): State<Api>, Path(id): Path<String>) -> Result<Json<Value>> {
-    let outcome = api.engine.restore(TENANT, &id).await;
+async fn restore(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>> {
+    let outcome = api.engine.restore(&caller.tenant, &id).await;
     administered(outcome, codes::RESTORE_CLAIM_HELD)
 }
 

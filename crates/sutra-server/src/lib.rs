@@ -4,18 +4,21 @@
 //! This is the only crate that names concrete implementations (the SQLite store and the
 //! transports today); the engine sees a `dyn Store` and a `dyn Sender`.
 
+pub mod auth;
 pub mod cloudevents;
 pub mod config;
 pub mod http;
+pub mod leases;
 pub mod problem;
 pub mod tasks;
+pub mod tokens;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use sutra_engine::{Engine, EngineConfig};
 use sutra_store::Store;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::config::Settings;
 
@@ -82,15 +85,33 @@ pub async fn open_store(settings: &Settings) -> Result<Arc<dyn Store>, ServeErro
             let options = sutra_store_postgres::PostgresOptions {
                 pool_size: settings.store_pool_size,
                 migrate: settings.store_migrate,
+                migrate_url: settings.store_migrate_url.clone(),
             };
-            Arc::new(
-                sutra_store_postgres::PostgresStore::open(url, &options)
-                    .await
-                    .map_err(|e| store_error(url, e))?,
-            )
+            let store = sutra_store_postgres::PostgresStore::open(url, &options)
+                .await
+                .map_err(|e| store_error(url, e))?;
+            warn_of_row_security_gaps(url).await;
+            Arc::new(store)
         }
     };
     Ok(store)
+}
+
+/// Tenant isolation rests on row-level security only when the serving role is held by it. A role
+/// that is not still works (a developer's superuser, a role that owns the tables), so it is
+/// reported rather than refused; docs/decisions/0019 says how to set up the roles.
+async fn warn_of_row_security_gaps(url: &str) {
+    match sutra_store_postgres::row_security_gaps(url).await {
+        Ok(gaps) => {
+            for gap in gaps {
+                warn!(
+                    "row-level security does not bind this replica: {gap}; serve as a member of \
+                     sutra_app that owns nothing (docs/decisions/0019-tenancy-and-tokens.md)"
+                );
+            }
+        }
+        Err(error) => warn!(%error, "cannot tell whether row-level security binds this replica"),
+    }
 }
 
 /// Brings the schema of the store at `url` up to date (`sutra db migrate`). SQLite migrates
@@ -143,6 +164,10 @@ pub fn engine_config(settings: &Settings) -> EngineConfig {
         deliveries_batch: settings.timers_batch,
         outbox_batch: settings.outbox_batch,
         outbox_backoff: settings.outbox_backoff,
+        lease_ttl: settings.lease_ttl,
+        lease_poll: settings.lease_poll,
+        history_retention: settings.history_retention,
+        purge_interval: settings.purge_interval,
         ..EngineConfig::default()
     }
 }
@@ -182,9 +207,11 @@ pub async fn serve_until(
         .await
         .map_err(listen_error)?;
     let bound = listener.local_addr().map_err(listen_error)?;
+    announce_tokens(&settings);
     let api = http::Api {
         engine: Arc::clone(&engine),
         max_bytes: settings.max_bytes,
+        tokens: settings.auth_tokens.map(Arc::new),
     };
     listening(bound);
     let draining = Arc::clone(&engine);
@@ -193,6 +220,8 @@ pub async fn serve_until(
             shutdown.await;
             // The drain waits for every in-flight request; a long-poll would hold it for its wait.
             draining.end_polls();
+            // Other replicas take the roles at their next poll, not after the lease's TTL.
+            draining.resign().await;
         })
         .await;
     engine.shutdown().await;
@@ -200,6 +229,14 @@ pub async fn serve_until(
         addr: bound,
         reason: e.to_string(),
     })
+}
+
+/// Says whom requests may act for; never a token.
+fn announce_tokens(settings: &Settings) {
+    match &settings.auth_tokens {
+        Some(tokens) => info!(tenants = ?tokens.tenants(), "API tokens required"),
+        None => info!("no API tokens: every request acts for tenant `default` with every role"),
+    }
 }
 
 async fn shutdown_signal() {

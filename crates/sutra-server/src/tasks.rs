@@ -9,7 +9,7 @@
 use axum::Json;
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::routing::{get, post};
 use jiff::{SignedDuration, Timestamp};
 use serde::Deserialize;
@@ -21,7 +21,8 @@ use sutra_core::step::TaskError;
 use sutra_engine::tasks::PollRequest;
 use sutra_store::{LockedTask, TaskFailure, TaskFilter, TaskPoll, TaskRecord, TaskState};
 
-use crate::http::{Api, TENANT, next_cursor, page_limit, read_body, store_problem};
+use crate::auth::Caller;
+use crate::http::{Api, next_cursor, page_limit, read_body, store_problem};
 use crate::problem::Problem;
 
 type Result<T, E = Problem> = std::result::Result<T, E>;
@@ -49,7 +50,11 @@ fn one() -> u32 {
     1
 }
 
-async fn poll(State(api): State<Api>, body: Body) -> Result<Json<Value>> {
+async fn poll(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    body: Body,
+) -> Result<Json<Value>> {
     let body: PollBody = parse(&api, body).await?;
     if body.worker.trim().is_empty() {
         return Err(invalid("`worker` must name the worker polling"));
@@ -72,7 +77,7 @@ async fn poll(State(api): State<Api>, body: Body) -> Result<Json<Value>> {
         .transpose()?;
     let request = PollRequest {
         poll: TaskPoll {
-            tenant: TENANT.to_owned(),
+            tenant: caller.tenant,
             worker: body.worker,
             topics: body.topics,
             max: body.max,
@@ -109,12 +114,13 @@ struct CompleteBody {
 
 async fn complete(
     State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     body: Body,
 ) -> Result<Json<Value>> {
     let body: CompleteBody = parse(&api, body).await?;
     api.engine
-        .complete_task(TENANT, &id, &body.lock_token, &body.output)
+        .complete_task(&caller.tenant, &id, &body.lock_token, &body.output)
         .await
         .map_err(engine_problem)?;
     Ok(Json(
@@ -142,7 +148,12 @@ fn yes() -> bool {
     true
 }
 
-async fn fail(State(api): State<Api>, Path(id): Path<String>, body: Body) -> Result<Json<Value>> {
+async fn fail(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    body: Body,
+) -> Result<Json<Value>> {
     let body: FailBody = parse(&api, body).await?;
     if body.error.code.is_empty() {
         return Err(invalid(
@@ -158,7 +169,7 @@ async fn fail(State(api): State<Api>, Path(id): Path<String>, body: Body) -> Res
     };
     let state = api
         .engine
-        .fail_task(TENANT, &id, &body.lock_token, &failure)
+        .fail_task(&caller.tenant, &id, &body.lock_token, &failure)
         .await
         .map_err(engine_problem)?;
     Ok(Json(json!({"id": id, "state": state.as_str()})))
@@ -170,12 +181,17 @@ struct ExtendBody {
     lock: String,
 }
 
-async fn extend(State(api): State<Api>, Path(id): Path<String>, body: Body) -> Result<Json<Value>> {
+async fn extend(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    body: Body,
+) -> Result<Json<Value>> {
     let body: ExtendBody = parse(&api, body).await?;
     let lock = lock_duration("lock", &body.lock)?;
     let until = api
         .engine
-        .extend_task(TENANT, &id, &body.lock_token, lock)
+        .extend_task(&caller.tenant, &id, &body.lock_token, lock)
         .await
         .map_err(engine_problem)?;
     Ok(Json(
@@ -191,7 +207,11 @@ struct ListQuery {
     after: Option<String>,
 }
 
-async fn list(State(api): State<Api>, Query(query): Query<ListQuery>) -> Result<Json<Value>> {
+async fn list(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Query(query): Query<ListQuery>,
+) -> Result<Json<Value>> {
     let state = query.state.as_deref().map(parse_state).transpose()?;
     let limit = page_limit(query.limit);
     let filter = TaskFilter {
@@ -203,7 +223,7 @@ async fn list(State(api): State<Api>, Query(query): Query<ListQuery>) -> Result<
     let records = api
         .engine
         .store()
-        .list_tasks(TENANT, &filter)
+        .list_tasks(&caller.tenant, &filter)
         .await
         .map_err(store_problem)?;
     let next = next_cursor(&records, limit, |record| &record.id);

@@ -11,8 +11,12 @@
 
 mod codec;
 mod commit;
+mod leases;
+mod notices;
 mod outbox;
+mod purge;
 mod rows;
+mod schema;
 mod scope;
 mod statements;
 mod tasks;
@@ -22,30 +26,26 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
-use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::types::Json;
-use sqlx::{ConnectOptions, Connection, Postgres, QueryBuilder};
+use sqlx::{Connection, Postgres, QueryBuilder};
 use sutra_core::step::HistoryEvent;
 use sutra_store::{
     BufferedMessage, ClaimToken, Claimed, Committed, Delivery, DeliveryId, DeliveryKind,
     DeploymentRecord, DeploymentStatus, Error, InboxAnswer, InboxEntry, InstanceFilter,
-    InstanceKey, InstanceRecord, NewDelivery, OutboxId, OutboxRecord, OutboxRetry, Owner, Polled,
-    Result, StepCommit, Store, SweepOutcome, TaskFailure, TaskFilter, TaskPoll, TaskRecord,
-    TaskState, WaitTarget,
+    InstanceKey, InstanceRecord, Lease, NewDelivery, OutboxId, OutboxRecord, OutboxRetry, Owner,
+    Polled, Purged, Result, StepCommit, Store, SweepOutcome, TaskFailure, TaskFilter, TaskPoll,
+    TaskRecord, TaskState, WaitTarget,
 };
 
 use crate::codec::{age, db, is_lock_timeout, micros, timestamp};
 use crate::rows::{DeliveryRow, DeploymentRow, HistoryRow, InstanceRow, OutboxRow};
+use crate::schema::migrate_with;
 use crate::scope::{Scope, begin};
 use crate::statements::{
     LockOn, NewDeliveryRow, find_wait, inbox_answer, insert_delivery, insert_inbox_unless_consumed,
     lock,
 };
-
-/// The schema, embedded in the binary: applied by [`PostgresStore::open`] unless disabled, and by
-/// [`migrate`] (`sutra db migrate`).
-static MIGRATOR: Migrator = sqlx::migrate!();
 
 /// How long a statement waits for a row or advisory lock. Steps hold their locks for
 /// milliseconds; a wait this long means the holder is stuck (a frozen replica mid-transaction),
@@ -75,6 +75,9 @@ pub struct PostgresOptions {
     /// Whether to apply pending migrations at open. Turn off where the schema is migrated
     /// separately (`sutra db migrate`) by a role allowed to change it.
     pub migrate: bool,
+    /// The URL to migrate through, as the role that owns the schema; `None`: the serving URL,
+    /// which is enough when that role owns the schema or the schema is already current.
+    pub migrate_url: Option<String>,
 }
 
 impl Default for PostgresOptions {
@@ -82,12 +85,14 @@ impl Default for PostgresOptions {
         PostgresOptions {
             pool_size: 10,
             migrate: true,
+            migrate_url: None,
         }
     }
 }
 
 pub struct PostgresStore {
     pool: PgPool,
+    notices: notices::Notices,
 }
 
 impl PostgresStore {
@@ -98,8 +103,12 @@ impl PostgresStore {
     pub async fn open(url: &str, options: &PostgresOptions) -> Result<PostgresStore> {
         let connect = connect_options(url)?;
         if options.migrate {
-            migrate_with(&connect).await?;
+            match &options.migrate_url {
+                Some(owner) => migrate(owner).await?,
+                None => migrate_with(&connect).await?,
+            }
         }
+        let notices = notices::Notices::new(connect.clone());
         let session = connect.options([
             ("lock_timeout", millis(LOCK_TIMEOUT)),
             (
@@ -120,7 +129,7 @@ impl PostgresStore {
                 })
             })
             .connect_lazy_with(session);
-        Ok(PostgresStore { pool })
+        Ok(PostgresStore { pool, notices })
     }
 }
 
@@ -129,6 +138,12 @@ impl PostgresStore {
 /// migrations are skipped.
 pub async fn migrate(url: &str) -> Result<()> {
     migrate_with(&connect_options(url)?).await
+}
+
+/// Why row-level security would not bind a replica serving as the role of `url`, if it would not
+/// (a superuser, BYPASSRLS, or the tables' owner); empty for an ordinary serving role.
+pub async fn row_security_gaps(url: &str) -> Result<Vec<String>> {
+    schema::row_security_gaps(&connect_options(url)?).await
 }
 
 fn connect_options(url: &str) -> Result<PgConnectOptions> {
@@ -147,28 +162,8 @@ fn connect_options(url: &str) -> Result<PgConnectOptions> {
     })
 }
 
-/// Migrates over a connection of its own, without the pool's lock timeout: a migrator waits for
-/// another replica's migrator to finish, however long it takes.
-async fn migrate_with(options: &PgConnectOptions) -> Result<()> {
-    let mut connection = options.connect().await.map_err(db)?;
-    MIGRATOR
-        .run(&mut connection)
-        .await
-        .map_err(migration_failed)?;
-    connection.close().await.map_err(db)
-}
-
 fn millis(duration: Duration) -> String {
     format!("{}ms", duration.as_millis())
-}
-
-/// A schema this build does not know (migrated by a newer Sutra, or edited by hand) is not
-/// something a retry fixes.
-fn migration_failed(error: MigrateError) -> Error {
-    match error {
-        MigrateError::Execute(e) | MigrateError::ExecuteMigration(e, _) => db(e),
-        other => Error::Corrupt(format!("the database schema: {other}")),
-    }
 }
 
 #[async_trait::async_trait]
@@ -200,6 +195,12 @@ impl Store for PostgresStore {
         .fetch_one(&mut *tx)
         .await
         .map_err(db)?;
+        // Delivered at the commit, to every replica listening (see `notices`).
+        sqlx::query("SELECT pg_notify($1, '')")
+            .bind(notices::CHANNEL)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
         tx.commit().await.map_err(db)?;
         row.decode()
     }
@@ -218,6 +219,20 @@ impl Store for PostgresStore {
         .map_err(db)?;
         tx.commit().await.map_err(db)?;
         rows.into_iter().map(DeploymentRow::decode).collect()
+    }
+
+    async fn deployment_revision(&self) -> Result<u64> {
+        let mut tx = begin(&self.pool, Scope::System).await?;
+        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM deployments")
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        codec::unsigned(count, "a deployment count")
+    }
+
+    async fn deployment_notice(&self) -> Result<()> {
+        self.notices.next().await
     }
 
     async fn claim(
@@ -531,6 +546,31 @@ impl Store for PostgresStore {
 
     async fn list_tasks(&self, tenant: &str, filter: &TaskFilter) -> Result<Vec<TaskRecord>> {
         tasks::list(&self.pool, tenant, filter).await
+    }
+
+    fn shared_by_replicas(&self) -> bool {
+        true
+    }
+
+    async fn acquire_lease(
+        &self,
+        role: &str,
+        holder: &str,
+        ttl: SignedDuration,
+    ) -> Result<Option<Lease>> {
+        leases::acquire(&self.pool, role, holder, ttl).await
+    }
+
+    async fn release_lease(&self, role: &str, holder: &str) -> Result<()> {
+        leases::release(&self.pool, role, holder).await
+    }
+
+    async fn leases(&self) -> Result<Vec<Lease>> {
+        leases::all(&self.pool).await
+    }
+
+    async fn purge(&self, retention: SignedDuration, batch: u32) -> Result<Purged> {
+        purge::purge(&self.pool, retention, batch).await
     }
 
     async fn instance(&self, tenant: &str, id: &str) -> Result<Option<InstanceRecord>> {

@@ -8,7 +8,8 @@ use sutra_core::snapshot::TokenId;
 use sutra_core::step::HistoryEvent;
 use sutra_store::{
     Delivery, DeliveryId, DeliveryKind, DeploymentRecord, DeploymentStatus, InboxAnswer,
-    InstanceRecord, OutboxEntry, OutboxId, OutboxRecord, Result, TaskRecord, TaskState, WaitTarget,
+    InstanceRecord, Lease, OutboxEntry, OutboxId, OutboxRecord, Result, TaskRecord, TaskState,
+    WaitTarget,
 };
 
 use crate::codec::{self, corrupt, park_id, timestamp, unsigned};
@@ -244,6 +245,25 @@ impl ClaimedOutboxRow {
                 idempotency_key: self.idempotency_key,
             },
             attempts: unsigned(self.attempts, "an outbox row's attempts")?,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub struct LeaseRow {
+    role: String,
+    holder: String,
+    expires_at: i64,
+    epoch: i64,
+}
+
+impl LeaseRow {
+    pub fn decode(self) -> Result<Lease> {
+        Ok(Lease {
+            role: self.role,
+            holder: self.holder,
+            expires_at: timestamp(self.expires_at)?,
+            epoch: self.epoch,
         })
     }
 }

@@ -9,7 +9,9 @@
 
 mod codec;
 mod commit;
+mod leases;
 mod outbox;
+mod purge;
 mod rows;
 mod statements;
 mod tasks;
@@ -27,8 +29,8 @@ use sutra_core::step::HistoryEvent;
 use sutra_store::{
     BufferedMessage, ClaimToken, Claimed, Committed, Delivery, DeliveryId, DeliveryKind,
     DeploymentRecord, DeploymentStatus, Error, InboxAnswer, InboxEntry, InstanceFilter,
-    InstanceKey, InstanceRecord, NewDelivery, OutboxId, OutboxRecord, OutboxRetry, Owner, Result,
-    StepCommit, Store, SweepOutcome, TaskRecord, WaitTarget,
+    InstanceKey, InstanceRecord, Lease, NewDelivery, OutboxId, OutboxRecord, OutboxRetry, Owner,
+    Purged, Result, StepCommit, Store, SweepOutcome, TaskRecord, WaitTarget,
 };
 use sutra_store::{Polled, TaskFailure, TaskFilter, TaskPoll, TaskState};
 
@@ -161,6 +163,14 @@ impl Store for SqliteStore {
         .await
         .map_err(db)?;
         rows.into_iter().map(DeploymentRow::decode).collect()
+    }
+
+    async fn deployment_revision(&self) -> Result<u64> {
+        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM deployments")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db)?;
+        codec::unsigned(count, "a deployment count")
     }
 
     async fn claim(
@@ -415,6 +425,33 @@ impl Store for SqliteStore {
         lock: SignedDuration,
     ) -> Result<Timestamp> {
         tasks::extend(&self.pool, tenant, id, lock_token, lock).await
+    }
+
+    /// A SQLite file belongs to one `sutra serve`; a second process on the same file leads every
+    /// role too (SPEC §6), kept correct by the claims alone.
+    fn shared_by_replicas(&self) -> bool {
+        false
+    }
+
+    async fn acquire_lease(
+        &self,
+        role: &str,
+        holder: &str,
+        ttl: SignedDuration,
+    ) -> Result<Option<Lease>> {
+        leases::acquire(&self.pool, role, holder, ttl).await
+    }
+
+    async fn release_lease(&self, role: &str, holder: &str) -> Result<()> {
+        leases::release(&self.pool, role, holder).await
+    }
+
+    async fn leases(&self) -> Result<Vec<Lease>> {
+        leases::all(&self.pool).await
+    }
+
+    async fn purge(&self, retention: SignedDuration, batch: u32) -> Result<Purged> {
+        purge::purge(&self.pool, retention, batch).await
     }
 
     async fn instance(&self, tenant: &str, id: &str) -> Result<Option<InstanceRecord>> {

@@ -5,7 +5,8 @@ use sutra_core::snapshot::TokenId;
 use sutra_core::step::HistoryEvent;
 use sutra_store::{
     Delivery, DeliveryId, DeliveryKind, DeploymentRecord, DeploymentStatus, InboxAnswer,
-    InstanceRecord, OutboxEntry, OutboxId, OutboxRecord, Result, TaskRecord, TaskState, WaitTarget,
+    InstanceRecord, Lease, OutboxEntry, OutboxId, OutboxRecord, Result, TaskRecord, TaskState,
+    WaitTarget,
 };
 
 use crate::codec::{self, corrupt, json, park_id, timestamp, unsigned};
@@ -249,5 +250,24 @@ impl ClaimedOutboxRow {
     /// order a batch is handed out in (`RETURNING` keeps none).
     pub fn order(&self) -> (i64, i64) {
         (self.next_attempt_at, self.id)
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub struct LeaseRow {
+    role: String,
+    holder: String,
+    expires_at: i64,
+    epoch: i64,
+}
+
+impl LeaseRow {
+    pub fn decode(self) -> Result<Lease> {
+        Ok(Lease {
+            role: self.role,
+            holder: self.holder,
+            expires_at: timestamp(self.expires_at)?,
+            epoch: self.epoch,
+        })
     }
 }

@@ -17,10 +17,14 @@ use serde_json::json;
 use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot, Status, TokenId};
 use sutra_core::step::{HistoryEvent, HistoryKind, Message};
 
+mod leases;
 mod outbox;
+mod purge;
 mod tasks;
 
+pub use leases::*;
 pub use outbox::*;
+pub use purge::*;
 pub use tasks::*;
 
 use crate::{
@@ -92,6 +96,12 @@ macro_rules! conformance_tests {
             next_task_at_is_when_a_poll_could_next_take_one,
             tasks_page_by_keyset_and_filter,
             tenants_never_see_each_others_tasks,
+            one_holder_at_a_time,
+            an_expired_lease_is_taken_and_its_epoch_grows,
+            the_holder_renews_without_changing_the_epoch,
+            a_released_lease_is_free_at_once,
+            the_purger_removes_old_terminal_instances_and_never_failed_ones,
+            the_deployment_revision_grows_with_every_deploy,
         );
     };
     (@each $fresh:expr; $($invariant:ident),+ $(,)?) => {
@@ -1404,4 +1414,26 @@ pub async fn deploy_makes_version_n_plus_one_active_and_the_previous_draining<S:
         [draining(v1), draining(v2), v3, refunds]
     );
     assert_eq!(store.deployments(None).await.unwrap().len(), 5);
+}
+
+pub async fn the_deployment_revision_grows_with_every_deploy<S: Store>(store: &S) {
+    let fresh = store.deployment_revision().await.unwrap();
+    store
+        .deploy(TENANT, "payments", "version: one")
+        .await
+        .unwrap();
+    store
+        .deploy(OTHER_TENANT, "payments", "version: one")
+        .await
+        .unwrap();
+    store
+        .deploy(TENANT, "payments", "version: two")
+        .await
+        .unwrap();
+
+    assert_eq!(
+        store.deployment_revision().await.unwrap(),
+        fresh + 3,
+        "every version of every tenant counts"
+    );
 }

@@ -440,6 +440,37 @@ pub enum OutboxRetry {
     Poison,
 }
 
+/// A lease row (SPEC §6): who leads `role` until `expires_at`, by the store's clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub role: String,
+    pub holder: String,
+    pub expires_at: Timestamp,
+    /// Grows by one whenever the holder changes, never otherwise: a holder's work can be fenced
+    /// with it, since a later holder always has a larger epoch.
+    pub epoch: i64,
+}
+
+/// What one [`Store::purge`] deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Purged {
+    /// Terminal instances, each with every row that hangs off it.
+    pub instances: u64,
+    /// Buffered messages past their expiry.
+    pub buffered: u64,
+    /// Outbox rows sent longer ago than the retention.
+    pub outbox: u64,
+}
+
+impl Purged {
+    /// Whether any kind of row filled its batch: more may be waiting.
+    pub fn filled(&self, batch: u32) -> bool {
+        [self.instances, self.buffered, self.outbox]
+            .into_iter()
+            .any(|deleted| deleted >= u64::from(batch))
+    }
+}
+
 /// A message kept for a `receive` that has not parked yet (channel `buffer`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BufferedMessage {
@@ -457,6 +488,18 @@ pub trait Store: Send + Sync + 'static {
     async fn deploy(&self, tenant: &str, name: &str, source: &str) -> Result<DeploymentRecord>;
     /// Every version of every deployment of the tenant (all tenants when `None`), oldest first.
     async fn deployments(&self, tenant: Option<&str>) -> Result<Vec<DeploymentRecord>>;
+    /// How many deployment versions are stored, of every tenant. Versions are never deleted (a
+    /// retired one keeps its row), so this grows with every deploy: a process whose count
+    /// differs from the one it last loaded has versions to load.
+    async fn deployment_revision(&self) -> Result<u64>;
+    /// Waits until another process may have stored a deployment version, so that this one loads
+    /// it at once rather than at its next look at [`Store::deployment_revision`]. It also returns
+    /// when it starts (or starts again) to listen, since what was stored before was announced to
+    /// no one here. A store that cannot tell never returns. An error means a notice may have been
+    /// missed: look at the revision anyway, and wait a while before asking again.
+    async fn deployment_notice(&self) -> Result<()> {
+        std::future::pending().await
+    }
 
     // The claim (SPEC §5.2).
 
@@ -568,6 +611,33 @@ pub trait Store: Send + Sync + 'static {
         lock_token: &str,
         lock: SignedDuration,
     ) -> Result<Timestamp>;
+
+    // Leases (SPEC §6) and the history purger.
+
+    /// Whether this store is the one database of a fleet of replicas, whose singleton roles must
+    /// then be led by one replica at a time, elected with [`Store::acquire_lease`]. The embedded
+    /// store belongs to one `sutra serve`: each process on it leads every role (SPEC §6).
+    fn shared_by_replicas(&self) -> bool;
+    /// Takes `role` for `holder` until `ttl` from now by the store's clock, if the lease is free,
+    /// expired, or already `holder`'s (a renewal); the epoch grows by one when the holder
+    /// changes. `None`: another holder's lease is live, and nothing was written.
+    async fn acquire_lease(
+        &self,
+        role: &str,
+        holder: &str,
+        ttl: SignedDuration,
+    ) -> Result<Option<Lease>>;
+    /// Lets `holder`'s lease on `role` expire now, so that another holder takes it at once; the
+    /// row and its epoch stay. A no-op unless `holder` holds it.
+    async fn release_lease(&self, role: &str, holder: &str) -> Result<()>;
+    /// Every lease row, live or expired, by role.
+    async fn leases(&self) -> Result<Vec<Lease>>;
+    /// Deletes, in one transaction, up to `batch` each of: terminal instances (`completed`,
+    /// `cancelled` — never `failed`) not updated for `retention`, with their waits, deliveries,
+    /// tasks, history and inbox rows; buffered messages past their expiry, with the inbox rows
+    /// that recorded only their buffering; outbox rows sent longer than `retention` ago. Ages are
+    /// by the store's clock.
+    async fn purge(&self, retention: SignedDuration, batch: u32) -> Result<Purged>;
 
     // Reads.
 

@@ -1,13 +1,15 @@
 //! Test support: real `sutra serve` processes, driven the way a user drives them.
 //!
 //! A [`Server`] is a child process on a free loopback port with its own database file. Tests talk
-//! to it over HTTP only, kill it with a real SIGKILL, and start it again on the same file. Waits
-//! are for conditions with a generous deadline, never fixed sleeps: a slow machine makes a test
-//! slower, not red.
+//! to it over HTTP only, kill it with a real SIGKILL (or freeze it with SIGSTOP), and start it
+//! again on the same file — or the same address. Waits are for conditions with a generous
+//! deadline, never fixed sleeps: a slow machine makes a test slower, not red.
 
+mod bearer;
 pub mod postgres;
 mod receiver;
 
+pub use bearer::Bearer;
 pub use receiver::{Received, Receiver};
 
 use std::io::{BufRead, BufReader};
@@ -59,6 +61,8 @@ pub struct ServerOptions {
     pub binary: PathBuf,
     pub datasource: String,
     pub env: Vec<(String, String)>,
+    /// The address to listen on; by default a free loopback port.
+    pub listen: String,
 }
 
 impl ServerOptions {
@@ -67,11 +71,20 @@ impl ServerOptions {
             binary: binary.into(),
             datasource: datasource.into(),
             env: Vec::new(),
+            listen: "127.0.0.1:0".to_owned(),
         }
     }
 
+    /// A later value of the same variable wins.
     pub fn env(mut self, name: &str, value: &str) -> ServerOptions {
         self.env.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Listens on `address`, such as the one a killed predecessor had (see
+    /// [`Server::listen_address`]), so that clients of the old process reach the new one.
+    pub fn listen(mut self, address: &str) -> ServerOptions {
+        address.clone_into(&mut self.listen);
         self
     }
 }
@@ -87,6 +100,12 @@ pub struct Server {
 impl Server {
     /// Starts the server and waits until it listens.
     pub fn start(options: &ServerOptions) -> Server {
+        Server::try_start(options).unwrap_or_else(|reason| panic!("{reason}"))
+    }
+
+    /// Like [`Server::start`], but a server that exits before it listens — as one does when its
+    /// database is away — is an `Err` with its stderr, for callers that try again.
+    pub fn try_start(options: &ServerOptions) -> Result<Server, String> {
         let mut command = Command::new(&options.binary);
         command
             .args([
@@ -94,7 +113,7 @@ impl Server {
                 "--db",
                 &options.datasource,
                 "--listen",
-                "127.0.0.1:0",
+                &options.listen,
             ])
             .env("SUTRA_LOG", "warn")
             .stdin(Stdio::null())
@@ -118,13 +137,13 @@ impl Server {
             stderr,
             http: reqwest::Client::new(),
         };
-        let line = server.wait_for_stderr("sutra: listening on ");
+        let line = server.wait_for_stderr_or_exit("sutra: listening on ")?;
         let url = line
             .split_whitespace()
             .nth(3)
             .expect("the listening line names the url");
         server.url = url.to_owned();
-        server
+        Ok(server)
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -135,9 +154,33 @@ impl Server {
         self.child.id()
     }
 
+    /// The address it listens on (`127.0.0.1:PORT`), for a successor to listen on
+    /// ([`ServerOptions::listen`]).
+    pub fn listen_address(&self) -> &str {
+        self.url.trim_start_matches("http://")
+    }
+
+    /// SIGSTOP: the process stays alive but does nothing at all — no step, no commit, no answer —
+    /// as a paused VM or a process starved past every timeout would. [`Server::thaw`] resumes
+    /// it; dropping the server kills it frozen or not.
+    pub fn freeze(&self) {
+        signal(self.pid(), "STOP");
+    }
+
+    /// SIGCONT: a frozen process carries on where it stopped, unaware that time passed.
+    pub fn thaw(&self) {
+        signal(self.pid(), "CONT");
+    }
+
     /// Waits for a stderr line containing `needle` and returns it. Fails the test if the process
     /// exits first or the wait outlasts [`PATIENCE`].
     pub fn wait_for_stderr(&mut self, needle: &str) -> String {
+        self.wait_for_stderr_or_exit(needle)
+            .unwrap_or_else(|reason| panic!("{reason}"))
+    }
+
+    /// Like [`Server::wait_for_stderr`], but the process exiting first is an `Err` saying so.
+    fn wait_for_stderr_or_exit(&mut self, needle: &str) -> Result<String, String> {
         let deadline = Instant::now() + PATIENCE;
         loop {
             if let Some(line) = self
@@ -147,7 +190,7 @@ impl Server {
                 .iter()
                 .find(|l| l.contains(needle))
             {
-                return line.clone();
+                return Ok(line.clone());
             }
             if let Ok(Some(status)) = self.child.try_wait() {
                 // Give the reader thread a moment to collect the last lines.
@@ -159,12 +202,12 @@ impl Server {
                     .iter()
                     .find(|l| l.contains(needle))
                 {
-                    return line.clone();
+                    return Ok(line.clone());
                 }
-                panic!(
+                return Err(format!(
                     "sutra serve exited ({status}) before printing {needle:?}:\n{}",
                     self.stderr_text()
-                );
+                ));
             }
             assert!(
                 Instant::now() < deadline,
@@ -380,7 +423,19 @@ impl Drop for Server {
     }
 }
 
-fn event(id: &str, data: Value) -> Value {
+/// Sends `signal` (a name such as `STOP`) to the process `pid`, with the `kill` command: this
+/// crate forbids the `unsafe` a direct `kill(2)` would take.
+pub fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} {pid} failed: {status}");
+}
+
+/// A structured CloudEvent with `data`, as [`Server::send`] sends it; for callers that post
+/// events with a client of their own.
+pub fn event(id: &str, data: Value) -> Value {
     json!({"specversion": "1.0", "id": id, "type": "test", "source": "sutra-testkit", "data": data})
 }
 

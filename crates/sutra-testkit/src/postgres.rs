@@ -15,9 +15,12 @@
 //! No PostgreSQL at all fails the test with what to install: a suite that silently skipped the
 //! production store would be a green light about nothing (and CI must never skip it).
 //!
-//! The engine never connects as the admin. Each database is owned by an ordinary login role,
-//! [`ENGINE_ROLE`] — no superuser, no BYPASSRLS — because those ignore row-level security, and a
-//! test of tenant isolation run as one would prove nothing.
+//! The engine never connects as the admin, nor as the tables' owner: as in a hardened production
+//! setup (docs/decisions/0019-tenancy-and-tokens.md), each database is owned and migrated by
+//! [`OWNER_ROLE`], and the engine logs in as [`ENGINE_ROLE`], a member of the group `sutra_app`
+//! that may only read and write rows. Neither is a superuser or BYPASSRLS — those ignore
+//! row-level security — and the engine's role owns nothing, so it cannot switch row security off:
+//! a test of tenant isolation run otherwise would prove nothing.
 
 use std::future::Future;
 use std::os::unix::fs::MetadataExt;
@@ -31,27 +34,48 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 use url::Url;
 
+mod dedicated;
+
+pub use dedicated::DedicatedCluster;
+
 /// The variable naming an admin URL of a server to create test databases on.
 pub const DATABASE_URL_VARIABLE: &str = "SUTRA_TEST_DATABASE_URL";
 
-/// The ordinary role the engine logs in as in every test database, which it owns.
+/// The role that owns every test database and its schema, and migrates it.
+pub const OWNER_ROLE: &str = "sutra_owner";
+/// The role the engine logs in as: a member of [`APP_GROUP`], owning nothing.
 pub const ENGINE_ROLE: &str = "sutra_engine";
-const ENGINE_PASSWORD: &str = "sutra";
+/// The group the schema's migration grants row access to.
+pub const APP_GROUP: &str = "sutra_app";
+/// Both login roles' password: the cluster is a throwaway, or CI's own.
+const PASSWORD: &str = "sutra";
 
 /// How long a cluster may take to start, or a database to be created or dropped.
 const STARTUP: Duration = Duration::from_secs(60);
 
-/// A fresh, empty database of its own for one test, dropped when this is dropped.
+/// A fresh database of its own for one test, dropped when this is dropped.
 pub struct TestDatabase {
     name: String,
     url: String,
+    owner_url: String,
     admin_url: String,
 }
 
 impl TestDatabase {
-    /// Creates a database owned by [`ENGINE_ROLE`], starting the test cluster first if this is
-    /// the first database of the process. Panics when there is no PostgreSQL to use.
+    /// A database with Sutra's schema, migrated by [`OWNER_ROLE`] as an operator would before
+    /// starting replicas. Panics when there is no PostgreSQL to use.
     pub async fn create() -> TestDatabase {
+        let database = TestDatabase::empty().await;
+        sutra_store_postgres::migrate(database.owner_url())
+            .await
+            .unwrap_or_else(|e| panic!("cannot migrate the test database {}: {e}", database.name));
+        database
+    }
+
+    /// A database without any schema yet, owned by [`OWNER_ROLE`], starting the test cluster
+    /// first if this is the first database of the process. Panics when there is no PostgreSQL to
+    /// use.
+    pub async fn empty() -> TestDatabase {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let server = server();
         let name = format!(
@@ -60,21 +84,28 @@ impl TestDatabase {
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
         let pool = server.pool.clone();
-        let create = format!("CREATE DATABASE {name} OWNER {ENGINE_ROLE}");
+        let create = format!("CREATE DATABASE {name} OWNER {OWNER_ROLE}");
         server
             .run(async move { execute(&pool, create).await })
             .await
             .unwrap_or_else(|e| panic!("cannot create the test database {name}: {e}"));
         TestDatabase {
-            url: server.url_of(&name, Some((ENGINE_ROLE, ENGINE_PASSWORD))),
+            url: server.url_of(&name, Some((ENGINE_ROLE, PASSWORD))),
+            owner_url: server.url_of(&name, Some((OWNER_ROLE, PASSWORD))),
             admin_url: server.url_of(&name, None),
             name,
         }
     }
 
-    /// The URL the engine connects with: [`ENGINE_ROLE`] on this database.
+    /// The URL the engine serves with: [`ENGINE_ROLE`] on this database.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The URL of the schema's owner, [`OWNER_ROLE`]: what `sutra db migrate` and
+    /// `sutra.store.migrate-url` take.
+    pub fn owner_url(&self) -> &str {
+        &self.owner_url
     }
 
     /// The admin's URL on this database, for tests that must look past row-level security.
@@ -93,6 +124,22 @@ impl Drop for TestDatabase {
             eprintln!("could not drop the test database {}: {e}", self.name);
         }
     }
+}
+
+/// Runs `sql`, a query yielding one value (`SELECT count(*) …`, `SELECT (SELECT id … LIMIT 1)`
+/// as an `Option`), on the database at `url` over a connection of its own. For checks of what
+/// the API does not show — claims held, deliveries never taken; an admin URL sees past
+/// row-level security. An error (the database is away) is the caller's to judge.
+pub async fn scalar<T>(url: &str, sql: &str) -> sqlx::Result<T>
+where
+    T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + Unpin,
+{
+    let mut connection = PgConnection::connect(url).await?;
+    let value = sqlx::query_scalar(AssertSqlSafe(sql.to_owned()))
+        .fetch_one(&mut connection)
+        .await?;
+    let _ = connection.close().await;
+    Ok(value)
 }
 
 async fn execute(pool: &PgPool, sql: String) -> sqlx::Result<()> {
@@ -152,14 +199,20 @@ impl Server {
 
     /// The server's URL for `database`, as `login` (user, password) or as the admin.
     fn url_of(&self, database: &str, login: Option<(&str, &str)>) -> String {
-        let mut url = self.admin.clone();
-        url.set_path(database);
-        if let Some((user, password)) = login {
-            url.set_username(user).expect("a URL with a host");
-            url.set_password(Some(password)).expect("a URL with a host");
-        }
-        url.to_string()
+        url_of(&self.admin, database, login)
     }
+}
+
+/// The URL of `database` on the server `admin` points at, as `login` (user, password) or as the
+/// admin.
+fn url_of(admin: &Url, database: &str, login: Option<(&str, &str)>) -> String {
+    let mut url = admin.clone();
+    url.set_path(database);
+    if let Some((user, password)) = login {
+        url.set_username(user).expect("a URL with a host");
+        url.set_password(Some(password)).expect("a URL with a host");
+    }
+    url.to_string()
 }
 
 /// Runs `work` on `runtime` and blocks this thread until it is done. Unlike `Runtime::block_on`
@@ -177,7 +230,7 @@ fn wait_for<T: Send + 'static>(
 }
 
 /// Connects as the admin (waiting for a cluster that is still starting) and makes sure the
-/// engine's role exists, ordinary as it must be.
+/// owner's and the engine's roles exist, ordinary as they must be.
 async fn connect_admin(admin: Url) -> sqlx::Result<PgPool> {
     let deadline = Instant::now() + STARTUP;
     loop {
@@ -194,29 +247,42 @@ async fn connect_admin(admin: Url) -> sqlx::Result<PgPool> {
         .max_connections(4)
         .connect(admin.as_str())
         .await?;
-    ensure_engine_role(&pool).await?;
+    ensure_role(&pool, APP_GROUP, "NOLOGIN").await?;
+    ensure_role(&pool, OWNER_ROLE, &format!("LOGIN PASSWORD '{PASSWORD}'")).await?;
+    ensure_role(&pool, ENGINE_ROLE, &format!("LOGIN PASSWORD '{PASSWORD}'")).await?;
+    // The group exists before any migration, so the owner needs no CREATEROLE to make it.
+    execute(&pool, format!("GRANT {APP_GROUP} TO {ENGINE_ROLE}")).await?;
+    let (engine_acts_as_owner,): (bool,) = sqlx::query_as("SELECT pg_has_role($1, $2, 'MEMBER')")
+        .bind(ENGINE_ROLE)
+        .bind(OWNER_ROLE)
+        .fetch_one(&pool)
+        .await?;
+    assert!(
+        !engine_acts_as_owner,
+        "the role {ENGINE_ROLE} may act as {OWNER_ROLE}, which owns the tables: revoke that \
+         membership, or point ${DATABASE_URL_VARIABLE} at another server"
+    );
     Ok(pool)
 }
 
-/// Creates [`ENGINE_ROLE`] unless it exists. Another test process may be creating it at the same
-/// moment; either creation is as good.
-async fn ensure_engine_role(pool: &PgPool) -> sqlx::Result<()> {
+/// Creates `role` with `attributes` unless it exists, never a superuser nor BYPASSRLS. Another
+/// test process may be creating it at the same moment; either creation is as good.
+async fn ensure_role(pool: &PgPool, role: &str, attributes: &str) -> sqlx::Result<()> {
     let create = format!(
         "DO $$ BEGIN
-             CREATE ROLE {ENGINE_ROLE} LOGIN PASSWORD '{ENGINE_PASSWORD}'
-                 NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
+             CREATE ROLE {role} {attributes} NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
          EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
          END $$"
     );
     execute(pool, create).await?;
     let (superuser, bypasses): (bool, bool) =
         sqlx::query_as("SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = $1")
-            .bind(ENGINE_ROLE)
+            .bind(role)
             .fetch_one(pool)
             .await?;
     assert!(
         !superuser && !bypasses,
-        "the role {ENGINE_ROLE} exists but ignores row-level security (superuser or BYPASSRLS): \
+        "the role {role} exists but ignores row-level security (superuser or BYPASSRLS): \
          drop it, or point ${DATABASE_URL_VARIABLE} at another server"
     );
     Ok(())
@@ -232,11 +298,18 @@ fn start_cluster() -> Url {
     });
     let as_root = running_as_root();
     let dir = cluster_directory(as_root);
-    let data = dir.join("data");
+    init_cluster(as_root, &bin, &dir);
+    let port = free_port();
+    supervise(as_root, &bin.join("postgres"), &dir, port);
+    admin_url(&dir, port)
+}
+
+/// `initdb` of a new cluster in `dir/data`: trust authentication, the `postgres` superuser.
+fn init_cluster(as_root: bool, bin: &Path, dir: &Path) {
     let initdb = as_cluster_user(as_root, &bin.join("initdb"))
         .args(["--auth=trust", "--username=postgres", "--encoding=UTF8"])
         .args(["--no-sync", "--no-instructions", "-D"])
-        .arg(&data)
+        .arg(dir.join("data"))
         .stdin(Stdio::null())
         .output()
         .expect("run initdb");
@@ -245,8 +318,10 @@ fn start_cluster() -> Url {
         "initdb failed:\n{}",
         String::from_utf8_lossy(&initdb.stderr)
     );
-    let port = free_port();
-    supervise(as_root, &bin.join("postgres"), &dir, port);
+}
+
+/// The admin URL of a cluster listening on the unix socket in `dir` under `port`.
+fn admin_url(dir: &Path, port: u16) -> Url {
     let mut url = Url::parse(&format!("postgres://postgres@localhost:{port}/postgres"))
         .expect("a well-formed URL");
     url.query_pairs_mut()

@@ -97,6 +97,15 @@ const LOWERCASE_NAME: NameRule = NameRule {
     hint: "use 1 to 63 lowercase letters, digits and dashes, starting with a letter or a digit, such as `payments`",
 };
 
+/// Whether `name` may name a tenant: the rule of a document's `tenant:`, which API tokens'
+/// tenants follow too, so that every tenant a token acts for could also be named in a document.
+pub fn is_tenant_name(name: &str) -> bool {
+    LOWERCASE_NAME.allows(name)
+}
+
+/// How a valid tenant name looks, for messages refusing one.
+pub const TENANT_NAME_HINT: &str = LOWERCASE_NAME.hint;
+
 fn document(cx: &mut Checker, root: &yaml::Node) -> Option<Deployment> {
     let record = cx.record(root, "the document".into(), root.span, "name: payments")?;
     cx.unknown_fields(&record, DOCUMENT_FIELDS);
@@ -109,8 +118,7 @@ fn document(cx: &mut Checker, root: &yaml::Node) -> Option<Deployment> {
         .and_then(|node| cx.named(node, &record.label("name"), &LOWERCASE_NAME));
     let tenant = record
         .get("tenant")
-        .and_then(|node| cx.named(node, &record.label("tenant"), &LOWERCASE_NAME))
-        .unwrap_or("default");
+        .and_then(|node| cx.named(node, &record.label("tenant"), &LOWERCASE_NAME));
     let channels = match record.get("channels") {
         Some(node) => Channels::read(cx, node, &record.label("channels")),
         None => Channels::default(),
@@ -120,7 +128,7 @@ fn document(cx: &mut Checker, root: &yaml::Node) -> Option<Deployment> {
         .map(|node| flows::read(cx, node, &record.label("flows"), &channels));
     Some(Deployment {
         name: name?.to_owned(),
-        tenant: tenant.to_owned(),
+        tenant: tenant.map(str::to_owned),
         channels: channels.into_model(),
         flows: flows?,
     })

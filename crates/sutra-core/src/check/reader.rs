@@ -54,6 +54,15 @@ pub(super) struct NameRule {
     pub hint: &'static str,
 }
 
+impl NameRule {
+    pub fn allows(&self, name: &str) -> bool {
+        let mut chars = name.chars();
+        chars.next().is_some_and(self.first)
+            && chars.all(self.rest)
+            && name.chars().count() <= self.max_chars
+    }
+}
+
 /// Whether a duration of zero means something for the field being read.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Zero {
@@ -293,10 +302,7 @@ impl<'s> Checker<'s> {
     }
 
     pub fn name_ok(&mut self, name: &str, at: Span, label: &str, rule: &NameRule) -> bool {
-        let mut chars = name.chars();
-        let ok = chars.next().is_some_and(rule.first)
-            && chars.all(rule.rest)
-            && name.chars().count() <= rule.max_chars;
+        let ok = rule.allows(name);
         if !ok {
             self.report(
                 Diagnostic::error(

@@ -71,8 +71,13 @@ fn choices_and_receives_resolve_their_targets() {
 
 #[test]
 fn unset_fields_take_the_documented_defaults() {
+    assert_eq!(
+        deployment(ORDER).tenant,
+        None,
+        "a document that names no tenant belongs to whoever deploys it"
+    );
     let deployment = deployment(MONEY_TRANSFER);
-    assert_eq!(deployment.tenant, "default");
+    assert_eq!(deployment.tenant.as_deref(), Some("default"));
     let replies = &deployment.channels["bank-replies"];
     assert_eq!(replies.ack, Ack::Commit);
     assert_eq!(replies.ack_timeout, ACK_TIMEOUT_DEFAULT);

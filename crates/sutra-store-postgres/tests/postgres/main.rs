@@ -5,6 +5,7 @@
 //! One test binary, so that the throwaway cluster starts once; each test has its own database.
 
 mod common;
+mod leases;
 mod migrations;
 mod races;
 mod row_security;

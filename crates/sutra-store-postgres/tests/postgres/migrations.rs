@@ -1,9 +1,10 @@
-//! The schema: versioned migrations applied once however many replicas start at once, and the
-//! shape every table must keep — a tenant column and forced row-level security.
+//! The schema: versioned migrations applied once however many replicas start at once, by the
+//! role that owns the schema and never by the role replicas serve as, and the shape every table
+//! must keep — a tenant column and forced row-level security.
 
 use sqlx::{Connection, PgConnection};
 use sutra_store::{Error, InstanceFilter, Store};
-use sutra_store_postgres::{PostgresOptions, PostgresStore, migrate};
+use sutra_store_postgres::{PostgresOptions, PostgresStore, migrate, row_security_gaps};
 use sutra_testkit::postgres::TestDatabase;
 
 use crate::common::{TENANT, replica, started};
@@ -30,7 +31,9 @@ async fn migrating_again_changes_nothing_and_keeps_every_row() {
     let migrations = applied(&database).await;
     assert!(migrations > 0);
 
-    migrate(database.url()).await.unwrap();
+    migrate(database.owner_url()).await.unwrap();
+    migrate(database.owner_url()).await.unwrap();
+    // The serving role may not change the schema, and finds nothing to change.
     migrate(database.url()).await.unwrap();
     let reopened = replica(&database).await;
 
@@ -38,13 +41,26 @@ async fn migrating_again_changes_nothing_and_keeps_every_row() {
     assert!(reopened.instance(TENANT, "i-1").await.unwrap().is_some());
 }
 
+/// Replicas that migrate at start through the owner's URL (`sutra.store.migrate-url`) and serve
+/// as the engine's role.
+fn migrating_as_owner(database: &TestDatabase) -> PostgresOptions {
+    PostgresOptions {
+        migrate_url: Some(database.owner_url().to_owned()),
+        ..PostgresOptions::default()
+    }
+}
+
 #[tokio::test]
 async fn replicas_starting_together_apply_each_migration_once() {
-    let database = TestDatabase::create().await;
+    let database = TestDatabase::empty().await;
+    let options = migrating_as_owner(&database);
 
-    let opened = futures_util::future::join_all((0..4).map(|_| replica(&database))).await;
+    let opened = futures_util::future::join_all(
+        (0..4).map(|_| PostgresStore::open(database.url(), &options)),
+    )
+    .await;
 
-    assert_eq!(opened.len(), 4);
+    assert!(opened.iter().all(Result::is_ok));
     let count: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations")
         .fetch_one(&mut admin(&database).await)
         .await
@@ -58,7 +74,7 @@ async fn replicas_starting_together_apply_each_migration_once() {
 
 #[tokio::test]
 async fn a_store_that_does_not_migrate_works_on_the_schema_migrate_made() {
-    let database = TestDatabase::create().await;
+    let database = TestDatabase::empty().await;
     let unmigrated = PostgresOptions {
         migrate: false,
         ..PostgresOptions::default()
@@ -72,7 +88,7 @@ async fn a_store_that_does_not_migrate_works_on_the_schema_migrate_made() {
         "no schema yet: {before:?}"
     );
 
-    migrate(database.url()).await.unwrap();
+    migrate(database.owner_url()).await.unwrap();
 
     let store = PostgresStore::open(database.url(), &unmigrated)
         .await
@@ -116,4 +132,73 @@ async fn a_url_that_is_not_postgres_is_refused() {
         migrate("postgres://127.0.0.1:1/none").await,
         Err(Error::Unavailable(_))
     ));
+}
+
+#[tokio::test]
+async fn a_serving_role_that_finds_migrations_pending_is_told_to_migrate_as_the_owner() {
+    let database = TestDatabase::empty().await;
+
+    let refused = PostgresStore::open(database.url(), &PostgresOptions::default()).await;
+
+    match refused {
+        Err(Error::Unavailable(reason)) => assert!(
+            reason.contains("sutra_engine may not change the schema")
+                && reason.contains("sutra db migrate")
+                && reason.contains("sutra.store.migrate-url"),
+            "{reason}"
+        ),
+        other => panic!("expected a refusal naming the fix: {:?}", other.err()),
+    }
+    PostgresStore::open(database.url(), &migrating_as_owner(&database))
+        .await
+        .expect("with the owner's URL to migrate through, it opens");
+}
+
+#[tokio::test]
+async fn only_a_role_that_owns_the_tables_is_reported_able_to_switch_row_security_off() {
+    let database = TestDatabase::create().await;
+
+    let serving = row_security_gaps(database.url()).await.unwrap();
+    let owning = row_security_gaps(database.owner_url()).await.unwrap();
+    let admin = row_security_gaps(database.admin_url()).await.unwrap();
+
+    assert_eq!(serving, Vec::<String>::new());
+    assert!(
+        owning.len() == 1 && owning[0].contains("owns the tables"),
+        "{owning:?}"
+    );
+    assert!(
+        admin.iter().any(|gap| gap.contains("superuser")),
+        "{admin:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_serving_role_may_read_and_write_rows_and_nothing_more() {
+    let database = TestDatabase::create().await;
+    let mut engine = PgConnection::connect(database.url()).await.unwrap();
+
+    let refused = [
+        "ALTER TABLE instances DISABLE ROW LEVEL SECURITY",
+        "ALTER TABLE instances NO FORCE ROW LEVEL SECURITY",
+        "DROP POLICY tenant_reads ON instances",
+        "TRUNCATE instances CASCADE",
+        "CREATE TABLE smuggled (tenant text)",
+        "SET ROLE sutra_owner",
+        "DELETE FROM _sqlx_migrations",
+    ];
+    for statement in refused {
+        let outcome = sqlx::query(statement).execute(&mut engine).await;
+        let code = outcome.err().and_then(|e| {
+            e.as_database_error()
+                .and_then(|e| e.code())
+                .map(|c| c.into_owned())
+        });
+        assert_eq!(code.as_deref(), Some("42501"), "{statement}");
+    }
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations")
+        .fetch_one(&mut engine)
+        .await
+        .unwrap();
+    assert!(applied > 0, "it reads which migrations are applied");
 }

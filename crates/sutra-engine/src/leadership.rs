@@ -1,0 +1,511 @@
+//! Leadership (SPEC §6): which replica runs each singleton role — `timers` (the delivery
+//! dispatcher), `instance-sweeper`, `history-purger`, and one `channel:{tenant}:{channel}` per
+//! channel declared `singleton: true`.
+//!
+//! A [`Leadership`] gives each role a signal: `Some(term)` while this replica leads it. There are
+//! two: [`AlwaysLeading`] for the embedded store, where every process leads every role, and
+//! [`Elected`] for a store a fleet shares, where one poll task per role keeps a lease row in the
+//! database. Role loops run inside [`while_leading`], which starts them at each term and drops
+//! them — mid-pass if need be — when the term ends.
+//!
+//! The rule that keeps two replicas from running one role at once: a term ends on a *local*
+//! deadline that comes before the lease can expire in the database. It is counted from the moment
+//! the acquire was sent, which is before the database stamped the expiry, on this process's
+//! monotonic clock, and it falls a fifth of the TTL short — room for that clock to run slow
+//! against the database's and for the dropped work to stop. Another replica can take the lease
+//! only after it expired by the database's clock, so by then this one has stopped, whether it
+//! renewed in vain, could not reach the database, or lost the lease. docs/decisions/0018.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use jiff::SignedDuration;
+use sutra_store::{Lease, Store};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+pub const TIMERS: &str = "timers";
+pub const INSTANCE_SWEEPER: &str = "instance-sweeper";
+pub const HISTORY_PURGER: &str = "history-purger";
+
+/// The role of a channel declared `singleton: true`: consumed by one replica at a time.
+pub fn channel_role(tenant: &str, channel: &str) -> String {
+    format!("channel:{tenant}:{channel}")
+}
+
+/// How long giving the leases up at shutdown may take. A database out of reach cannot be told;
+/// the leases then expire after their TTL, as if the replica had died.
+const RELEASE_PATIENCE: Duration = Duration::from_secs(5);
+
+/// One stretch of leading a role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Term {
+    /// The lease's epoch: larger than any earlier holder's, so work that could overlap with a
+    /// previous holder's can be fenced with it. 0 where every replica leads.
+    pub epoch: i64,
+    /// When the role's work must have stopped unless a renewal extends the term: local, and
+    /// before the lease can expire in the database. `None`: never.
+    pub until: Option<Instant>,
+}
+
+impl Term {
+    fn current(&self) -> bool {
+        self.until.is_none_or(|until| until > Instant::now())
+    }
+}
+
+/// A role's leadership as it changes: `Some` while this replica leads it.
+pub type Signal = watch::Receiver<Option<Term>>;
+
+#[async_trait::async_trait]
+pub trait Leadership: Send + Sync {
+    /// `role`'s signal. The first call registers the role: from then on this replica contends
+    /// for it.
+    fn role(&self, role: &str) -> Signal;
+    /// Every role registered so far, with this replica's current term where it leads.
+    fn roles(&self) -> Vec<(String, Option<Term>)>;
+    /// Stops contending and gives up every lease held, so that other replicas take the roles at
+    /// their next poll instead of waiting out the TTL. Call it once the role loops have stopped:
+    /// a lease given up while its work still ran could overlap with the next holder's.
+    async fn resign(&self);
+}
+
+/// The embedded store's leadership (SPEC §6): every process leads every role, at once and for
+/// good. Correctness never rested on a role being single: claims serialize the dispatcher's
+/// steps, and the sweep and the purge are idempotent and judge by the store's clock.
+pub struct AlwaysLeading {
+    always: watch::Sender<Option<Term>>,
+    roles: Mutex<BTreeSet<String>>,
+}
+
+const FOR_GOOD: Term = Term {
+    epoch: 0,
+    until: None,
+};
+
+impl Default for AlwaysLeading {
+    fn default() -> AlwaysLeading {
+        AlwaysLeading {
+            always: watch::Sender::new(Some(FOR_GOOD)),
+            roles: Mutex::new(BTreeSet::new()),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Leadership for AlwaysLeading {
+    fn role(&self, role: &str) -> Signal {
+        lock(&self.roles).insert(role.to_owned());
+        self.always.subscribe()
+    }
+
+    fn roles(&self) -> Vec<(String, Option<Term>)> {
+        lock(&self.roles)
+            .iter()
+            .map(|role| (role.clone(), Some(FOR_GOOD)))
+            .collect()
+    }
+
+    async fn resign(&self) {}
+}
+
+/// Leadership by lease rows in a store a fleet shares (SPEC §6): each registered role has a poll
+/// task that acquires or renews its lease every `poll` for `ttl`.
+pub struct Elected {
+    lease: LeaseTerms,
+    contenders: Mutex<BTreeMap<String, Contender>>,
+    resigned: watch::Sender<bool>,
+}
+
+/// What every poll task of one replica asks for.
+#[derive(Clone)]
+struct LeaseTerms {
+    store: Arc<dyn Store>,
+    holder: String,
+    ttl: SignedDuration,
+    poll: SignedDuration,
+}
+
+struct Contender {
+    signal: Signal,
+    /// `None` once resigned.
+    poller: Option<JoinHandle<()>>,
+}
+
+impl Elected {
+    /// Leadership for replica `holder`, which must be unique per process (decision 0008): a
+    /// restarted process that reused its predecessor's id would renew the predecessor's leases as
+    /// its own.
+    pub fn new(
+        store: Arc<dyn Store>,
+        holder: String,
+        ttl: SignedDuration,
+        poll: SignedDuration,
+    ) -> Elected {
+        Elected {
+            lease: LeaseTerms {
+                store,
+                holder,
+                ttl,
+                poll,
+            },
+            contenders: Mutex::new(BTreeMap::new()),
+            resigned: watch::Sender::new(false),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Leadership for Elected {
+    fn role(&self, role: &str) -> Signal {
+        let mut contenders = lock(&self.contenders);
+        if let Some(contender) = contenders.get(role) {
+            return contender.signal.clone();
+        }
+        let (sender, signal) = watch::channel(None);
+        let poller = (!*self.resigned.borrow()).then(|| {
+            tokio::spawn(contend(
+                self.lease.clone(),
+                role.to_owned(),
+                sender,
+                self.resigned.subscribe(),
+            ))
+        });
+        contenders.insert(
+            role.to_owned(),
+            Contender {
+                signal: signal.clone(),
+                poller,
+            },
+        );
+        signal
+    }
+
+    fn roles(&self) -> Vec<(String, Option<Term>)> {
+        lock(&self.contenders)
+            .iter()
+            .map(|(role, contender)| {
+                let term = contender.signal.borrow().filter(Term::current);
+                (role.clone(), term)
+            })
+            .collect()
+    }
+
+    async fn resign(&self) {
+        if self.resigned.send_replace(true) {
+            return;
+        }
+        let (roles, pollers): (Vec<String>, Vec<JoinHandle<()>>) = lock(&self.contenders)
+            .iter_mut()
+            .map(|(role, contender)| (role.clone(), contender.poller.take()))
+            .filter_map(|(role, poller)| Some((role, poller?)))
+            .unzip();
+        for poller in pollers {
+            let _ = poller.await;
+        }
+        // Every role, held or not: an acquire cut short by the resignation may have succeeded.
+        let LeaseTerms { store, holder, .. } = &self.lease;
+        let releases = roles.iter().map(|role| store.release_lease(role, holder));
+        match tokio::time::timeout(RELEASE_PATIENCE, futures_util::future::join_all(releases)).await
+        {
+            Ok(released) => {
+                for (role, outcome) in roles.iter().zip(released) {
+                    if let Err(error) = outcome {
+                        warn!(role, %error, "could not give the lease up; it expires after its TTL");
+                    }
+                }
+            }
+            Err(_) => warn!("could not give the leases up in time; they expire after their TTL"),
+        }
+    }
+}
+
+/// One role's poll task: acquires or renews every `poll` until the replica resigns, then says
+/// it leads no more.
+async fn contend(
+    lease: LeaseTerms,
+    role: String,
+    signal: watch::Sender<Option<Term>>,
+    mut resigned: watch::Receiver<bool>,
+) {
+    loop {
+        let asked = Instant::now();
+        tokio::select! {
+            acquired = lease.store.acquire_lease(&role, &lease.holder, lease.ttl) => {
+                record(&role, &signal, acquired, asked + local_term(lease.ttl));
+            }
+            _ = resigned.wait_for(|resigned| *resigned) => break,
+        }
+        tokio::select! {
+            () = tokio::time::sleep(lease.poll.unsigned_abs()) => {}
+            _ = resigned.wait_for(|resigned| *resigned) => break,
+        }
+    }
+    signal.send_replace(None);
+}
+
+/// How long after sending an acquire this replica may act on the lease it returns: four fifths
+/// of the TTL (see the module's documentation).
+fn local_term(ttl: SignedDuration) -> Duration {
+    let ttl = ttl.unsigned_abs();
+    ttl - ttl / 5
+}
+
+fn record(
+    role: &str,
+    signal: &watch::Sender<Option<Term>>,
+    acquired: sutra_store::Result<Option<Lease>>,
+    until: Instant,
+) {
+    match acquired {
+        Ok(Some(lease)) => {
+            let term = Term {
+                epoch: lease.epoch,
+                until: Some(until),
+            };
+            let previous = signal.send_replace(Some(term));
+            if previous.is_none_or(|previous| previous.epoch != term.epoch) {
+                info!(role, epoch = lease.epoch, "leading");
+            }
+        }
+        Ok(None) => {
+            let held = signal.send_if_modified(|term| term.take().is_some());
+            if held {
+                warn!(
+                    role,
+                    "another replica holds the lease now; no longer leading"
+                );
+            }
+        }
+        // The term in hand still ends at its deadline: nothing to change until a poll succeeds.
+        Err(error) => warn!(role, %error, "could not acquire or renew the lease"),
+    }
+}
+
+/// Runs `work` while `signal` says this replica leads `role`, until `stop` is set. Each term
+/// starts a fresh `work()`; the term's end drops it, wherever it is: at the local deadline when
+/// no renewal came, on losing the lease, or on a new epoch (someone else led in between, so what
+/// the work held in memory is stale). The end is looked for before the work is polled again, so
+/// a process that wakes from a freeze past its deadline stops without taking another step.
+pub(crate) async fn while_leading<W, F>(
+    role: &str,
+    mut signal: Signal,
+    mut stop: watch::Receiver<bool>,
+    mut work: W,
+) where
+    W: FnMut() -> F,
+    F: Future<Output = ()>,
+{
+    while let Some(mut term) = next_term(&mut signal, &mut stop).await {
+        let running = work();
+        tokio::pin!(running);
+        loop {
+            tokio::select! {
+                biased;
+                _ = stop.changed() => return,
+                () = deadline(term.until) => {
+                    warn!(role, epoch = term.epoch, "the lease was not renewed in time: stopping the role");
+                    break;
+                }
+                changed = signal.changed() => {
+                    let next = changed.ok().and_then(|()| *signal.borrow_and_update());
+                    match next {
+                        Some(renewed) if renewed.epoch == term.epoch => term = renewed,
+                        _ => break,
+                    }
+                }
+                () = &mut running => return,
+            }
+        }
+    }
+}
+
+/// The next term that has not ended yet; `None` once `stop` is set or no term can come.
+async fn next_term(signal: &mut Signal, stop: &mut watch::Receiver<bool>) -> Option<Term> {
+    loop {
+        if *stop.borrow() {
+            return None;
+        }
+        if let Some(term) = signal.borrow_and_update().filter(Term::current) {
+            return Some(term);
+        }
+        tokio::select! {
+            changed = signal.changed() => changed.ok()?,
+            _ = stop.changed() => return None,
+        }
+    }
+}
+
+async fn deadline(until: Option<Instant>) {
+    match until {
+        Some(until) => tokio::time::sleep_until(until).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    /// A role loop that counts its starts and how many of its runs are alive.
+    #[derive(Default)]
+    struct Probe {
+        starts: AtomicUsize,
+        alive: AtomicUsize,
+    }
+
+    struct Alive<'a>(&'a AtomicUsize);
+
+    impl Drop for Alive<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    impl Probe {
+        async fn run(&self) {
+            self.starts.fetch_add(1, Ordering::SeqCst);
+            self.alive.fetch_add(1, Ordering::SeqCst);
+            let _alive = Alive(&self.alive);
+            std::future::pending::<()>().await;
+        }
+
+        fn seen(&self) -> (usize, usize) {
+            (
+                self.starts.load(Ordering::SeqCst),
+                self.alive.load(Ordering::SeqCst),
+            )
+        }
+    }
+
+    fn term(epoch: i64, lasting: Duration) -> Option<Term> {
+        Some(Term {
+            epoch,
+            until: Some(Instant::now() + lasting),
+        })
+    }
+
+    /// Starts a role loop over `probe`; returns what drives it.
+    fn role(
+        probe: &Arc<Probe>,
+    ) -> (
+        watch::Sender<Option<Term>>,
+        watch::Sender<bool>,
+        JoinHandle<()>,
+    ) {
+        let (lead, signal) = watch::channel(None);
+        let (stop, stopping) = watch::channel(false);
+        let probe = Arc::clone(probe);
+        let running = tokio::spawn(async move {
+            while_leading("test", signal, stopping, || probe.run()).await;
+        });
+        (lead, stop, running)
+    }
+
+    /// Lets every task that can run, run.
+    async fn settle() {
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn work_runs_only_within_a_term_and_stops_at_its_local_deadline() {
+        let probe = Arc::new(Probe::default());
+        let (lead, _stop, _running) = role(&probe);
+        settle().await;
+        assert_eq!(probe.seen(), (0, 0), "no term, no work");
+
+        lead.send_replace(term(1, 3 * SECOND));
+        settle().await;
+        assert_eq!(probe.seen(), (1, 1));
+        tokio::time::sleep(2 * SECOND).await;
+        assert_eq!(probe.seen(), (1, 1), "still within the term");
+        tokio::time::sleep(2 * SECOND).await;
+        settle().await;
+        assert_eq!(
+            probe.seen(),
+            (1, 0),
+            "stopped at the deadline, with no word from the lease"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_extends_the_term_and_keeps_the_work_running() {
+        let probe = Arc::new(Probe::default());
+        let (lead, _stop, _running) = role(&probe);
+        lead.send_replace(term(1, 3 * SECOND));
+        settle().await;
+
+        for _ in 0..5 {
+            tokio::time::sleep(2 * SECOND).await;
+            lead.send_replace(term(1, 3 * SECOND));
+            settle().await;
+        }
+
+        assert_eq!(probe.seen(), (1, 1), "one run across every renewal");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn losing_the_lease_or_a_new_epoch_ends_the_run() {
+        let probe = Arc::new(Probe::default());
+        let (lead, _stop, _running) = role(&probe);
+        lead.send_replace(term(1, 3 * SECOND));
+        settle().await;
+
+        lead.send_replace(None);
+        settle().await;
+        assert_eq!(probe.seen(), (1, 0), "lost");
+        lead.send_replace(term(2, 3 * SECOND));
+        settle().await;
+        assert_eq!(probe.seen(), (2, 1), "won again");
+        lead.send_replace(term(4, 3 * SECOND));
+        settle().await;
+        assert_eq!(probe.seen(), (3, 1), "another led in between: a fresh run");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stopping_ends_the_loop_for_good() {
+        let probe = Arc::new(Probe::default());
+        let (lead, stop, running) = role(&probe);
+        lead.send_replace(term(1, 3 * SECOND));
+        settle().await;
+
+        stop.send_replace(true);
+        running.await.unwrap();
+
+        assert_eq!(probe.seen(), (1, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_term_granted_too_late_to_act_on_starts_nothing() {
+        let probe = Arc::new(Probe::default());
+        let (lead, _stop, _running) = role(&probe);
+
+        lead.send_replace(term(1, Duration::ZERO));
+        settle().await;
+
+        assert_eq!(probe.seen(), (0, 0));
+    }
+
+    #[test]
+    fn a_term_ends_a_fifth_of_the_ttl_before_the_lease_can() {
+        assert_eq!(
+            local_term(SignedDuration::from_secs(30)),
+            Duration::from_secs(24)
+        );
+    }
+}

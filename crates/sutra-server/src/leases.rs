@@ -1,0 +1,76 @@
+//! `GET /v1/leases` (SPEC §4, §6): who leads which singleton role. The items are the lease rows
+//! the fleet shares, whichever replica answers; `replica` and `leading` add what the answering
+//! replica itself believes it leads now, which is what an operator checks a replica against (and
+//! what tests check "one leader per role" with).
+//!
+//! Leases are the fleet's, not a tenant's, but a `channel:{tenant}:{channel}` role names a
+//! tenant's channel: an administrator sees the fleet's roles and its own tenant's channel roles,
+//! never another tenant's.
+
+use axum::Json;
+use axum::extract::{Extension, State};
+use serde_json::{Value, json};
+use sutra_store::Lease;
+
+use crate::auth::Caller;
+use crate::http::{Api, store_problem};
+use crate::problem::Problem;
+
+pub async fn list(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<Value>, Problem> {
+    let shown = |role: &str| shown_to(role, &caller.tenant);
+    let leases = api.engine.store().leases().await.map_err(store_problem)?;
+    let items: Vec<Value> = leases
+        .iter()
+        .filter(|lease| shown(&lease.role))
+        .map(lease_json)
+        .collect();
+    let leading: Vec<String> = api
+        .engine
+        .leadership()
+        .roles()
+        .into_iter()
+        .filter(|(role, term)| term.is_some() && shown(role))
+        .map(|(role, _)| role)
+        .collect();
+    Ok(Json(json!({
+        "items": items,
+        "next": null,
+        "replica": api.engine.config().replica_id,
+        "leading": leading,
+    })))
+}
+
+fn lease_json(lease: &Lease) -> Value {
+    json!({
+        "role": lease.role,
+        "holder": lease.holder,
+        "expires_at": lease.expires_at.to_string(),
+        "epoch": lease.epoch,
+    })
+}
+
+/// Every role but another tenant's channel roles.
+fn shown_to(role: &str, tenant: &str) -> bool {
+    match role.strip_prefix("channel:") {
+        Some(channel) => channel
+            .split_once(':')
+            .is_some_and(|(owner, _)| owner == tenant),
+        None => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown_to;
+
+    #[test]
+    fn an_administrator_sees_the_fleets_roles_and_only_its_own_tenants_channels() {
+        assert!(shown_to("timers", "acme"));
+        assert!(shown_to("channel:acme:orders", "acme"));
+        assert!(!shown_to("channel:globex:orders", "acme"));
+        assert!(!shown_to("channel:acme-eu:orders", "acme"));
+    }
+}

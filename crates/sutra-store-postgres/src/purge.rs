@@ -1,0 +1,89 @@
+//! The history purger's deletions (SPEC §3 `sutra.history.retention`), in one system-scoped
+//! transaction.
+//!
+//! Rows are picked `FOR UPDATE SKIP LOCKED`, so a purge never waits on a row another transaction
+//! holds (an instance being claimed, a buffered message being matched by a park) and two purgers
+//! never pick the same rows. The rows that hang off a purged instance — waits, deliveries, tasks,
+//! history — go by `ON DELETE CASCADE`; its inbox rows, which have no foreign key, go in the same
+//! statement. The status and `sent_at` predicates are literals so that the partial indexes of
+//! migration 0003 serve them.
+
+use jiff::SignedDuration;
+use sqlx::PgPool;
+use sutra_store::{Purged, Result};
+
+use crate::codec::{age, db};
+use crate::scope::{Scope, Tx, begin};
+
+pub async fn purge(pool: &PgPool, retention: SignedDuration, batch: u32) -> Result<Purged> {
+    let mut tx = begin(pool, Scope::System).await?;
+    let purged = Purged {
+        instances: instances(&mut tx, retention, batch).await?,
+        buffered: buffered(&mut tx, batch).await?,
+        outbox: outbox(&mut tx, retention, batch).await?,
+    };
+    tx.commit().await.map_err(db)?;
+    Ok(purged)
+}
+
+/// Old terminal instances, never `failed` ones, and the inbox rows of the messages they consumed.
+async fn instances(tx: &mut Tx, retention: SignedDuration, batch: u32) -> Result<u64> {
+    let deleted = sqlx::query(
+        "WITH doomed AS (
+             SELECT tenant, id FROM instances
+             WHERE status IN ('completed', 'cancelled') AND updated_at < sutra_now() - $1
+             ORDER BY updated_at, id LIMIT $2
+             FOR UPDATE SKIP LOCKED
+         ), consumed AS (
+             DELETE FROM inbox USING doomed
+             WHERE inbox.tenant = doomed.tenant AND inbox.instance = doomed.id
+         )
+         DELETE FROM instances USING doomed WHERE instances.id = doomed.id",
+    )
+    .bind(age(retention))
+    .bind(i64::from(batch))
+    .execute(&mut **tx)
+    .await
+    .map_err(db)?;
+    Ok(deleted.rows_affected())
+}
+
+/// Expired buffered messages, and their inbox rows while those say only that the message was
+/// buffered: no step will consume it now.
+async fn buffered(tx: &mut Tx, batch: u32) -> Result<u64> {
+    let deleted: i64 = sqlx::query_scalar(
+        "WITH expired AS (
+             DELETE FROM buffered WHERE id IN (
+                 SELECT id FROM buffered WHERE expires_at < sutra_now()
+                 ORDER BY expires_at, id LIMIT $1
+                 FOR UPDATE SKIP LOCKED)
+             RETURNING tenant, channel, event_id
+         ), forgotten AS (
+             DELETE FROM inbox USING expired
+             WHERE inbox.tenant = expired.tenant AND inbox.channel = expired.channel
+               AND inbox.event_id = expired.event_id AND inbox.instance IS NULL
+         )
+         SELECT count(*) FROM expired",
+    )
+    .bind(i64::from(batch))
+    .fetch_one(&mut **tx)
+    .await
+    .map_err(db)?;
+    crate::codec::unsigned(deleted, "a count")
+}
+
+/// Outbox rows sent longer ago than the retention; pending and poisoned rows stay.
+async fn outbox(tx: &mut Tx, retention: SignedDuration, batch: u32) -> Result<u64> {
+    let deleted = sqlx::query(
+        "DELETE FROM outbox WHERE id IN (
+             SELECT id FROM outbox WHERE sent_at < sutra_now() - $1
+             ORDER BY sent_at, id LIMIT $2
+             FOR UPDATE SKIP LOCKED)",
+    )
+    .bind(age(retention))
+    .bind(i64::from(batch))
+    .execute(&mut **tx)
+    .await
+    .map_err(db)?;
+    Ok(deleted.rows_affected())
+}

@@ -1,0 +1,120 @@
+//! The schema's lifecycle: applying migrations as the role that owns the tables, and telling
+//! whether the role a replica serves as is held by row-level security at all.
+//!
+//! Two roles, because a role that owns the tables can switch their row security off: the owner
+//! migrates (`sutra db migrate --db URL`, or `sutra.store.migrate-url`), replicas serve as a
+//! member of `sutra_app`, which may only read and write rows (migration 0002). A replica told to
+//! migrate at start through its own serving role therefore finds nothing to do when the schema is
+//! current — it checks first, with nothing but a read — and, when something is pending, fails
+//! saying which URL to migrate with. docs/decisions/0019-tenancy-and-tokens.md.
+
+use sqlx::migrate::{MigrateError, Migrator};
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{ConnectOptions, Connection, PgConnection};
+use sutra_store::{Error, Result};
+
+use crate::codec::db;
+
+/// The schema, embedded in the binary: applied by [`crate::PostgresStore::open`] unless disabled,
+/// and by [`crate::migrate`] (`sutra db migrate`).
+static MIGRATOR: Migrator = sqlx::migrate!();
+
+/// SQLSTATE of a privilege the role lacks.
+const INSUFFICIENT_PRIVILEGE: &str = "42501";
+
+/// Brings the schema at `options` up to date over a connection of its own, without the pool's
+/// lock timeout: a migrator waits for another replica's migrator to finish, however long it
+/// takes. A current schema is left alone without taking the migrators' lock or creating
+/// anything, which a serving role may not do.
+pub async fn migrate_with(options: &PgConnectOptions) -> Result<()> {
+    let mut connection = options.connect().await.map_err(db)?;
+    if !is_current(&mut connection).await {
+        MIGRATOR
+            .run(&mut connection)
+            .await
+            .map_err(|e| migration_failed(e, options))?;
+    }
+    connection.close().await.map_err(db)
+}
+
+/// Whether every migration this build knows is applied, unchanged, and no other. Anything the
+/// check cannot read (no bookkeeping table yet, no grant on it) counts as not current: the
+/// migrator then decides, and explains.
+async fn is_current(connection: &mut PgConnection) -> bool {
+    let applied: Vec<(i64, Vec<u8>)> = match sqlx::query_as(
+        "SELECT version, checksum FROM _sqlx_migrations WHERE success ORDER BY version",
+    )
+    .fetch_all(connection)
+    .await
+    {
+        Ok(applied) => applied,
+        Err(_) => return false,
+    };
+    let known = MIGRATOR
+        .iter()
+        .filter(|migration| migration.migration_type.is_up_migration())
+        .map(|migration| (migration.version, migration.checksum.as_ref()));
+    applied
+        .iter()
+        .map(|(version, checksum)| (*version, checksum.as_slice()))
+        .eq(known)
+}
+
+/// A schema this build does not know (migrated by a newer Sutra, or edited by hand) is not
+/// something a retry fixes; a role that may not change the schema needs the owner's URL.
+fn migration_failed(error: MigrateError, options: &PgConnectOptions) -> Error {
+    match error {
+        MigrateError::Execute(e) | MigrateError::ExecuteMigration(e, _) if refused(&e) => {
+            Error::Unavailable(format!(
+                "the role {} may not change the schema ({e}); migrate as the role that owns it: \
+                 `sutra db migrate --db URL`, or set sutra.store.migrate-url",
+                options.get_username()
+            ))
+        }
+        MigrateError::Execute(e) | MigrateError::ExecuteMigration(e, _) => db(e),
+        other => Error::Corrupt(format!("the database schema: {other}")),
+    }
+}
+
+fn refused(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(e) if e.code().as_deref() == Some(INSUFFICIENT_PRIVILEGE))
+}
+
+/// Why row-level security does not bind the role `options` logs in as, if it does not: a
+/// superuser or BYPASSRLS role ignores it, and the tables' owner (or a role that may act as the
+/// owner) can switch it off. Empty when the role is as ordinary as a serving role should be.
+pub async fn row_security_gaps(options: &PgConnectOptions) -> Result<Vec<String>> {
+    let mut connection = options.connect().await.map_err(db)?;
+    let (superuser, bypasses, owns): (bool, bool, bool) = sqlx::query_as(
+        "SELECT r.rolsuper, r.rolbypassrls,
+                COALESCE((SELECT pg_has_role(current_user, c.relowner, 'MEMBER')
+                          FROM pg_class c
+                          WHERE c.oid = to_regclass('instances')), false)
+         FROM pg_roles r WHERE r.rolname = current_user",
+    )
+    .fetch_one(&mut connection)
+    .await
+    .map_err(db)?;
+    connection.close().await.map_err(db)?;
+    let role = options.get_username();
+    let gaps = [
+        (
+            superuser,
+            format!("{role} is a superuser, which ignores row-level security"),
+        ),
+        (
+            bypasses,
+            format!("{role} has BYPASSRLS, which ignores row-level security"),
+        ),
+        (
+            owns,
+            format!(
+                "{role} owns the tables (or may act as their owner), so it could switch row-level security off"
+            ),
+        ),
+    ];
+    Ok(gaps
+        .into_iter()
+        .filter_map(|(gap, why)| gap.then_some(why))
+        .collect())
+}

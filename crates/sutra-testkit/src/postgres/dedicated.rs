@@ -1,0 +1,198 @@
+//! A PostgreSQL cluster of one test's own, which the test may take down and bring back.
+//!
+//! The shared cluster (or the server `SUTRA_TEST_DATABASE_URL` names) serves every test of the
+//! process at once, so restarting it would fail tests that have nothing to do with the restart.
+//! A test that restarts PostgreSQL — to prove that replicas ride through the database going away
+//! — starts a [`DedicatedCluster`] instead: always from the installed binaries, whatever
+//! `SUTRA_TEST_DATABASE_URL` says, in a directory of its own, with one database set up as every
+//! test database is (owned and migrated by the schema's owner, served by the engine's role).
+//!
+//! A supervising shell runs `postgres` and obeys two files the test drops in the cluster's
+//! directory: `hold-down` (stop PostgreSQL with an immediate shutdown — no checkpoint, crash
+//! recovery at the next start — and keep it down while the file exists) and `stop` (shut down
+//! and remove everything). As for the shared cluster, it also stops everything as soon as the
+//! test process is gone, however that ends.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use sqlx::{Connection, PgConnection};
+use url::Url;
+
+use super::{
+    ENGINE_ROLE, OWNER_ROLE, PASSWORD, STARTUP, admin_url, as_cluster_user, binaries,
+    cluster_directory, connect_admin, execute, free_port, init_cluster, running_as_root, url_of,
+};
+
+/// The one database of the cluster, owned by [`OWNER_ROLE`].
+const DATABASE: &str = "sutra";
+
+/// A throwaway cluster for one test, stopped and removed when dropped.
+pub struct DedicatedCluster {
+    dir: PathBuf,
+    admin: Url,
+    url: String,
+    admin_url: String,
+}
+
+impl DedicatedCluster {
+    /// Runs `initdb`, starts PostgreSQL and creates the database. Panics when PostgreSQL is not
+    /// installed: a test that restarts the database cannot borrow someone else's.
+    pub async fn start() -> DedicatedCluster {
+        let bin = binaries().unwrap_or_else(|| {
+            panic!(
+                "this test restarts PostgreSQL, so it starts a cluster of its own from the \
+                 installed binaries: install the server (Debian: `apt-get install postgresql`)"
+            )
+        });
+        let as_root = running_as_root();
+        let dir = cluster_directory(as_root);
+        init_cluster(as_root, &bin, &dir);
+        let port = free_port();
+        supervise(as_root, &bin.join("postgres"), &dir, port);
+        let admin = admin_url(&dir, port);
+        let pool = connect_admin(admin.clone())
+            .await
+            .unwrap_or_else(|e| panic!("cannot connect to the dedicated cluster: {e}"));
+        // As for every test database: owned and migrated by the schema's owner, served by the
+        // engine's role, which owns nothing.
+        execute(
+            &pool,
+            format!("CREATE DATABASE {DATABASE} OWNER {OWNER_ROLE}"),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("cannot create the dedicated cluster's database: {e}"));
+        pool.close().await;
+        let owner_url = url_of(&admin, DATABASE, Some((OWNER_ROLE, PASSWORD)));
+        sutra_store_postgres::migrate(&owner_url)
+            .await
+            .unwrap_or_else(|e| panic!("cannot migrate the dedicated cluster's database: {e}"));
+        DedicatedCluster {
+            url: url_of(&admin, DATABASE, Some((ENGINE_ROLE, PASSWORD))),
+            admin_url: url_of(&admin, DATABASE, None),
+            admin,
+            dir,
+        }
+    }
+
+    /// The URL the engine serves with: [`ENGINE_ROLE`] on the cluster's database.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The admin's URL on the cluster's database, for checks that must look past row-level
+    /// security.
+    pub fn admin_url(&self) -> &str {
+        &self.admin_url
+    }
+
+    /// Stops PostgreSQL with an immediate shutdown, as a crash of the database server would:
+    /// every connection is cut, nothing is checkpointed. Returns once it has exited; it stays
+    /// down until [`DedicatedCluster::start_again`].
+    pub async fn stop_immediately(&self) {
+        std::fs::write(self.dir.join("hold-down"), b"").expect("ask the supervisor to stop it");
+        self.wait_until("PostgreSQL stops", || self.dir.join("down").exists())
+            .await;
+    }
+
+    /// Starts PostgreSQL again (crash recovery runs first) and returns once it accepts
+    /// connections.
+    pub async fn start_again(&self) {
+        std::fs::remove_file(self.dir.join("hold-down")).expect("let the supervisor start it");
+        self.wait_until("PostgreSQL starts", || !self.dir.join("down").exists())
+            .await;
+        let deadline = Instant::now() + STARTUP;
+        while let Err(error) = PgConnection::connect(self.admin.as_str()).await {
+            assert!(
+                Instant::now() < deadline,
+                "the dedicated cluster did not accept connections within {STARTUP:?} of its \
+                 restart: {error}\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn wait_until(&self, what: &str, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + STARTUP;
+        while !done() {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not within {STARTUP:?}\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("postgres.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for DedicatedCluster {
+    /// Asks the supervisor to stop PostgreSQL and remove the directory, and waits (boundedly)
+    /// until it has, so that no `postgres` outlives the test that started it.
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.dir.join("hold-down"));
+        if std::fs::write(self.dir.join("stop"), b"").is_err() {
+            return;
+        }
+        let deadline = Instant::now() + STARTUP;
+        while self.dir.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Runs `postgres` and obeys the test's files (see the module's doc). `alive` reads `/proc`, which
+/// tells whether a process lives even when it belongs to another user, as `kill -0` cannot.
+///
+/// Durability: `fsync` is off because a restart kills processes, not the kernel: whatever
+/// PostgreSQL wrote reaches the page cache and survives. `synchronous_commit` stays on: with it
+/// off an immediate shutdown would lose commits already acknowledged — a loss the test database
+/// would cause, which a test of Sutra must not mistake for Sutra's.
+const SUPERVISOR: &str = r#"
+dir=$1 watched=$2 postgres=$3 port=$4
+run() {
+    "$postgres" -D "$dir/data" -k "$dir" -p "$port" -c listen_addresses= \
+        -c fsync=off -c full_page_writes=off -c max_connections=100 \
+        >>"$dir/postgres.log" 2>&1 &
+    server=$!
+}
+alive() { if [ -d /proc/self ]; then [ -d "/proc/$1" ]; else kill -0 "$1" 2>/dev/null; fi; }
+run
+while alive "$watched" && [ ! -e "$dir/stop" ]; do
+    if [ -e "$dir/hold-down" ]; then
+        kill -QUIT "$server" 2>/dev/null
+        wait "$server"
+        touch "$dir/down"
+        while [ -e "$dir/hold-down" ] && [ ! -e "$dir/stop" ] && alive "$watched"; do
+            sleep 0.02
+        done
+        [ -e "$dir/stop" ] || run
+        rm -f "$dir/down"
+    fi
+    sleep 0.02
+done
+kill -INT "$server" 2>/dev/null
+wait "$server"
+rm -rf "$dir"
+"#;
+
+fn supervise(as_root: bool, postgres: &Path, dir: &Path, port: u16) {
+    let mut command = as_cluster_user(as_root, Path::new("/bin/sh"));
+    command
+        .args(["-c", SUPERVISOR, "sutra-dedicated-postgres"])
+        .arg(dir)
+        .arg(std::process::id().to_string())
+        .arg(postgres)
+        .arg(port.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut supervisor = command.spawn().expect("start the dedicated cluster");
+    // It exits after the drop (or after this process): reap it then.
+    std::thread::spawn(move || supervisor.wait());
+}
