@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use sutra_client::{Client, CloudEvent, Instance, Task, TaskError, Worker};
 use tokio::sync::oneshot;
 
+use crate::in_process::{ScratchDir, serve_while};
 use crate::output;
 
 const EXAMPLE: &str = include_str!("../../../examples/money-transfer.yaml");
@@ -93,53 +94,20 @@ pub fn run(args: &Args) -> ExitCode {
 }
 
 async fn demo(keep_running: bool) -> Result<(), String> {
-    let scratch = std::env::temp_dir().join(format!("sutra-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&scratch)
-        .map_err(|e| format!("cannot create {}: {e}", scratch.display()))?;
-    let database = format!("sqlite://{}", scratch.join("sutra.db").display());
-    let outcome = run_demo(&database, keep_running).await;
-    let _ = std::fs::remove_dir_all(&scratch);
-    outcome
-}
-
-/// Runs the engine and the demo side by side in this task (`join!`, not `spawn`: the server's
-/// future is not `Send`), stopping the engine once the demo is done.
-async fn run_demo(database: &str, keep_running: bool) -> Result<(), String> {
-    let settings = sutra_server::config::Sources::defaults()
-        .flag("sutra.datasource", Some(database))
-        .flag(
-            "sutra.listen",
-            Some(if keep_running {
-                "127.0.0.1:7480"
-            } else {
-                "127.0.0.1:0"
-            }),
-        )
-        .settings()
-        .map_err(|e| e.to_string())?;
-    let (stop, stopped) = oneshot::channel::<()>();
-    let (bound, listening) = oneshot::channel();
-    let server = sutra_server::serve_until(
-        settings,
-        async {
-            let _ = stopped.await;
-        },
-        |addr| {
-            let _ = bound.send(addr);
-        },
-    );
-    let driver = async {
-        // The engine failed to start when `bound` is dropped unsent; its error is `served`'s.
-        let Ok(addr) = listening.await else {
-            return Ok(());
-        };
-        let driven = drive(&format!("http://{addr}"), database, keep_running).await;
-        let _ = stop.send(());
-        driven
+    let scratch = ScratchDir::create("demo")?;
+    let database = scratch.sqlite_datasource();
+    let listen = if keep_running {
+        "127.0.0.1:7480"
+    } else {
+        "127.0.0.1:0"
     };
-    let (served, driven) = tokio::join!(server, driver);
-    served.map_err(|e| e.to_string())?;
-    driven
+    let sources = sutra_server::config::Sources::defaults()
+        .flag("sutra.datasource", Some(&database))
+        .flag("sutra.listen", Some(listen));
+    serve_while(sources, |url| async move {
+        drive(&url, &database, keep_running).await
+    })
+    .await
 }
 
 async fn drive(url: &str, database: &str, keep_running: bool) -> Result<(), String> {

@@ -6,11 +6,13 @@
 //! errors, an unknown instance); 2 a usage error, an unreadable input, or no usable server
 //! (clap exits with 2 on its own usage errors).
 
+mod bench;
 mod cancel;
 mod check;
 mod db;
 mod demo;
 mod deploy;
+mod in_process;
 mod instances;
 mod leases;
 mod output;
@@ -24,18 +26,16 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// Where the commands that talk to a server find it when `--server` is not given.
+const DEFAULT_SERVER: &str = "http://127.0.0.1:7480";
+
 #[derive(Parser)]
 #[command(name = "sutra", version, about = "Sutra, a durable process engine")]
 struct Cli {
-    /// The server to talk to (every command but `check`, `serve` and `db`).
-    #[arg(
-        long,
-        global = true,
-        env = "SUTRA_SERVER",
-        default_value = "http://127.0.0.1:7480",
-        value_name = "URL"
-    )]
-    server: String,
+    /// The server to talk to (every command but `check`, `serve` and `db`; default
+    /// http://127.0.0.1:7480). `bench` runs an engine of its own unless this is given.
+    #[arg(long, global = true, env = "SUTRA_SERVER", value_name = "URL")]
+    server: Option<String>,
     /// The API token, sent as `Authorization: Bearer` (needed when the server has
     /// `sutra.auth.tokens`).
     #[arg(
@@ -57,6 +57,8 @@ struct Cli {
 enum Command {
     /// Run the engine with the money-transfer example and a worker, and drive transfers through it.
     Demo(demo::Args),
+    /// Drive a standard workload through an engine and report its throughput (SPEC §9).
+    Bench(bench::Args),
     /// Validate deployment documents without a server.
     Check(check::Args),
     /// Run the engine and its HTTP API.
@@ -85,12 +87,13 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let server = &remote::Server {
-        url: &cli.server,
+        url: cli.server.as_deref().unwrap_or(DEFAULT_SERVER),
         token: cli.token.as_deref(),
     };
     let json = cli.json;
     match &cli.command {
         Command::Demo(args) => demo::run(args),
+        Command::Bench(args) => bench::run(args, cli.server.as_deref(), cli.token.as_deref(), json),
         Command::Check(args) => check::run(args, json),
         Command::Serve(args) => serve::run(args),
         Command::Db(command) => db::run(command),

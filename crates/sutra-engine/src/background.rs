@@ -20,6 +20,7 @@ use sutra_store::{Delivery, DeliveryKind, InstanceKey};
 use tracing::{debug, info, warn};
 
 use crate::leadership::{INSTANCE_SWEEPER, TIMERS};
+use crate::metrics::{self, BouncePath};
 use crate::runner::{StepRequest, Work};
 use crate::{Engine, Error, fault};
 
@@ -124,7 +125,10 @@ impl Engine {
                 debug!(delivery = delivery.id.0, %reason, "stale delivery discarded")
             }
             Err(Error::NotFound(_)) => self.discard(&delivery).await,
-            Err(Error::Busy) => self.look_again(&delivery).await,
+            Err(Error::Busy) => {
+                metrics::claim_bounce(BouncePath::Timer);
+                self.look_again(&delivery).await
+            }
             Err(error) => {
                 warn!(delivery = delivery.id.0, instance = %delivery.instance, %error, "delivery failed; will look again");
                 self.look_again(&delivery).await;
@@ -159,6 +163,7 @@ impl Engine {
             .store()
             .sweep(config.claim_timeout, config.max_recoveries)
             .await?;
+        metrics::sweeps_cleared(outcome.cleared);
         if outcome.cleared > 0 {
             info!(
                 cleared = outcome.cleared,

@@ -156,7 +156,11 @@ impl Engine {
             status,
             reply,
             hold,
-        } = self.run_on_lane(request).await?;
+        } = self.run_on_lane(request).await.inspect_err(|error| {
+            if matches!(error, Error::Busy) {
+                crate::metrics::claim_bounce(crate::metrics::BouncePath::Relay);
+            }
+        })?;
         let (Some(hold), None) = (hold, &reply) else {
             return Ok(match reply {
                 Some(reply) if channel.ack == Ack::Complete => Answer::Ended { instance, reply },

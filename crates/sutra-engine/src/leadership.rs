@@ -52,7 +52,7 @@ pub struct Term {
 }
 
 impl Term {
-    fn current(&self) -> bool {
+    pub(crate) fn current(&self) -> bool {
         self.until.is_none_or(|until| until > Instant::now())
     }
 }

@@ -25,11 +25,13 @@ mod history;
 pub mod intake;
 mod lane;
 pub mod leadership;
+pub mod metrics;
 pub mod outbox;
 pub mod registry;
 pub mod runner;
 pub mod settle;
 pub mod tasks;
+mod test_switches;
 
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -149,6 +151,7 @@ pub(crate) struct Shared {
 impl Shared {
     /// `{replica_id}/lane-{i}`: lane-scoped, so that *same owner ⇒ same lane ⇒ serialized*.
     pub fn lane_owner(&self, lane: usize) -> Owner {
+        let lane = test_switches::owner_lane(lane);
         Owner(format!("{}/lane-{lane}", self.config.replica_id))
     }
 
@@ -314,10 +317,12 @@ impl Engine {
         tokio::spawn(leadership::while_leading(role, signal, stop, work))
     }
 
-    /// The lane that owns `instance` (affinity by a stable hash of its id).
+    /// The lane that owns `instance` (affinity by a stable hash of its id). A test-only switch
+    /// can send the request elsewhere ([`test_switches`]).
     pub(crate) fn lane_for(&self, instance: &str) -> &Lane {
         let hash = xxhash_rust::xxh3::xxh3_64(instance.as_bytes());
-        &self.lanes[(hash % self.lanes.len() as u64) as usize]
+        let owner = (hash % self.lanes.len() as u64) as usize;
+        &self.lanes[test_switches::route(owner, self.lanes.len())]
     }
 
     pub(crate) async fn run_on_lane(&self, request: StepRequest) -> Result<StepOutcome, Error> {
@@ -335,6 +340,17 @@ impl Engine {
 
     pub fn lane_queue_depths(&self) -> Vec<usize> {
         self.lanes.iter().map(Lane::queue_depth).collect()
+    }
+
+    /// Sets the gauges that mirror in-memory state (lane queue depths, which roles this replica
+    /// leads). Cheap, so the server calls it on every scrape rather than on a timer.
+    pub fn publish_gauges(&self) {
+        for (lane, depth) in self.lane_queue_depths().into_iter().enumerate() {
+            metrics::lane_queue_depth(lane, depth);
+        }
+        for (role, term) in self.leadership.roles() {
+            metrics::lease_leader(&role, term.is_some_and(|term| term.current()));
+        }
     }
 
     /// Checks, stores and activates a deployment for `tenant`: version n+1 becomes active on every
@@ -412,7 +428,11 @@ impl Engine {
             consumed: None,
             hold: false,
         };
-        runner::resume(&self.shared, &owner, &self.live(), &key, resumption).await
+        let resumed = runner::resume(&self.shared, &owner, &self.live(), &key, resumption).await;
+        if matches!(resumed, Err(Error::Busy)) {
+            metrics::claim_bounce(metrics::BouncePath::Admin);
+        }
+        resumed
     }
 
     /// Fails an instance whose steps keep dying (SPEC §5.2, `SUTRA.RUNTIME.STEP.POISONED`).
@@ -431,7 +451,10 @@ impl Engine {
             .await;
         let claimed = match claimed {
             Ok(claimed) => claimed,
-            Err(sutra_store::Error::ClaimHeld) => return Err(Error::Busy),
+            Err(sutra_store::Error::ClaimHeld) => {
+                metrics::claim_bounce(metrics::BouncePath::Admin);
+                return Err(Error::Busy);
+            }
             Err(other) => return Err(other.into()),
         };
         let ctx = sutra_core::step::StepContext::at(jiff::Timestamp::now());

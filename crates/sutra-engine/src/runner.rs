@@ -23,7 +23,7 @@ use tracing::{debug, warn};
 
 use crate::registry::Live;
 use crate::settle::Hold;
-use crate::{Error, Shared, fault};
+use crate::{Error, Shared, fault, metrics};
 
 /// Work for one instance, handed to its lane.
 pub(crate) struct StepRequest {
@@ -113,6 +113,21 @@ async fn start(
     consumed: Consumed,
     hold: bool,
 ) -> Result<StepOutcome, Error> {
+    let started = std::time::Instant::now();
+    let flow_name = info.flow.clone();
+    let result = first_step(shared, live, info, message, consumed, hold).await;
+    metrics::step(&flow_name, outcome_label(&result), started);
+    result
+}
+
+async fn first_step(
+    shared: &Shared,
+    live: &Live,
+    info: InstanceInfo,
+    message: Message,
+    consumed: Consumed,
+    hold: bool,
+) -> Result<StepOutcome, Error> {
     let (_, flow) = live
         .pinned(&info)
         .ok_or_else(|| Error::Unpinned(describe(&info)))?;
@@ -144,6 +159,7 @@ pub(crate) async fn resume(
     key: &InstanceKey,
     resumption: Resumption,
 ) -> Result<StepOutcome, Error> {
+    let started = std::time::Instant::now();
     let claimed = match shared
         .store
         .claim(&key.tenant, &key.id, owner, shared.config.claim_timeout)
@@ -156,11 +172,12 @@ pub(crate) async fn resume(
     };
     fault::point("after-claim");
     let token = claimed.token.clone();
+    let flow = claimed.snapshot.instance.flow.clone();
     debug!(instance = %key.id, owner = %owner.0, fence = token.fence, "claimed");
     let advanced = AssertUnwindSafe(advance(shared, live, claimed, resumption))
         .catch_unwind()
         .await;
-    match advanced {
+    let result = match advanced {
         Ok(Ok(outcome)) => Ok(outcome),
         Ok(Err(error)) => {
             release(shared, key, &token).await;
@@ -168,8 +185,22 @@ pub(crate) async fn resume(
         }
         Err(panic) => {
             release(shared, key, &token).await;
+            metrics::step(&flow, "panicked", started);
             std::panic::resume_unwind(panic)
         }
+    };
+    metrics::step(&flow, outcome_label(&result), started);
+    result
+}
+
+/// The `outcome` label of a step that ran: it committed, or why not.
+fn outcome_label(result: &Result<StepOutcome, Error>) -> &'static str {
+    match result {
+        Ok(_) => "committed",
+        Err(Error::Stale(_)) => "stale",
+        Err(Error::InvalidState(_)) => "rejected",
+        Err(Error::Unpinned(_)) => "unpinned",
+        Err(_) => "failed",
     }
 }
 

@@ -60,9 +60,10 @@ pub fn router(api: Api) -> Router {
         .route_layer(gate(Role::Admin))
         .merge(senders)
         .merge(workers)
-        // Open, tokens or not: probes carry no credentials and show no tenant's rows.
+        // Open, tokens or not: probes and metrics carry no credentials and show no tenant's rows.
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(ready))
+        .route("/metrics", get(crate::metrics::render))
         .fallback(|| async {
             Problem::new(
                 codes::API_ROUTE_NOT_FOUND,

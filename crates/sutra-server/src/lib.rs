@@ -9,6 +9,7 @@ pub mod cloudevents;
 pub mod config;
 pub mod http;
 pub mod leases;
+pub mod metrics;
 pub mod problem;
 pub mod tasks;
 pub mod tokens;
@@ -195,6 +196,7 @@ pub async fn serve_until(
     if !settings.listen.ip().is_loopback() && settings.auth_tokens.is_none() {
         return Err(ServeError::UnprotectedListen(settings.listen));
     }
+    metrics::install();
     let store = open_store(&settings).await?;
     let transports =
         sutra_transport::Transports::new().map_err(|e| ServeError::Transports(e.to_string()))?;

@@ -1,0 +1,384 @@
+//! `sutra bench`: drives a standard workload (SPEC §9) through an engine and reports its
+//! throughput, step latency and commits per instance, beside PostgreSQL's own commit rate
+//! measured in the same run.
+//!
+//! By default the engine runs in this process, on a scratch embedded store or, with `--db`, on
+//! a scratch PostgreSQL database; with `--server` it is a running server. Everything the bench
+//! creates (scratch directories and databases, its worker) is gone when it ends, all traffic
+//! stays on loopback, and a run is bounded by `--instances` and `--max-seconds`.
+
+mod latency;
+mod postgres;
+mod reference;
+mod report;
+mod workload;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use sutra_client::Client;
+use sutra_server::config::Sources;
+use tokio::sync::oneshot;
+
+use crate::in_process::{ScratchDir, serve_while};
+use latency::Recorder;
+use postgres::Admin;
+use report::{Commits, Latency, Report};
+use workload::Workload;
+
+/// A settling pause before reading a running server's commit counter: its busy backends report
+/// their counts about once a second.
+const SETTLE: Duration = Duration::from_millis(1500);
+
+#[derive(clap::Args)]
+pub struct Args {
+    workload: Workload,
+    /// PostgreSQL admin URL on loopback (e.g. postgres://postgres@127.0.0.1:5432/postgres): the
+    /// in-process engine runs on a scratch database made through it; the commit counter and
+    /// the pgbench reference need it. With --server it names the server's database.
+    #[arg(long, value_name = "URL")]
+    db: Option<String>,
+    /// Instances to run to their end.
+    #[arg(long, default_value_t = 1000)]
+    instances: u64,
+    /// Concurrent clients, each driving one instance at a time; also the worker's concurrency
+    /// and the reference's pgbench clients.
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    /// The in-process engine's execution lanes (sutra.engine.lanes).
+    #[arg(long, default_value_t = 1)]
+    lanes: usize,
+    /// Stop starting instances after this many seconds, whatever is left.
+    #[arg(long, default_value_t = 300)]
+    max_seconds: u64,
+    /// How long the pgbench reference runs.
+    #[arg(long, default_value_t = 5)]
+    reference_seconds: u64,
+}
+
+/// How the run is configured, after the arguments are checked.
+struct Plan<'a> {
+    workload: Workload,
+    instances: u64,
+    clients: usize,
+    max: Duration,
+    quiet: bool,
+    /// `--token`, for a running server with `sutra.auth.tokens`.
+    token: Option<&'a str>,
+    args: &'a Args,
+}
+
+/// What driving the workload produced.
+struct Driven {
+    completed: u64,
+    elapsed: Duration,
+    stopped_early: bool,
+    recorder: Recorder,
+}
+
+pub fn run(args: &Args, server: Option<&str>, token: Option<&str>, json: bool) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("sutra bench: cannot start the async runtime: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(error) = check_arguments(args, server) {
+        eprintln!("sutra bench: {error}");
+        return ExitCode::from(2);
+    }
+    let plan = Plan {
+        workload: args.workload,
+        instances: args.instances,
+        clients: args.clients,
+        max: Duration::from_secs(args.max_seconds),
+        quiet: json,
+        token,
+        args,
+    };
+    match runtime.block_on(bench(&plan, server)) {
+        Ok(report) if json => {
+            println!(
+                "{}",
+                crate::output::pretty(&serde_json::to_value(&report).unwrap_or_default())
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(report) => {
+            print!("{}", report.text());
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("sutra bench: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Traffic stays on this machine: the bench is a load generator, not to be aimed elsewhere.
+fn check_arguments(args: &Args, server: Option<&str>) -> Result<(), String> {
+    if args.instances == 0 || args.clients == 0 || args.lanes == 0 {
+        return Err("--instances, --clients and --lanes must be at least 1".into());
+    }
+    for url in server.into_iter().chain(args.db.as_deref()) {
+        let host = postgres::host_of(url).unwrap_or_default();
+        let loopback = host == "localhost"
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        if !loopback {
+            return Err(format!(
+                "{} is not on loopback; the bench only sends traffic to this machine",
+                postgres::redacted(url)
+            ));
+        }
+    }
+    Ok(())
+}
+
+async fn bench(plan: &Plan<'_>, server: Option<&str>) -> Result<Report, String> {
+    let mut admin = match &plan.args.db {
+        Some(url) => Some(Admin::connect(url).await?),
+        None => None,
+    };
+    let (driven, commits) = match (server, admin.as_mut()) {
+        (Some(url), admin) => against_server(plan, url, admin).await?,
+        (None, Some(admin)) => in_process_postgres(plan, admin).await?,
+        (None, None) => (in_process_embedded(plan).await?, None),
+    };
+    let reference = match admin.as_mut() {
+        Some(admin) => {
+            Some(reference::measure(admin, plan.clients, plan.args.reference_seconds).await?)
+        }
+        None => None,
+    };
+    Ok(report(plan, server, driven, commits, reference))
+}
+
+async fn in_process_embedded(plan: &Plan<'_>) -> Result<Driven, String> {
+    let scratch = ScratchDir::create("bench")?;
+    let sources = engine_sources(&scratch.sqlite_datasource(), plan.args.lanes);
+    serve_while(sources, |url| async move {
+        let client = deploy(&url, plan).await?;
+        drive(plan, &client).await
+    })
+    .await
+}
+
+/// The engine on a scratch database, its commits counted from the deployment to the engine's
+/// stop, when its connections close and report their last counts.
+async fn in_process_postgres(
+    plan: &Plan<'_>,
+    admin: &mut Admin,
+) -> Result<(Driven, Option<i64>), String> {
+    let name = format!("sutra_bench_{}", std::process::id());
+    let url = admin.create_database(&name).await?;
+    let outcome = measure_in_process(plan, admin, &name, &url).await;
+    let dropped = admin.drop_database(&name).await;
+    let outcome = outcome?;
+    dropped?;
+    Ok(outcome)
+}
+
+async fn measure_in_process(
+    plan: &Plan<'_>,
+    admin: &mut Admin,
+    name: &str,
+    url: &str,
+) -> Result<(Driven, Option<i64>), String> {
+    let sources = engine_sources(url, plan.args.lanes);
+    let counter = &mut *admin;
+    let (driven, before) = serve_while(sources, |server| async move {
+        let client = deploy(&server, plan).await?;
+        let before = counter.commits(name).await?;
+        Ok((drive(plan, &client).await?, before))
+    })
+    .await?;
+    // The pool's connections close just after the engine stops; give them a moment to report.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = admin.commits(name).await?;
+    Ok((driven, Some(after - before)))
+}
+
+async fn against_server(
+    plan: &Plan<'_>,
+    url: &str,
+    admin: Option<&mut Admin>,
+) -> Result<(Driven, Option<i64>), String> {
+    let client = deploy(url, plan).await?;
+    let name = plan.args.db.as_deref().and_then(postgres::database_of);
+    let Some((admin, name)) = admin.zip(name) else {
+        return Ok((drive(plan, &client).await?, None));
+    };
+    let before = admin.commits(name).await?;
+    let driven = drive(plan, &client).await?;
+    tokio::time::sleep(SETTLE).await;
+    let after = admin.commits(name).await?;
+    Ok((driven, Some(after - before)))
+}
+
+/// Defaults, then `SUTRA_*` variables (so `SUTRA_STORE_POOL_SIZE` and the like can be tried),
+/// then what the bench decides.
+fn engine_sources(datasource: &str, lanes: usize) -> Sources {
+    Sources::defaults()
+        .environment(std::env::vars())
+        .flag("sutra.datasource", Some(datasource))
+        .flag("sutra.listen", Some("127.0.0.1:0"))
+        .flag("sutra.engine.lanes", Some(&lanes.to_string()))
+}
+
+async fn deploy(url: &str, plan: &Plan<'_>) -> Result<Client, String> {
+    let workload = plan.workload;
+    let mut client = Client::new(url).map_err(|e| e.to_string())?;
+    if let Some(token) = plan.token {
+        client = client.with_token(token);
+    }
+    client
+        .deploy(&workload.document())
+        .await
+        .map_err(|e| format!("deploying the {} workload failed: {e}", workload.name()))?;
+    Ok(client)
+}
+
+/// Runs `plan.instances` instances over `plan.clients` concurrent drivers (and the workload's
+/// worker), until all are done or `plan.max` has passed.
+async fn drive(plan: &Plan<'_>, client: &Client) -> Result<Driven, String> {
+    let recorder = Recorder::default();
+    let progress = progress_bar(plan);
+    let concurrency = u32::try_from(plan.clients).unwrap_or(u32::MAX);
+    let (stop_worker, worker_stopped) = oneshot::channel::<()>();
+    let worker = plan
+        .workload
+        .worker(client.clone(), recorder.clone(), concurrency)
+        .map(|worker| {
+            tokio::spawn(worker.run(async {
+                let _ = worker_stopped.await;
+            }))
+        });
+    // Keys unique to this run: a server keeps earlier runs' instances and event ids.
+    let run = format!(
+        "{}-{}",
+        std::process::id(),
+        std::time::UNIX_EPOCH
+            .elapsed()
+            .unwrap_or_default()
+            .as_millis()
+    );
+    let started = Instant::now();
+    let next = Arc::new(AtomicU64::new(0));
+    let drivers: Vec<_> = (0..plan.clients)
+        .map(|_| {
+            let (client, recorder, progress, next, run) = (
+                client.clone(),
+                recorder.clone(),
+                progress.clone(),
+                Arc::clone(&next),
+                run.clone(),
+            );
+            let (workload, instances, deadline) =
+                (plan.workload, plan.instances, started + plan.max);
+            tokio::spawn(async move {
+                loop {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    if n >= instances || Instant::now() >= deadline {
+                        return Ok::<_, String>(());
+                    }
+                    workload
+                        .drive(&client, &format!("{run}-{n}"), &recorder)
+                        .await?;
+                    progress.inc(1);
+                }
+            })
+        })
+        .collect();
+    let mut failure = None;
+    for driver in drivers {
+        let outcome = driver.await.map_err(|e| e.to_string()).and_then(|r| r);
+        failure = failure.or(outcome.err());
+    }
+    let elapsed = started.elapsed();
+    progress.finish_and_clear();
+    let _ = stop_worker.send(());
+    if let Some(worker) = worker {
+        let _ = worker.await;
+    }
+    if let Some(failure) = failure {
+        return Err(failure);
+    }
+    let completed = progress.position();
+    Ok(Driven {
+        completed,
+        elapsed,
+        stopped_early: completed < plan.instances,
+        recorder,
+    })
+}
+
+fn progress_bar(plan: &Plan<'_>) -> ProgressBar {
+    if plan.quiet {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(plan.instances);
+    let style = ProgressStyle::with_template(
+        "{msg} [{bar:40}] {pos}/{len} instances, {per_sec}, {elapsed_precise}",
+    )
+    .map(|style| style.progress_chars("=> "));
+    if let Ok(style) = style {
+        bar.set_style(style);
+    }
+    bar.set_message(format!("sutra bench {}", plan.workload.name()));
+    bar
+}
+
+fn report(
+    plan: &Plan<'_>,
+    server: Option<&str>,
+    driven: Driven,
+    commits: Option<i64>,
+    reference: Option<reference::Reference>,
+) -> Report {
+    let seconds = driven.elapsed.as_secs_f64().max(f64::EPSILON);
+    // Instance counts are far below 2^52: exact as floats.
+    let completed = driven.completed as f64;
+    let instances_per_second = completed / seconds;
+    let percentiles = driven.recorder.percentiles();
+    Report {
+        workload: plan.workload.name(),
+        engine: match (server, &plan.args.db) {
+            (Some(url), _) => url.to_owned(),
+            (None, Some(_)) => "in-process (PostgreSQL)".to_owned(),
+            (None, None) => "in-process (embedded store)".to_owned(),
+        },
+        lanes: server.is_none().then_some(plan.args.lanes),
+        clients: plan.clients,
+        instances_requested: plan.instances,
+        instances_completed: driven.completed,
+        stopped_early: driven.stopped_early,
+        seconds,
+        instances_per_second,
+        steps_per_second: instances_per_second * plan.workload.steps() as f64,
+        latency: Latency {
+            measured: report::LATENCY_MEASURED,
+            samples: driven.recorder.samples(),
+            p50_ms: percentiles.map(|(p50, _)| report::millis(p50)),
+            p99_ms: percentiles.map(|(_, p99)| report::millis(p99)),
+        },
+        commits: commits.map(|total| Commits {
+            counted: report::COMMITS_COUNTED,
+            total,
+            per_second: total as f64 / seconds,
+            per_completed_instance: (driven.completed > 0).then(|| total as f64 / completed),
+        }),
+        ratio: reference
+            .as_ref()
+            .map(|reference| instances_per_second / reference.commits_per_second),
+        reference,
+    }
+}

@@ -1,0 +1,120 @@
+//! What a bench run found, printed for people or as one JSON document.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::reference::Reference;
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub workload: &'static str,
+    /// `in-process (embedded store)`, `in-process (PostgreSQL)` or the server's URL.
+    pub engine: String,
+    /// The in-process engine's lanes; `None` against a running server, whose own setting holds.
+    pub lanes: Option<usize>,
+    pub clients: usize,
+    pub instances_requested: u64,
+    pub instances_completed: u64,
+    /// The run hit `--max-seconds` before every requested instance completed.
+    pub stopped_early: bool,
+    pub seconds: f64,
+    pub instances_per_second: f64,
+    pub steps_per_second: f64,
+    pub latency: Latency,
+    pub commits: Option<Commits>,
+    pub reference: Option<Reference>,
+    /// Instances per second over the reference's commits per second.
+    pub ratio: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Latency {
+    pub measured: &'static str,
+    pub samples: usize,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Commits {
+    pub counted: &'static str,
+    pub total: i64,
+    pub per_second: f64,
+    pub per_completed_instance: Option<f64>,
+}
+
+pub const LATENCY_MEASURED: &str = "client-observed, per step: from the client action that makes a step due \
+     (start message, task result, relay message) to its effect seen (next task handed to the \
+     worker, send answered); includes HTTP and the worker's poll";
+
+pub const COMMITS_COUNTED: &str = "pg_stat_database.xact_commit delta of the engine's database \
+     between the deployment and the engine's stop (in-process) or a settling pause (server): \
+     every transaction — steps, task polls and completions, delivery takes, leases, sweeps";
+
+pub fn millis(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
+}
+
+impl Report {
+    pub fn text(&self) -> String {
+        let mut lines = vec![
+            format!("workload              {}", self.workload),
+            format!(
+                "engine                {}{}",
+                self.engine,
+                self.lanes
+                    .map(|lanes| format!(", lanes {lanes}"))
+                    .unwrap_or_default()
+            ),
+            format!("clients               {}", self.clients),
+            format!(
+                "instances             {} of {} completed in {:.2} s{}",
+                self.instances_completed,
+                self.instances_requested,
+                self.seconds,
+                if self.stopped_early {
+                    " (stopped at --max-seconds)"
+                } else {
+                    ""
+                }
+            ),
+            format!("instances/s           {:.1}", self.instances_per_second),
+            format!("steps/s               {:.1}", self.steps_per_second),
+            format!(
+                "step latency          p50 {}  p99 {}  ({} steps, client-observed)",
+                ms(self.latency.p50_ms),
+                ms(self.latency.p99_ms),
+                self.latency.samples,
+            ),
+        ];
+        lines.push(match &self.commits {
+            Some(commits) => format!(
+                "commits/instance      {}  ({} commits, {:.0}/s, every transaction in the engine's database)",
+                commits
+                    .per_completed_instance
+                    .map_or("n/a".to_owned(), |per| format!("{per:.2}")),
+                commits.total,
+                commits.per_second,
+            ),
+            None => "commits/instance      n/a (no PostgreSQL: pass --db)".to_owned(),
+        });
+        lines.push(match &self.reference {
+            Some(reference) => format!(
+                "reference             {:.0} commits/s  (pgbench, one-row UPDATE + INSERT, {} clients, {} s: {})",
+                reference.commits_per_second, reference.clients, reference.seconds, reference.command
+            ),
+            None => "reference             n/a (no PostgreSQL: pass --db)".to_owned(),
+        });
+        if let Some(ratio) = self.ratio {
+            lines.push(format!(
+                "ratio                 {ratio:.3} instances per reference commit"
+            ));
+        }
+        lines.join("\n") + "\n"
+    }
+}
+
+fn ms(value: Option<f64>) -> String {
+    value.map_or("n/a".to_owned(), |ms| format!("{ms:.1} ms"))
+}

@@ -1,0 +1,180 @@
+//! The standard workloads of SPEC §9: their flow documents, how one instance is driven through
+//! one, and the built-in worker `two-tasks` needs.
+//!
+//! Every step is timed from the client's side, because the engine exposes no per-step timing:
+//! a step's latency runs from the client action that makes it due (the start message, a task's
+//! result, the relay message) to the moment the client sees its effect (the next task handed to
+//! the worker, the send answered). So it includes HTTP, the store's commit and, for tasks, the
+//! worker's poll — what a user of the engine waits for.
+
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use sutra_client::{Client, CloudEvent, Sent, Task, TaskError, Worker};
+
+use super::latency::Recorder;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Workload {
+    /// One step: start → end.
+    StartEnd,
+    /// Three steps: start → task → task → end, with the bench's own worker.
+    TwoTasks,
+    /// Two steps: start → receive (the bench sends the message) → end.
+    Relay,
+}
+
+/// The held send of `ack: complete` outlives the slowest instance a run can see.
+const ACK_TIMEOUT: &str = "PT5M";
+/// How long a sender waits before retrying a refusal the server marks retryable (a busy claim).
+const RETRY_PAUSE: Duration = Duration::from_millis(5);
+
+impl Workload {
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::StartEnd => "start-end",
+            Workload::TwoTasks => "two-tasks",
+            Workload::Relay => "relay",
+        }
+    }
+
+    /// The steps one instance takes: each commit of the instance's progress the engine makes.
+    pub fn steps(self) -> u64 {
+        match self {
+            Workload::StartEnd => 1,
+            Workload::TwoTasks => 3,
+            Workload::Relay => 2,
+        }
+    }
+
+    /// The deployment document. Start channels are `ack: complete`, so a start's send returns
+    /// when its instance has ended and no polling is needed to see it end — except `relay`'s,
+    /// which returns once the instance parks, so the relay message has somewhere to go.
+    pub fn document(self) -> String {
+        let name = self.name();
+        let flow = match self {
+            Workload::StartEnd => "      - id: done\n        end: {}\n".to_owned(),
+            Workload::TwoTasks => "      - id: first\n        task: { topic: bench-first, input: { n: \"= vars.input.n\" } }\n\
+                                   \x20     - id: second\n        task: { topic: bench-second, input: { n: \"= vars.input.n\" } }\n\
+                                   \x20     - id: done\n        end: {}\n"
+                .to_owned(),
+            Workload::Relay => "      - id: wait\n        receive: { channel: bench-relay-message, key: vars.input.n }\n\
+                                \x20     - id: done\n        end: {}\n"
+                .to_owned(),
+        };
+        let (start_ack, more_channels) = if self == Workload::Relay {
+            ("commit", channel("bench-relay-message", "complete"))
+        } else {
+            ("complete", String::new())
+        };
+        format!(
+            "name: bench-{name}\ntenant: default\nchannels:\n{}{more_channels}\
+             flows:\n  bench-{name}:\n    start: {{ channel: bench-{name} }}\n    nodes:\n{flow}",
+            channel(&format!("bench-{name}"), start_ack)
+        )
+    }
+
+    /// Drives instance `key` from its start to its end, recording each step's latency.
+    pub async fn drive(
+        self,
+        client: &Client,
+        key: &str,
+        recorder: &Recorder,
+    ) -> Result<(), String> {
+        let channel = format!("bench-{}", self.name());
+        recorder.mark(key);
+        let sent = send(client, &channel, key, "start").await?;
+        match self {
+            Workload::StartEnd | Workload::TwoTasks => {
+                ended(&sent, key)?;
+                recorder.step_seen(key);
+            }
+            Workload::Relay => {
+                recorder.step_seen(key);
+                recorder.mark(key);
+                let replied = send(client, "bench-relay-message", key, "message").await?;
+                ended(&replied, key)?;
+                recorder.step_seen(key);
+            }
+        }
+        recorder.forget(key);
+        Ok(())
+    }
+
+    /// The worker `two-tasks` needs, running up to `concurrency` handlers at once; `None` for
+    /// the workloads without tasks.
+    pub fn worker(self, client: Client, recorder: Recorder, concurrency: u32) -> Option<Worker> {
+        if self != Workload::TwoTasks {
+            return None;
+        }
+        let first = recorder.clone();
+        let second = recorder;
+        Some(
+            Worker::new(client, "sutra-bench")
+                .handler("bench-first", move |task: Task<Key>| {
+                    let recorder = first.clone();
+                    async move { Ok::<_, TaskError>(handle(&recorder, &task.input.n)) }
+                })
+                .handler("bench-second", move |task: Task<Key>| {
+                    let recorder = second.clone();
+                    async move { Ok::<_, TaskError>(handle(&recorder, &task.input.n)) }
+                })
+                .concurrency(concurrency)
+                .poll_wait(Duration::from_secs(1)),
+        )
+    }
+}
+
+/// An http channel's declaration, correlating on the instance's key.
+fn channel(name: &str, ack: &str) -> String {
+    format!(
+        "  {name}:\n    transport: http\n    correlate: data.n\n    ack: {ack}\n    ack-timeout: {ACK_TIMEOUT}\n"
+    )
+}
+
+/// A task's input and output: the instance's key, which the recorder's marks are filed under.
+#[derive(Serialize, Deserialize)]
+pub struct Key {
+    n: String,
+}
+
+/// The step that handed this task over is done; the step its result makes due starts now.
+fn handle(recorder: &Recorder, key: &str) -> Key {
+    recorder.step_seen(key);
+    recorder.mark(key);
+    Key { n: key.to_owned() }
+}
+
+/// Sends `{n: key}` on `channel`, retrying what the server says is worth retrying (a claim
+/// held by a step still running).
+async fn send(client: &Client, channel: &str, key: &str, what: &str) -> Result<Sent, String> {
+    let started = Instant::now();
+    loop {
+        let event = CloudEvent::new(
+            format!("{key}-{what}"),
+            "sutra.bench",
+            "sutra-bench",
+            json!({"n": key}),
+        );
+        match client.send(channel, &event).await {
+            Ok(sent) => return Ok(sent),
+            Err(error) if error.is_retryable() && started.elapsed() < Duration::from_secs(30) => {
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            Err(error) => return Err(format!("{what} of instance {key}: {error}")),
+        }
+    }
+}
+
+/// An `ack: complete` send answered before the instance ended means `ack-timeout` passed.
+fn ended(sent: &Sent, key: &str) -> Result<(), String> {
+    match sent {
+        Sent::Replied { .. } => Ok(()),
+        Sent::Accepted(accepted) if accepted.status == "completed" => Ok(()),
+        Sent::Accepted(accepted) => Err(format!(
+            "instance {key} ({}) did not end within {ACK_TIMEOUT}: {}",
+            accepted.instance, accepted.status
+        )),
+    }
+}

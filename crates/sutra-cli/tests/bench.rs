@@ -1,0 +1,60 @@
+//! `sutra bench` on the embedded store: it runs to its end by itself and reports every field.
+//! Speed is not asserted: this machine's load is not the test's to judge.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn bench(extra: &[&str]) -> Output {
+    let output = Command::new(env!("CARGO_BIN_EXE_sutra"))
+        .args(["bench", "start-end", "--instances", "20", "--clients", "4"])
+        .args(extra)
+        // An engine of its own: no server named from the environment.
+        .env_remove("SUTRA_SERVER")
+        .output()
+        .expect("sutra runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+#[test]
+fn start_end_runs_to_its_end_and_reports_every_field() {
+    let stdout = String::from_utf8(bench(&[]).stdout).unwrap();
+    for field in [
+        "workload              start-end",
+        "instances             20 of 20 completed",
+        "instances/s",
+        "steps/s",
+        "step latency          p50",
+        "p99",
+        "commits/instance",
+        "reference",
+    ] {
+        assert!(stdout.contains(field), "no `{field}` in:\n{stdout}");
+    }
+}
+
+#[test]
+fn json_report_has_its_shape() {
+    let report: Value = serde_json::from_slice(&bench(&["--json"]).stdout).unwrap();
+    assert_eq!(report["workload"], "start-end");
+    assert_eq!(report["instances_requested"], 20);
+    assert_eq!(report["instances_completed"], 20);
+    assert_eq!(report["stopped_early"], false);
+    assert_eq!(report["lanes"], 1);
+    for number in ["seconds", "instances_per_second", "steps_per_second"] {
+        assert!(report[number].as_f64().is_some_and(|v| v > 0.0), "{report}");
+    }
+    assert_eq!(report["latency"]["samples"], 20);
+    assert!(report["latency"]["p50_ms"].is_f64(), "{report}");
+    assert!(report["latency"]["p99_ms"].is_f64(), "{report}");
+    assert!(report["latency"]["measured"].is_string(), "{report}");
+    // No PostgreSQL named: no counter and no reference, said as nulls.
+    assert!(report["commits"].is_null(), "{report}");
+    assert!(report["reference"].is_null(), "{report}");
+    assert!(report["ratio"].is_null(), "{report}");
+}

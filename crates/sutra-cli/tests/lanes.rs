@@ -1,0 +1,254 @@
+//! End-to-end: execution lanes (SPEC §6) in real `sutra serve` processes with `--lanes N`.
+//!
+//! Each test is named after what it protects: correctness that never rests on routing (a
+//! mis-routed relay bounces on the claim and is retried), and the deferred-acknowledgement race
+//! of seed 001 (a park and its completing relay on different lanes). The test-only switches they
+//! use are documented in `sutra-engine/src/test_switches.rs`.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use sutra_testkit::{Scratch, Server, ServerOptions, assert_audit_sequence_is_whole};
+
+const FLOWS: &str = r#"
+name: lanes
+channels:
+  counters:
+    transport: http
+    correlate: data.id
+  ticks:
+    transport: http
+    correlate: data.id
+  asks:
+    transport: http
+    correlate: data.id
+    ack: complete
+    ack-timeout: PT20S
+  answers:
+    transport: http
+    correlate: data.id
+    buffer: PT1M
+flows:
+  counter:
+    start: { channel: counters }
+    nodes:
+      - id: tick
+        receive: { channel: ticks, key: vars.input.id, timeout: PT1H, on-timeout: done }
+        output: last
+      - id: again
+        set: { seen: "= vars.last.n" }
+        next: tick
+      - id: done
+        end: {}
+  ask:
+    start: { channel: asks }
+    nodes:
+      - id: wait
+        receive: { channel: answers, key: vars.input.id, timeout: PT1M, on-timeout: late }
+        output: answer
+      - id: reply
+        end: { reply: { answer: "= vars.answer.value" } }
+      - id: late
+        fail: { code: ASK.UNANSWERED, detail: "no answer" }
+"#;
+
+/// How long a retried send keeps trying before the test fails.
+const RETRY_BOUND: Duration = Duration::from_secs(30);
+
+async fn serve(scratch: &Scratch, lanes: &str, switches: &[&str]) -> Server {
+    let options = switches.iter().fold(
+        ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), scratch.database())
+            .env("SUTRA_ENGINE_LANES", lanes),
+        |options, switch| options.env(switch, "1"),
+    );
+    let server = Server::start(&options);
+    let (status, body) = server.deploy(FLOWS).await;
+    assert_eq!(status, 201, "{body}");
+    server
+}
+
+const CLAIM_HELD: &str = "SUTRA.RUNTIME.RESUME.CLAIM_HELD";
+
+/// How a message's sends were refused before one was accepted.
+#[derive(Default)]
+struct Refusals {
+    /// Refused by the claim (`CLAIM_HELD`): a competing step was seen, nothing was written.
+    held: u32,
+    /// Refused at commit because the claim was taken meanwhile: two steps ran at once.
+    lost: u32,
+}
+
+impl std::ops::Add for Refusals {
+    type Output = Refusals;
+    fn add(self, other: Refusals) -> Refusals {
+        Refusals {
+            held: self.held + other.held,
+            lost: self.lost + other.lost,
+        }
+    }
+}
+
+/// Sends until the message is accepted, resending on the refusals a sender may retry.
+async fn send_until_accepted(server: &Server, channel: &str, id: &str, data: Value) -> Refusals {
+    let deadline = Instant::now() + RETRY_BOUND;
+    let mut refusals = Refusals::default();
+    loop {
+        let (status, body) = server.send(channel, id, data.clone()).await;
+        let detail = body["detail"].as_str().unwrap_or_default();
+        match status {
+            200 | 202 => return refusals,
+            409 if body["code"] == CLAIM_HELD => refusals.held += 1,
+            503 if detail.contains("claim was lost") => refusals.lost += 1,
+            // A relay resolved to a park the previous relay's step has just answered (stale), or
+            // before that step re-armed it (no match): resolved afresh, it finds the new park.
+            409 | 404 => {}
+            _ => panic!("{channel} {id}: unexpected {status}: {body}"),
+        }
+        assert!(Instant::now() < deadline, "{id} never accepted: {body}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Starts a counter instance and sends it `ticks` relays at once; returns the instance id and
+/// how the relays were refused along the way.
+async fn tick_concurrently(server: &Server, ticks: usize) -> (String, Refusals) {
+    let (status, body) = server.send("counters", "c-1", json!({"id": "k"})).await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["instance"].as_str().unwrap().to_owned();
+    let sends = (0..ticks).map(|n| {
+        let data = json!({"id": "k", "n": n});
+        async move { send_until_accepted(server, "ticks", &format!("t-{n}"), data).await }
+    });
+    let refusals = futures_util::future::join_all(sends)
+        .await
+        .into_iter()
+        .fold(Refusals::default(), |all, one| all + one);
+    (id, refusals)
+}
+
+/// The value of a counter series in Prometheus text, 0 when absent.
+async fn metric(server: &Server, series: &str) -> f64 {
+    let text = server
+        .http
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .expect("/metrics answers")
+        .text()
+        .await
+        .expect("/metrics has a body");
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn count_of(history: &[Value], kind: &str) -> usize {
+    history.iter().filter(|event| event["kind"] == kind).count()
+}
+
+#[tokio::test]
+async fn a_misrouted_relay_bounces_on_the_claim_and_never_interleaves() {
+    const TICKS: usize = 60;
+    let scratch = Scratch::new("lanes-misroute");
+    let server = serve(&scratch, "2", &["SUTRA_TEST_MISROUTE"]).await;
+    // Concurrent relays to one instance: every other one is handed to the wrong lane, which
+    // finds the owner lane mid-step on the instance.
+    let (id, refusals) = tick_concurrently(&server, TICKS).await;
+
+    let history = server.history(&id).await;
+    assert_audit_sequence_is_whole(&history);
+    assert_eq!(
+        count_of(&history, "message_received"),
+        TICKS,
+        "each relay applied exactly once"
+    );
+    assert!(
+        refusals.held > 0,
+        "no relay bounced: the mis-route never met a step in flight"
+    );
+    assert_eq!(
+        refusals.lost, 0,
+        "with lane-scoped owners no two steps ever ran at once"
+    );
+    let metered = metric(&server, r#"sutra_claim_bounces_total{path="relay"}"#).await;
+    assert!(
+        metered >= f64::from(refusals.held),
+        "the meter counted {metered} of {} bounces",
+        refusals.held
+    );
+}
+
+#[tokio::test]
+async fn a_per_process_owner_id_lets_two_lanes_resume_one_instance_at_once() {
+    // The lane-scoped owner id is load-bearing: with one owner id for the whole process, the
+    // claim re-enters across lanes and two steps run on one instance at once. The fence still
+    // refuses the loser's commit (so nothing is applied twice), which is how the double resume
+    // shows: a commit refused for a lost claim where the claim itself should have refused.
+    const TICKS: usize = 60;
+    const ROUNDS: usize = 5;
+    let mut lost = 0;
+    for round in 0..ROUNDS {
+        let scratch = Scratch::new(&format!("lanes-per-process-{round}"));
+        let switches = ["SUTRA_TEST_MISROUTE", "SUTRA_TEST_PER_PROCESS_OWNER"];
+        let server = serve(&scratch, "2", &switches).await;
+        let (id, refusals) = tick_concurrently(&server, TICKS).await;
+        assert_audit_sequence_is_whole(&server.history(&id).await);
+        lost += refusals.lost;
+        if lost > 0 {
+            break;
+        }
+    }
+    assert!(
+        lost > 0,
+        "no double resume in {ROUNDS} rounds: the switch did not take effect"
+    );
+}
+
+#[tokio::test]
+async fn every_ack_complete_caller_gets_its_answer_when_park_and_relay_are_on_different_lanes() {
+    const ITERATIONS: usize = 200;
+    const AT_ONCE: usize = 20;
+    let scratch = Scratch::new("lanes-ack-race");
+    let server = serve(&scratch, "4", &[]).await;
+    let started = Instant::now();
+    for batch in 0..ITERATIONS / AT_ONCE {
+        let rounds = (0..AT_ONCE).map(|i| {
+            let key = format!("a-{batch}-{i}");
+            let server = &server;
+            async move {
+                let (ask_id, answer_id) = (format!("ask-{key}"), format!("ans-{key}"));
+                let ask = server.send("asks", &ask_id, json!({"id": key}));
+                let answer = server.send("answers", &answer_id, json!({"id": key, "value": key}));
+                let ((status, body), _) = tokio::join!(ask, answer);
+                assert_eq!(status, 200, "{key}: {body}");
+                assert_eq!(body, json!({"answer": key}));
+            }
+        });
+        futures_util::future::join_all(rounds).await;
+    }
+    assert!(started.elapsed() < Duration::from_secs(120), "bounded time");
+}
+
+#[tokio::test]
+async fn metrics_are_open_and_name_every_lane() {
+    let scratch = Scratch::new("lanes-metrics");
+    let server = serve(&scratch, "3", &[]).await;
+    let (status, body) = server.send("counters", "c-1", json!({"id": "m"})).await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(
+        metric(
+            &server,
+            r#"sutra_steps_total{flow="counter",outcome="committed"}"#
+        )
+        .await,
+        1.0
+    );
+    for lane in 0..3 {
+        let depth = format!("sutra_lane_queue_depth{{lane=\"{lane}\"}}");
+        assert_eq!(metric(&server, &depth).await, 0.0);
+    }
+    assert_eq!(
+        metric(&server, r#"sutra_lease_leader{role="timers"}"#).await,
+        1.0
+    );
+}

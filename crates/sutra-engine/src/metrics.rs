@@ -1,0 +1,61 @@
+//! The engine's Prometheus metrics (SPEC §8), recorded through the `metrics` facade: the server
+//! installs the one recorder per process, and without one every call here is a no-op.
+//!
+//! The names live here and nowhere else, so that docs/decisions/0020-metrics.md has one place to
+//! agree with. Counters and the histogram are recorded where the event happens; the gauges that
+//! mirror in-memory state (lane queue depth, lease leadership) are refreshed by
+//! [`crate::Engine::publish_gauges`] when `/metrics` is scraped.
+
+use std::time::Instant;
+
+use metrics::{counter, gauge, histogram};
+
+pub const STEPS: &str = "sutra_steps_total";
+pub const STEP_DURATION: &str = "sutra_step_duration_seconds";
+pub const CLAIM_BOUNCES: &str = "sutra_claim_bounces_total";
+pub const LANE_QUEUE_DEPTH: &str = "sutra_lane_queue_depth";
+pub const SWEEPS_CLEARED: &str = "sutra_sweeps_cleared_total";
+pub const LEASE_LEADER: &str = "sutra_lease_leader";
+
+/// Which way work reached a claim that refused it (the `path` label of [`CLAIM_BOUNCES`]).
+#[derive(Debug, Clone, Copy)]
+pub enum BouncePath {
+    /// A relay handed to a lane by the caller's task.
+    Relay,
+    /// Any delivery the dispatcher takes: timers, task completions, matched buffered messages.
+    Timer,
+    /// Cancel, restore and the poisoning of a dying instance.
+    Admin,
+}
+
+impl BouncePath {
+    fn label(self) -> &'static str {
+        match self {
+            BouncePath::Relay => "relay",
+            BouncePath::Timer => "timer",
+            BouncePath::Admin => "admin",
+        }
+    }
+}
+
+/// One step's end: `outcome` is `committed`, or why it did not commit.
+pub(crate) fn step(flow: &str, outcome: &'static str, started: Instant) {
+    counter!(STEPS, "flow" => flow.to_owned(), "outcome" => outcome).increment(1);
+    histogram!(STEP_DURATION).record(started.elapsed().as_secs_f64());
+}
+
+pub(crate) fn claim_bounce(path: BouncePath) {
+    counter!(CLAIM_BOUNCES, "path" => path.label()).increment(1);
+}
+
+pub(crate) fn sweeps_cleared(cleared: u64) {
+    counter!(SWEEPS_CLEARED).increment(cleared);
+}
+
+pub(crate) fn lane_queue_depth(lane: usize, depth: usize) {
+    gauge!(LANE_QUEUE_DEPTH, "lane" => lane.to_string()).set(depth as f64);
+}
+
+pub(crate) fn lease_leader(role: &str, leading: bool) {
+    gauge!(LEASE_LEADER, "role" => role.to_owned()).set(if leading { 1.0 } else { 0.0 });
+}

@@ -1,0 +1,38 @@
+//! Test-only switches, read once from the environment. They break an invariant on purpose so
+//! that the lane tests (crates/sutra-cli/tests/lanes.rs) can prove the invariant is load-bearing;
+//! no deployment sets them, and unset they cost one atomic load.
+//!
+//! - `SUTRA_TEST_MISROUTE=1`: every other request is handed to the lane after its owner lane,
+//!   so that two lanes work on one instance at once. Correctness must not rest on routing: the
+//!   mis-routed request bounces on the claim (`CLAIM_HELD`) like a competing replica's.
+//! - `SUTRA_TEST_PER_PROCESS_OWNER=1`: every lane claims as `{replica}/lane-0`, the per-process
+//!   owner id the design rejects. The claim re-enters for its own owner, so two lanes can then
+//!   resume one instance at once: the double resume the lane-scoped owner id exists to prevent.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+fn enabled(variable: &str) -> bool {
+    std::env::var(variable).is_ok_and(|value| value == "1")
+}
+
+/// The lane a request goes to: `owner`, or under `SUTRA_TEST_MISROUTE` every other time the next.
+pub(crate) fn route(owner: usize, lanes: usize) -> usize {
+    static MISROUTE: OnceLock<bool> = OnceLock::new();
+    static REQUESTS: AtomicU64 = AtomicU64::new(0);
+    if !*MISROUTE.get_or_init(|| enabled("SUTRA_TEST_MISROUTE")) {
+        return owner;
+    }
+    let odd = REQUESTS.fetch_add(1, Ordering::Relaxed) % 2 == 1;
+    if odd { (owner + 1) % lanes } else { owner }
+}
+
+/// The lane index that lane `lane` claims as: its own, or 0 under `SUTRA_TEST_PER_PROCESS_OWNER`.
+pub(crate) fn owner_lane(lane: usize) -> usize {
+    static PER_PROCESS: OnceLock<bool> = OnceLock::new();
+    if *PER_PROCESS.get_or_init(|| enabled("SUTRA_TEST_PER_PROCESS_OWNER")) {
+        0
+    } else {
+        lane
+    }
+}

@@ -1,0 +1,49 @@
+//! The process's Prometheus recorder and the open `GET /metrics` route (SPEC §8).
+//!
+//! The recorder is global to the process (the `metrics` facade has one slot), so it is installed
+//! once, on first use, and shared by every server the process runs — tests run several in one
+//! process. Library crates only call the facade; this is the one place that names the exporter.
+
+use std::sync::OnceLock;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::http::Api;
+
+/// Step latency buckets, in seconds: a step is one transaction, from a millisecond on an idle
+/// embedded store to seconds on a saturated database.
+const STEP_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+
+/// The process's recorder, installed on first call.
+fn handle() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        // Without buckets the exporter renders a summary; SPEC §8 asks for a histogram.
+        let step_duration = Matcher::Full(sutra_engine::metrics::STEP_DURATION.to_owned());
+        PrometheusBuilder::new()
+            .set_buckets_for_metric(step_duration, STEP_BUCKETS)
+            .expect("the step buckets are not empty")
+            .install_recorder()
+            .expect("no other metrics recorder is installed in this process")
+    })
+}
+
+/// Installs the recorder before the engine starts, so that nothing it records is lost.
+pub fn install() {
+    handle();
+}
+
+/// Prometheus text format. The in-memory gauges are refreshed first; the rest was recorded as it
+/// happened.
+pub(crate) async fn render(State(api): State<Api>) -> impl IntoResponse {
+    api.engine.publish_gauges();
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        handle().render(),
+    )
+}
