@@ -18,7 +18,7 @@ pub async fn run(args: &Args, context: Context) -> Result<(), CommandError> {
     let file = args.file.display().to_string();
     let yaml = std::fs::read_to_string(&args.file)
         .map_err(|error| CommandError::Usage(format!("cannot read {file}: {error}")))?;
-    let deployment = context.client.deploy(&yaml).await?;
+    let deployment = context.client.deploy_file(&yaml, Some(&file)).await?;
     context.print(&deployment, |deployment| human(deployment, &file));
     Ok(())
 }

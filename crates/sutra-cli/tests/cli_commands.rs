@@ -424,8 +424,8 @@ async fn an_invalid_deployment_prints_the_servers_diagnostics_and_exits_1() {
     );
     assert_eq!(deployed.code, Some(1), "{}", deployed.stderr);
     assert!(
-        deployed.stderr.contains("nowhere") && deployed.stderr.contains("-->"),
-        "the rendered diagnostics:\n{}",
+        deployed.stderr.contains("nowhere") && deployed.stderr.contains("broken.yaml:"),
+        "the rendered diagnostics name the user's file:\n{}",
         deployed.stderr
     );
     assert!(

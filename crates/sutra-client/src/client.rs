@@ -84,10 +84,23 @@ impl Client {
     /// Deploys a YAML document as the next version of its name. An invalid document is refused
     /// with `SUTRA.DEPLOY.INVALID`, whose `detail` is the rendered diagnostics.
     pub async fn deploy(&self, yaml: &str) -> Result<Deployment, ApiError> {
-        let request = self
+        self.deploy_file(yaml, None).await
+    }
+
+    /// Deploys `yaml` read from `file`: the server names the file in its diagnostics.
+    pub async fn deploy_file(
+        &self,
+        yaml: &str,
+        file: Option<&str>,
+    ) -> Result<Deployment, ApiError> {
+        let mut request = self
             .request(Method::POST, &["v1", "deployments"])
             .header("content-type", "application/yaml")
             .body(yaml.to_owned());
+        // A name that cannot travel as a header value is simply not sent.
+        if let Some(name) = file.and_then(|f| reqwest::header::HeaderValue::from_str(f).ok()) {
+            request = request.header("sutra-file", name);
+        }
         decode(self.exchange(request).await?)
     }
 

@@ -209,32 +209,39 @@ fn intake_problem(error: IntakeError) -> Problem {
     }
 }
 
+/// The name diagnostics are rendered against: the client's file name when it sends one
+/// (`Sutra-File`, as `sutra deploy FILE` does), so that `--> FILE:line:col` points at the
+/// user's own file.
+fn deployment_file_name(headers: &HeaderMap) -> String {
+    const NAME_CHARS_MAX: usize = 200;
+    headers
+        .get("sutra-file")
+        .and_then(|value| value.to_str().ok())
+        .filter(|name| !name.is_empty() && name.chars().count() <= NAME_CHARS_MAX)
+        .unwrap_or("deployment.yaml")
+        .to_owned()
+}
+
 async fn deploy(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
     body: Body,
 ) -> Result<Response> {
+    let file = deployment_file_name(&headers);
     let body = read_body(body, api.max_bytes).await?;
     let source = String::from_utf8(body.to_vec())
         .map_err(|_| Problem::new(codes::DEPLOY_INVALID, "the deployment must be UTF-8 YAML"))?;
     match api.engine.deploy(&caller.tenant, &source).await {
         Ok(deployed) => {
-            let warnings: Vec<Value> = deployed
-                .warnings
-                .iter()
-                .map(|d| d.to_json("deployment.yaml"))
-                .collect();
+            let warnings: Vec<Value> = deployed.warnings.iter().map(|d| d.to_json(&file)).collect();
             let mut body = deployment_json(&deployed.record);
             body["warnings"] = json!(warnings);
             Ok((StatusCode::CREATED, Json(body)).into_response())
         }
         Err(DeployError::Invalid(diagnostics)) => {
-            let rendered =
-                sutra_core::diagnostic::render_all(&diagnostics, "deployment.yaml", &source);
-            let listed: Vec<Value> = diagnostics
-                .iter()
-                .map(|d| d.to_json("deployment.yaml"))
-                .collect();
+            let rendered = sutra_core::diagnostic::render_all(&diagnostics, &file, &source);
+            let listed: Vec<Value> = diagnostics.iter().map(|d| d.to_json(&file)).collect();
             Err(Problem::new(codes::DEPLOY_INVALID, rendered).with("diagnostics", json!(listed)))
         }
         Err(error @ DeployError::OtherTenant { .. }) => {
