@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sutra_testkit::{Scratch, Server, ServerOptions, assert_audit_sequence_is_whole};
+use sutra_testkit::{Scratch, Server, ServerOptions, assert_audit_sequence_is_whole, count_kind};
 
 const FLOWS: &str = r#"
 name: crash
@@ -66,10 +66,6 @@ async fn start_order(server: &Server, id: &str, cool: bool) -> String {
     body["instance"].as_str().unwrap().to_owned()
 }
 
-fn count(history: &[Value], kind: &str) -> usize {
-    history.iter().filter(|event| event["kind"] == kind).count()
-}
-
 /// Sends until the answer is not a retry-safe refusal, checking that refusals are well-formed.
 async fn send_until_accepted(server: &Server, channel: &str, id: &str, data: Value) -> Value {
     let deadline = Instant::now() + sutra_testkit::PATIENCE;
@@ -94,11 +90,11 @@ async fn assert_paid_exactly_once(server: &Server, instance: &str) {
     let history = server.history(instance).await;
     assert_audit_sequence_is_whole(&history);
     assert_eq!(
-        count(&history, "message_received"),
+        count_kind(&history, "message_received"),
         1,
         "the payment was consumed twice: {history:?}"
     );
-    assert_eq!(count(&history, "completed"), 1);
+    assert_eq!(count_kind(&history, "completed"), 1);
 }
 
 #[tokio::test]
@@ -200,7 +196,10 @@ async fn a_timer_fire_killed_midway_is_taken_after_restart() {
     )
     .await;
     assert_paid_exactly_once(&server, &instance).await;
-    assert_eq!(count(&server.history(&instance).await, "timer_fired"), 1);
+    assert_eq!(
+        count_kind(&server.history(&instance).await, "timer_fired"),
+        1
+    );
 }
 
 #[tokio::test]
@@ -230,7 +229,10 @@ async fn asked_is_taken_after_holder_dies() {
     )
     .await;
     assert_paid_exactly_once(&server, &instance).await;
-    assert_eq!(count(&server.history(&instance).await, "timer_fired"), 1);
+    assert_eq!(
+        count_kind(&server.history(&instance).await, "timer_fired"),
+        1
+    );
 }
 
 #[tokio::test]

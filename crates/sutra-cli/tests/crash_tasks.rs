@@ -7,7 +7,7 @@
 //! retries with the same token and is told its lock is gone instead of advancing it again.
 
 use serde_json::{Value, json};
-use sutra_testkit::{Scratch, Server, ServerOptions, assert_audit_sequence_is_whole};
+use sutra_testkit::{Scratch, Server, ServerOptions, assert_audit_sequence_is_whole, count_kind};
 
 const FLOWS: &str = r#"
 name: crash-tasks
@@ -84,9 +84,6 @@ async fn a_completion_killed_before_its_reply_is_taken_exactly_once() {
     server.wait_for_status(&instance, "completed").await;
     let history = server.history(&instance).await;
     assert_audit_sequence_is_whole(&history);
-    let completions = history
-        .iter()
-        .filter(|event| event["kind"] == "task_completed")
-        .count();
+    let completions = count_kind(&history, "task_completed");
     assert_eq!(completions, 2, "debit and credit, once each: {history:?}");
 }

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sutra_testkit::{Scratch, Server, ServerOptions, assert_audit_sequence_is_whole};
+use sutra_testkit::{Scratch, Server, ServerOptions, assert_audit_sequence_is_whole, count_kind};
 
 const FLOWS: &str = r#"
 name: lanes
@@ -142,10 +142,6 @@ async fn metric(server: &Server, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-fn count_of(history: &[Value], kind: &str) -> usize {
-    history.iter().filter(|event| event["kind"] == kind).count()
-}
-
 #[tokio::test]
 async fn a_misrouted_relay_bounces_on_the_claim_and_never_interleaves() {
     const TICKS: usize = 60;
@@ -158,7 +154,7 @@ async fn a_misrouted_relay_bounces_on_the_claim_and_never_interleaves() {
     let history = server.history(&id).await;
     assert_audit_sequence_is_whole(&history);
     assert_eq!(
-        count_of(&history, "message_received"),
+        count_kind(&history, "message_received"),
         TICKS,
         "each relay applied exactly once"
     );

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sutra_testkit::{Scratch, Server, ServerOptions, assert_audit_sequence_is_whole};
+use sutra_testkit::{Scratch, Server, ServerOptions, assert_audit_sequence_is_whole, count_kind};
 
 const FLOWS: &str = r#"
 name: tasks
@@ -114,10 +114,6 @@ fn assert_problem(answer: &(u16, Value), status: u16, code: &str) {
     );
 }
 
-fn count(history: &[Value], kind: &str) -> usize {
-    history.iter().filter(|event| event["kind"] == kind).count()
-}
-
 #[tokio::test]
 async fn a_flow_of_tasks_completes_when_workers_poll_and_complete_over_http() {
     let scratch = Scratch::new("tasks-flow");
@@ -152,7 +148,7 @@ async fn a_flow_of_tasks_completes_when_workers_poll_and_complete_over_http() {
     assert_eq!(finished["vars"]["credit"], json!({"credited": 10}));
     let history = server.history(&instance).await;
     assert_audit_sequence_is_whole(&history);
-    assert_eq!(count(&history, "task_completed"), 2, "{history:?}");
+    assert_eq!(count_kind(&history, "task_completed"), 2, "{history:?}");
     let (_, done) = server.get("/v1/tasks?state=completed&topic=debit").await;
     assert_eq!(done["items"].as_array().map(Vec::len), Some(1), "{done}");
     assert_eq!(done["next"], Value::Null);
@@ -208,7 +204,10 @@ async fn a_wrong_or_expired_lock_token_is_refused_and_changes_nothing() {
     );
     assert_eq!(complete(&server, &held, json!({"n": 1})).await.0, 200);
     server.wait_for_node(&instance, "credit").await;
-    assert_eq!(count(&server.history(&instance).await, "task_completed"), 1);
+    assert_eq!(
+        count_kind(&server.history(&instance).await, "task_completed"),
+        1
+    );
 }
 
 #[tokio::test]
@@ -231,7 +230,7 @@ async fn completing_twice_advances_the_instance_once() {
     assert_eq!(advanced["vars"]["debit"], json!({"n": 1}));
     let history = server.history(&instance).await;
     assert_audit_sequence_is_whole(&history);
-    assert_eq!(count(&history, "task_completed"), 1, "{history:?}");
+    assert_eq!(count_kind(&history, "task_completed"), 1, "{history:?}");
 }
 
 #[tokio::test]

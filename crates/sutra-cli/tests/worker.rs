@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sutra_client::{Client, Task, TaskError, TaskQuery, Worker, codes};
-use sutra_testkit::{PATIENCE, Scratch, Server, ServerOptions};
+use sutra_testkit::{PATIENCE, Scratch, Server, ServerOptions, count_kind};
 use tokio::sync::{Notify, Semaphore, oneshot};
 use tokio::task::JoinHandle;
 
@@ -154,10 +154,7 @@ async fn a_worker_drives_a_flow_with_two_tasks_to_completion() {
         json!({"account": "bob", "amount": 250, "attempt": 1})
     );
     let history = server.history(&id).await;
-    let completions = history
-        .iter()
-        .filter(|event| event["kind"] == "task_completed")
-        .count();
+    let completions = count_kind(&history, "task_completed");
     assert_eq!(completions, 2, "{history:?}");
     worker.stop().await;
 }

@@ -448,6 +448,11 @@ async fn status_and_json(response: reqwest::Response) -> (u16, Value) {
     )
 }
 
+/// How many events of a history are of `kind` (`"message_received"`, …).
+pub fn count_kind(history: &[Value], kind: &str) -> usize {
+    history.iter().filter(|event| event["kind"] == kind).count()
+}
+
 /// The audit sequence of a history: 1, 2, 3, … with no gap and no duplicate.
 pub fn assert_audit_sequence_is_whole(history: &[Value]) {
     let seqs: Vec<u64> = history

@@ -433,12 +433,20 @@ wait "$server"
 rm -rf "$dir"
 "#;
 
-/// Starts the cluster under a supervising shell that outlives neither this process nor the
-/// cluster. Durability is off: the cluster is thrown away.
-fn supervise(as_root: bool, postgres: &Path, dir: &Path, port: u16) {
+/// Runs `script` (a supervising shell: `$1` the cluster's directory, `$2` this process's PID,
+/// `$3` the postgres binary, `$4` the port) as the cluster's OS user, and reaps it when it
+/// exits — after this process, or after the cluster it supervises.
+pub(crate) fn spawn_supervisor(
+    script: &str,
+    name: &str,
+    as_root: bool,
+    postgres: &Path,
+    dir: &Path,
+    port: u16,
+) {
     let mut command = as_cluster_user(as_root, Path::new("/bin/sh"));
     command
-        .args(["-c", SUPERVISOR, "sutra-test-postgres"])
+        .args(["-c", script, name])
         .arg(dir)
         .arg(std::process::id().to_string())
         .arg(postgres)
@@ -446,9 +454,23 @@ fn supervise(as_root: bool, postgres: &Path, dir: &Path, port: u16) {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    let mut supervisor = command.spawn().expect("start the test cluster");
-    // It exits only after this process (or after a cluster that failed to start): reap it then.
+    let mut supervisor = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("start the {name} supervisor: {e}"));
     std::thread::spawn(move || supervisor.wait());
+}
+
+/// Starts the cluster under a supervising shell that outlives neither this process nor the
+/// cluster. Durability is off: the cluster is thrown away.
+fn supervise(as_root: bool, postgres: &Path, dir: &Path, port: u16) {
+    spawn_supervisor(
+        SUPERVISOR,
+        "sutra-test-postgres",
+        as_root,
+        postgres,
+        dir,
+        port,
+    );
     let socket = dir.join(format!(".s.PGSQL.{port}"));
     let deadline = Instant::now() + STARTUP;
     while !socket.exists() {

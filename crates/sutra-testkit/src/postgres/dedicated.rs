@@ -14,15 +14,14 @@
 //! test process is gone, however that ends.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use sqlx::{Connection, PgConnection};
 use url::Url;
 
 use super::{
-    ENGINE_ROLE, OWNER_ROLE, PASSWORD, STARTUP, admin_url, as_cluster_user, binaries,
-    cluster_directory, connect_admin, execute, free_port, init_cluster, running_as_root, url_of,
+    ENGINE_ROLE, OWNER_ROLE, PASSWORD, STARTUP, admin_url, binaries, cluster_directory,
+    connect_admin, execute, free_port, init_cluster, running_as_root, url_of,
 };
 
 /// The one database of the cluster, owned by [`OWNER_ROLE`].
@@ -182,17 +181,12 @@ rm -rf "$dir"
 "#;
 
 fn supervise(as_root: bool, postgres: &Path, dir: &Path, port: u16) {
-    let mut command = as_cluster_user(as_root, Path::new("/bin/sh"));
-    command
-        .args(["-c", SUPERVISOR, "sutra-dedicated-postgres"])
-        .arg(dir)
-        .arg(std::process::id().to_string())
-        .arg(postgres)
-        .arg(port.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let mut supervisor = command.spawn().expect("start the dedicated cluster");
-    // It exits after the drop (or after this process): reap it then.
-    std::thread::spawn(move || supervisor.wait());
+    super::spawn_supervisor(
+        SUPERVISOR,
+        "sutra-dedicated-postgres",
+        as_root,
+        postgres,
+        dir,
+        port,
+    );
 }
