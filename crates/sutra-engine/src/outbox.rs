@@ -16,8 +16,9 @@
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
-use sutra_core::model::Channel;
+// The seam the server's transports implement, kept where its row is: in the store seam.
 use sutra_store::{OutboxRetry, OutboxRow};
+pub use sutra_store::{SendError, Sender};
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
@@ -26,19 +27,6 @@ use crate::{Engine, Error, fault};
 
 /// The longest a failing row waits between two attempts, however many it has failed.
 pub const BACKOFF_CAP: SignedDuration = SignedDuration::from_mins(5);
-
-/// Sends outbox rows over their channels' transports.
-#[async_trait::async_trait]
-pub trait Sender: Send + Sync + 'static {
-    /// Sends `row` as `channel` defines it. `Ok` means the receiving side accepted the message;
-    /// anything else is retried later with the same idempotency key.
-    async fn send(&self, channel: &Channel, row: &OutboxRow) -> Result<(), SendError>;
-}
-
-/// Why a send failed, in a few words: kept on the row, where operators see it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct SendError(pub String);
 
 pub(crate) fn spawn(engine: &Arc<Engine>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(send_loop(Arc::clone(engine), engine.shutdown_signal()))

@@ -26,8 +26,10 @@ use sutra_core::step::{HistoryEvent, Message, TaskError};
 pub mod codec;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod outbox;
 mod tasks;
 
+pub use outbox::{OutboxId, OutboxRecord, OutboxRetry, OutboxRow, SendError, Sender};
 pub use tasks::{
     LockedTask, Polled, TaskFailure, TaskFilter, TaskLock, TaskPoll, after_failure, lock_expired,
     retry_backoff,
@@ -391,53 +393,6 @@ impl TaskState {
         .into_iter()
         .find(|state| state.as_str() == text)
     }
-}
-
-/// An outbox row (SPEC §5.4), as listed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OutboxRecord {
-    pub entry: OutboxEntry,
-    pub instance: String,
-    pub deployment: String,
-    pub version: u32,
-    /// Sends tried whose outcome was recorded (a send cut short by a crash is not counted).
-    pub attempts: u32,
-    pub sent_at: Option<Timestamp>,
-    /// Past the channel's `max-attempts`: kept, visible, never sent.
-    pub poisoned: bool,
-    /// Why the last send failed; `None` before any failure and once sent.
-    pub last_error: Option<String>,
-    /// When the row is due for its next send (its creation time until a send fails).
-    pub next_attempt_at: Timestamp,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct OutboxId(pub i64);
-
-/// An outbox row claimed for sending by [`Store::claim_outbox`]: what a sender needs to address
-/// and send it, and what the engine needs to decide what follows a failure.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OutboxRow {
-    pub id: OutboxId,
-    pub tenant: String,
-    pub instance: String,
-    /// The deployment version that minted the row: its channel definitions address the send,
-    /// even once the version is draining.
-    pub deployment: String,
-    pub version: u32,
-    pub entry: OutboxEntry,
-    /// Sends tried so far whose outcome was recorded.
-    pub attempts: u32,
-}
-
-/// What follows a failed send.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OutboxRetry {
-    /// Send again once this time has come.
-    At(Timestamp),
-    /// Never send again (past the channel's `max-attempts`): the row stays, visible, and no
-    /// longer counts as pending.
-    Poison,
 }
 
 /// A lease row (SPEC §6): who leads `role` until `expires_at`, by the store's clock.

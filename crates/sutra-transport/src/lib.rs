@@ -1,7 +1,7 @@
 //! Sutra's outbound transports: how an outbox row leaves the process (SPEC §5.4).
 //!
 //! The engine knows no transport; its outbox worker sends through
-//! [`sutra_engine::outbox::Sender`]. [`Transports`] is the sender the server wires in: it sends
+//! [`sutra_store::Sender`]. [`Transports`] is the sender the server wires in: it sends
 //! each row over its channel's transport.
 //!
 //! Only HTTP webhooks are built ([`webhook`]). A row for an `amqp` or `nats` channel fails with
@@ -12,8 +12,7 @@
 pub mod webhook;
 
 use sutra_core::model::{Channel, Transport};
-use sutra_engine::outbox::{SendError, Sender};
-use sutra_store::OutboxRow;
+use sutra_store::{OutboxRow, SendError, Sender};
 
 use crate::webhook::Webhook;
 

@@ -17,8 +17,7 @@ use std::time::Duration;
 use reqwest::header::CONTENT_TYPE;
 use serde_json::{Value, json};
 use sutra_core::model::Channel;
-use sutra_engine::outbox::SendError;
-use sutra_store::OutboxRow;
+use sutra_store::{OutboxRow, SendError};
 
 /// How long a receiver has to answer. Far below the claim timeout after which another replica
 /// would take the row over and send it again.
