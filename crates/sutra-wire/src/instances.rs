@@ -1,0 +1,119 @@
+//! `GET /v1/instances` and the routes under `/v1/instances/{id}`: snapshots, history, the
+//! outbox, and the answers of the administrative operations.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::Extra;
+
+/// The query of `GET /v1/instances`; `None` means any.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceQuery {
+    /// `suspended`, `completed`, `cancelled` or `failed`.
+    pub status: Option<String>,
+    pub flow: Option<String>,
+    pub limit: Option<u32>,
+    /// The `next` cursor of the previous page.
+    pub after: Option<String>,
+}
+
+/// An instance snapshot (`GET /v1/instances/{id}`, and each item of the listing).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Instance {
+    pub id: String,
+    pub tenant: String,
+    pub flow: String,
+    /// The deployment's name.
+    pub deployment: String,
+    /// The deployment version the instance is pinned to.
+    pub version: u32,
+    /// `running`, `suspended`, `completed`, `cancelled` or `failed`.
+    pub status: String,
+    pub vars: Value,
+    pub tokens: Vec<Token>,
+    pub failure: Option<Failure>,
+    /// The last audit sequence number written: the instance's history has exactly this many
+    /// events.
+    pub audit_seq: u64,
+    pub created_at: String,
+    pub updated_at: String,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// A position in the flow graph.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Token {
+    pub id: u64,
+    pub node: String,
+    /// The token that forked this one; `None` for the root token.
+    #[serde(default)]
+    pub parent: Option<u64>,
+    /// `ready`, `parked` or `joining`.
+    pub state: String,
+    /// What the token waits for: the park (an object with its `id` and a `kind` of `task`,
+    /// `receive` or `wait`), `{"pending": n}` branches of a join, or `null` when ready. Kept as
+    /// JSON: the park's members are the snapshot's own, which grow with the flow language.
+    pub park: Option<Value>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// Why an instance failed (SPEC §7.2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Failure {
+    pub code: String,
+    pub detail: String,
+    /// The node that failed; `None` when no single node did (a poisoned step).
+    #[serde(default)]
+    pub node: Option<String>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// One audit event of an instance (`GET /v1/instances/{id}/history` answers a JSON array of
+/// them); `seq` starts at 1 and has no gaps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistoryEvent {
+    pub seq: u64,
+    pub at: String,
+    /// Such as `started`, `message_received` or `task_completed`.
+    pub kind: String,
+    pub node: Option<String>,
+    pub token: Option<u64>,
+    pub detail: Value,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// A message the instance emitted (`GET /v1/instances/{id}/outbox` answers a JSON array of
+/// them, in emission order).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutboxMessage {
+    /// Stable across every attempt to send the message.
+    pub idempotency_key: String,
+    pub channel: String,
+    /// The deployment version whose channel definition sends it.
+    pub version: u32,
+    pub message_key: Option<String>,
+    pub data: Value,
+    /// `pending` (waiting for its next attempt, or being sent), `sent`, or `poisoned` (past the
+    /// channel's `max-attempts`: kept, never sent).
+    pub state: String,
+    pub attempts: u32,
+    pub last_error: Option<String>,
+    /// Set while `pending` only.
+    pub next_attempt_at: Option<String>,
+    pub sent_at: Option<String>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// The answer to an administrative operation (cancel, restore): the instance's status after it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusChange {
+    pub instance: String,
+    pub status: String,
+    #[serde(flatten)]
+    pub extra: Extra,
+}

@@ -1,0 +1,47 @@
+//! The HTTP API's vocabulary (SPEC §4): the body of every request and answer, as plain data.
+//!
+//! The server builds every answer from these types and the client decodes into them, so the
+//! contract is written once and cannot drift between the two; `tests/samples.rs` pins each type
+//! to a sample of its wire form. Nothing here knows the engine or the store: the server converts
+//! its records into these types, and `sutra-client` — a public boundary — depends on this crate
+//! alone.
+//!
+//! Times stay RFC 3339 strings and statuses stay strings: this crate passes the server's values
+//! through rather than pinning a date library or an enum that a newer server could outgrow.
+//! Every answer type keeps the members a reader does not know in `extra`, so re-serializing one
+//! (as `sutra … --json` does) loses nothing a newer server added (SPEC §4: "more fields may be
+//! added, none renamed"). Request bodies have no `extra`: a server reads what it knows.
+
+mod deployments;
+mod health;
+mod instances;
+mod intake;
+mod leases;
+mod problem;
+mod tasks;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+pub use deployments::{Deployment, Diagnostic};
+pub use health::{Health, Readiness};
+pub use instances::{
+    Failure, HistoryEvent, Instance, InstanceQuery, OutboxMessage, StatusChange, Token,
+};
+pub use intake::Accepted;
+pub use leases::{Lease, Leases};
+pub use problem::{Problem, Violation};
+pub use tasks::{
+    CompleteBody, ExtendBody, FailBody, LockExtended, LockedTask, PollBody, TaskFailure,
+    TaskQuery, TaskState, TaskSummary,
+};
+
+/// Members of an answer that this version of the vocabulary does not know.
+pub type Extra = Map<String, Value>;
+
+/// One page of a keyset-paginated list; pass `next` as `after` to get the following page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub next: Option<String>,
+}

@@ -1,0 +1,132 @@
+//! The pull surface (SPEC §4, §5.5): `POST /v1/tasks/poll`, `…/complete`, `…/fail`,
+//! `…/extend`, and `GET /v1/tasks`.
+//!
+//! A request body's defaults are the server's: what a worker leaves out means what these say.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::Extra;
+
+/// `POST /v1/tasks/poll`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PollBody {
+    pub worker: String,
+    pub topics: Vec<String>,
+    /// At most this many tasks; one unless asked.
+    #[serde(default = "one")]
+    pub max: u32,
+    /// How long each returned task stays locked (ISO-8601), or the task's own lock.
+    pub lock: Option<String>,
+    /// How long the server may hold the request open waiting for a task (ISO-8601), or not at
+    /// all.
+    pub wait: Option<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// `POST /v1/tasks/{id}/complete`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompleteBody {
+    pub lock_token: String,
+    #[serde(default)]
+    pub output: Value,
+}
+
+/// `POST /v1/tasks/{id}/fail`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailBody {
+    pub lock_token: String,
+    pub error: TaskFailure,
+    /// `true` makes the task available again after its backoff (or terminal once out of
+    /// retries); `false` is a business error the flow handles at once. A worker that says
+    /// nothing is reporting a technical failure, worth a retry.
+    #[serde(default = "yes")]
+    pub retry: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The error a worker reports when it fails a task; `on-error` routes on its `code`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskFailure {
+    pub code: String,
+    #[serde(default)]
+    pub message: String,
+}
+
+/// `POST /v1/tasks/{id}/extend`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtendBody {
+    pub lock_token: String,
+    /// The lock's new length from now (ISO-8601).
+    pub lock: String,
+}
+
+/// A task locked for the polling worker (`POST /v1/tasks/poll` answers a JSON array of them,
+/// empty when none came within `wait`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LockedTask {
+    pub id: String,
+    pub topic: String,
+    pub instance: String,
+    pub input: Value,
+    /// Which attempt this is, from 1.
+    pub attempt: u32,
+    /// Proves this worker holds the lock; every complete, fail and extend must carry it.
+    pub lock_token: String,
+    pub lock_expires_at: String,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// A task's state after a complete or a fail: `completed`, or after a fail `available` (it will
+/// be retried), `failed` (a business error, handed to the flow) or `terminal` (out of retries).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskState {
+    pub id: String,
+    pub state: String,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// A lock's new expiry after an extend.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LockExtended {
+    pub id: String,
+    pub lock_expires_at: String,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// The query of `GET /v1/tasks`; `None` means any.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskQuery {
+    pub topic: Option<String>,
+    /// `available`, `locked`, `completed`, `failed`, `terminal` or `cancelled`.
+    pub state: Option<String>,
+    pub limit: Option<u32>,
+    /// The `next` cursor of the previous page.
+    pub after: Option<String>,
+}
+
+/// A task row, as `GET /v1/tasks` lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskSummary {
+    pub id: String,
+    pub topic: String,
+    pub instance: String,
+    pub state: String,
+    pub attempt: u32,
+    pub retries: u32,
+    /// The worker holding the lock, if any.
+    pub worker: Option<String>,
+    pub lock_expires_at: Option<String>,
+    pub created_at: String,
+    #[serde(flatten)]
+    pub extra: Extra,
+}

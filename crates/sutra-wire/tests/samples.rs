@@ -1,0 +1,188 @@
+//! The contract pinned: each type against a sample of the wire form the server answers today.
+//!
+//! A sample decodes with nothing left over in `extra` (every member is a named field) and
+//! encodes back to exactly itself, so renaming a field, changing its type or dropping a member
+//! fails here before it reaches a client.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use sutra_wire::*;
+
+/// Decodes `sample` as `T` and encodes it back, which must give `sample` again.
+fn round_trip<T: Serialize + DeserializeOwned>(sample: Value) -> T {
+    let decoded: T = serde_json::from_value(sample.clone()).expect("the sample decodes");
+    let encoded = serde_json::to_value(&decoded).expect("the type encodes");
+    assert_eq!(encoded, sample, "the wire form changed");
+    decoded
+}
+
+#[test]
+fn the_intake_answer_keeps_its_shape_with_and_without_an_instance() {
+    let accepted: Accepted = round_trip(json!({
+        "instance": "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", "status": "suspended", "dedup": false
+    }));
+    assert!(accepted.extra.is_empty());
+    let buffered: Accepted =
+        round_trip(json!({"instance": null, "status": "buffered", "dedup": true}));
+    assert_eq!(buffered.instance, None);
+}
+
+#[test]
+fn a_problem_keeps_its_members_and_its_extensions() {
+    let problem: Problem = round_trip(json!({
+        "type": "urn:sutra:error:SUTRA.INTAKE.VALIDATION",
+        "title": "Message failed validation",
+        "status": 422,
+        "code": "SUTRA.INTAKE.VALIDATION",
+        "detail": "the message's data is not valid for channel `orders` (1 problems)",
+        "retryable": false,
+        "violations": [{"pointer": "/amount", "message": "required"}],
+    }));
+    let violations: Vec<Violation> =
+        serde_json::from_value(problem.extensions["violations"].clone()).unwrap();
+    assert_eq!(violations[0].pointer, "/amount");
+    let built = Problem::new(
+        "SUTRA.STORE.CORRUPT",
+        "Store data is corrupt",
+        500,
+        "x",
+        false,
+    );
+    assert_eq!(built.type_uri, "urn:sutra:error:SUTRA.STORE.CORRUPT");
+}
+
+#[test]
+fn a_deployment_has_warnings_when_deployed_and_source_when_read_alone() {
+    let base = json!({
+        "name": "shop", "tenant": "default", "version": 2, "status": "active",
+        "created_at": "2026-12-01T08:00:00.123456Z",
+    });
+    let listed: Deployment = round_trip(base.clone());
+    assert_eq!((listed.warnings, listed.source), (None, None));
+    let mut deployed = base.clone();
+    deployed["warnings"] = json!([{
+        "file": "shop.yaml", "line": 3, "column": 5, "length": 7, "severity": "warning",
+        "rule": "unreachable-node", "message": "node `late` is unreachable", "hint": null,
+    }]);
+    let deployed: Deployment = round_trip(deployed);
+    assert!(deployed.warnings.unwrap()[0].extra.is_empty());
+    let mut read = base;
+    read["source"] = json!("name: shop\n");
+    round_trip::<Deployment>(read);
+    round_trip::<Page<Deployment>>(json!({"items": [], "next": null}));
+}
+
+#[test]
+fn an_instance_lists_its_tokens_parks_and_failure() {
+    let instance: Instance = round_trip(json!({
+        "id": "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b",
+        "tenant": "default",
+        "flow": "order",
+        "deployment": "shop",
+        "version": 1,
+        "status": "failed",
+        "vars": {"order": {"id": "o-1"}},
+        "tokens": [
+            {"id": 0, "node": "debit", "parent": null, "state": "parked",
+             "park": {"id": 3, "kind": "task", "topic": "debit-account", "input": {},
+                      "retries": 3, "backoff": "PT1S", "lock": "PT1M"}},
+            {"id": 1, "node": "join", "parent": 0, "state": "joining", "park": {"pending": 2}},
+            {"id": 2, "node": "check", "parent": 0, "state": "ready", "park": null},
+        ],
+        "failure": {"code": "SUTRA.RUNTIME.EXPRESSION.ERROR", "detail": "no such key", "node": "check"},
+        "audit_seq": 7,
+        "created_at": "2026-12-01T08:00:00Z",
+        "updated_at": "2026-12-01T08:00:01Z",
+    }));
+    assert!(instance.extra.is_empty() && instance.tokens.iter().all(|t| t.extra.is_empty()));
+    round_trip::<Page<Instance>>(json!({"items": [], "next": "0190a1b2"}));
+}
+
+#[test]
+fn history_outbox_and_status_changes_keep_their_shapes() {
+    let history: Vec<HistoryEvent> = round_trip(json!([
+        {"seq": 1, "at": "2026-12-01T08:00:00Z", "kind": "started", "node": null, "token": null,
+         "detail": {"flow": "order"}},
+        {"seq": 2, "at": "2026-12-01T08:00:00Z", "kind": "parked", "node": "debit", "token": 0,
+         "detail": {}},
+    ]));
+    assert!(history[0].extra.is_empty());
+    let outbox: Vec<OutboxMessage> = round_trip(json!([
+        {"idempotency_key": "i:4:notify", "channel": "hooks", "version": 1, "message_key": null,
+         "data": {"ok": true}, "state": "pending", "attempts": 1, "last_error": "HTTP 503",
+         "next_attempt_at": "2026-12-01T08:00:05Z", "sent_at": null},
+        {"idempotency_key": "i:5:notify", "channel": "hooks", "version": 1, "message_key": "k",
+         "data": null, "state": "sent", "attempts": 1, "last_error": null,
+         "next_attempt_at": null, "sent_at": "2026-12-01T08:00:06Z"},
+    ]));
+    assert!(outbox[0].extra.is_empty());
+    round_trip::<StatusChange>(json!({"instance": "i", "status": "cancelled"}));
+}
+
+#[test]
+fn task_requests_keep_their_fields_and_defaults() {
+    round_trip::<PollBody>(json!({
+        "worker": "w1", "topics": ["debit-account"], "max": 10, "lock": "PT1M", "wait": "PT20S"
+    }));
+    let sparse: PollBody = serde_json::from_value(json!({"worker": "w1", "topics": ["t"]})).unwrap();
+    assert_eq!((sparse.max, sparse.lock, sparse.wait), (1, None, None));
+    round_trip::<CompleteBody>(json!({"lock_token": "l", "output": {"reference": "r-1"}}));
+    let bare: CompleteBody = serde_json::from_value(json!({"lock_token": "l"})).unwrap();
+    assert_eq!(bare.output, Value::Null);
+    round_trip::<FailBody>(json!({
+        "lock_token": "l", "error": {"code": "LEDGER.DOWN", "message": "503"}, "retry": true
+    }));
+    let bare: FailBody =
+        serde_json::from_value(json!({"lock_token": "l", "error": {"code": "X"}})).unwrap();
+    assert!(bare.retry && bare.error.message.is_empty());
+    round_trip::<ExtendBody>(json!({"lock_token": "l", "lock": "PT1M"}));
+}
+
+#[test]
+fn task_answers_keep_their_shapes() {
+    let locked: Vec<LockedTask> = round_trip(json!([{
+        "id": "i:3", "topic": "debit-account", "instance": "i", "input": {"amount": 5},
+        "attempt": 1, "lock_token": "l", "lock_expires_at": "2026-12-01T08:01:00Z",
+    }]));
+    assert!(locked[0].extra.is_empty());
+    round_trip::<TaskState>(json!({"id": "i:3", "state": "completed"}));
+    round_trip::<LockExtended>(json!({"id": "i:3", "lock_expires_at": "2026-12-01T08:02:00Z"}));
+    let page: Page<TaskSummary> = round_trip(json!({"items": [{
+        "id": "i:3", "topic": "debit-account", "instance": "i", "state": "locked", "attempt": 1,
+        "retries": 3, "worker": "w1", "lock_expires_at": "2026-12-01T08:01:00Z",
+        "created_at": "2026-12-01T08:00:00Z",
+    }], "next": null}));
+    assert!(page.items[0].extra.is_empty());
+}
+
+#[test]
+fn leases_and_probes_keep_their_shapes() {
+    let leases: Leases = round_trip(json!({
+        "items": [{"role": "timers", "holder": "r1", "expires_at": "2026-12-01T08:00:30Z", "epoch": 4}],
+        "next": null,
+        "replica": "r1",
+        "leading": ["timers"],
+    }));
+    assert!(leases.extra.is_empty() && leases.items[0].extra.is_empty());
+    round_trip::<Health>(json!({"status": "ok"}));
+    round_trip::<Readiness>(json!({"status": "ready", "lanes": [0, 2]}));
+}
+
+#[test]
+fn queries_read_what_the_query_string_carries() {
+    let query: InstanceQuery =
+        serde_json::from_value(json!({"status": "failed", "limit": 5})).unwrap();
+    assert_eq!(query.status.as_deref(), Some("failed"));
+    assert_eq!((query.flow, query.limit, query.after), (None, Some(5), None));
+    let query: TaskQuery = serde_json::from_value(json!({"topic": "t"})).unwrap();
+    assert_eq!(query.topic.as_deref(), Some("t"));
+}
+
+#[test]
+fn an_answer_keeps_members_a_newer_server_adds() {
+    let accepted: Accepted = round_trip(json!({
+        "instance": "i", "status": "suspended", "dedup": false, "trace": "t-1"
+    }));
+    assert_eq!(accepted.extra["trace"], "t-1");
+}
