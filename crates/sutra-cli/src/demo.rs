@@ -191,7 +191,7 @@ async fn send_transfers(client: &Client) -> Result<BTreeMap<&'static str, String
             .await
             .map_err(|e| e.to_string())?;
         let instance = match sent {
-            sutra_client::Sent::Accepted(accepted) => accepted.instance,
+            sutra_client::Sent::Accepted(accepted) => accepted.instance.unwrap_or_default(),
             sutra_client::Sent::Replied { instance, .. } => instance.unwrap_or_default(),
         };
         println!(

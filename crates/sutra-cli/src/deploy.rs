@@ -29,7 +29,7 @@ fn human(deployment: &Deployment, file: &str) -> String {
         "deployed {} version {} ({})\n",
         deployment.name, deployment.version, deployment.status
     );
-    for warning in &deployment.warnings {
+    for warning in deployment.warnings.iter().flatten() {
         text.push_str(&warning_text(warning, file));
     }
     text

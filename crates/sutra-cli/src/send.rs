@@ -2,7 +2,7 @@
 //! producer would, and shows how the server answered (SPEC §5.3).
 
 use serde_json::Value;
-use sutra_client::{CloudEvent, Sent};
+use sutra_client::{Accepted, CloudEvent, Sent};
 
 use crate::output::{instance_status, pretty};
 use crate::remote::{CommandError, Context};
@@ -38,13 +38,24 @@ fn human(sent: &Sent) -> String {
     match sent {
         Sent::Accepted(accepted) if accepted.dedup => format!(
             "{}(a duplicate: this event id was sent before, so nothing changed)\n",
-            instance_status(&accepted.instance, &accepted.status),
+            accepted_text(accepted),
         ),
-        Sent::Accepted(accepted) => instance_status(&accepted.instance, &accepted.status),
+        Sent::Accepted(accepted) => accepted_text(accepted),
         Sent::Replied { instance, reply } => format!(
             "{}reply:\n{}\n",
             instance_status(instance.as_deref().unwrap_or("?"), "completed"),
             pretty(reply)
+        ),
+    }
+}
+
+/// A buffered message has no instance yet: it waits for a receive to park on its key.
+fn accepted_text(accepted: &Accepted) -> String {
+    match &accepted.instance {
+        Some(instance) => instance_status(instance, &accepted.status),
+        None => format!(
+            "message {}: no instance waits for it yet\n",
+            accepted.status
         ),
     }
 }

@@ -97,8 +97,12 @@ async fn send_until_accepted(server: &Server, channel: &str, id: &str, data: Val
         let detail = body["detail"].as_str().unwrap_or_default();
         match status {
             200 | 202 => return refusals,
+            // Both answer the path's CLAIM_HELD code (retryable); only the detail tells a claim
+            // lost at commit from a claim refused up front.
+            409 if body["code"] == CLAIM_HELD && detail.contains("claim was lost") => {
+                refusals.lost += 1
+            }
             409 if body["code"] == CLAIM_HELD => refusals.held += 1,
-            503 if detail.contains("claim was lost") => refusals.lost += 1,
             // A relay resolved to a park the previous relay's step has just answered (stale), or
             // before that step re-armed it (no match): resolved afresh, it finds the new park.
             409 | 404 => {}

@@ -8,15 +8,17 @@ use std::time::Duration;
 
 use reqwest::header::HeaderMap;
 use reqwest::{Method, RequestBuilder, StatusCode, Url};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::Value;
+use sutra_wire::{CompleteBody, ExtendBody, FailBody};
 
 use crate::duration::iso8601;
-use crate::error::{ApiError, InvalidUrl, Problem, TransportError};
+use crate::error::{ApiError, InvalidUrl, TransportError};
 use crate::types::{
     Accepted, CloudEvent, Deployment, HistoryEvent, Instance, InstanceQuery, Leases, LockExtended,
-    LockedTask, Page, PollRequest, Sent, StatusChange, TaskFailure, TaskQuery, TaskState,
-    TaskSummary,
+    LockedTask, OutboxMessage, Page, PollRequest, Problem, Sent, StatusChange, TaskFailure,
+    TaskQuery, TaskState, TaskSummary,
 };
 
 /// How long any call but a poll may take: far above a healthy answer, short enough that a
@@ -148,15 +150,20 @@ impl Client {
             .await
     }
 
+    /// The messages the instance emitted, in emission order, and where each stands.
+    pub async fn outbox(&self, id: &str) -> Result<Vec<OutboxMessage>, ApiError> {
+        self.get(self.url(&["v1", "instances", id, "outbox"])).await
+    }
+
     /// Ends a live instance as `cancelled`.
     pub async fn cancel(&self, id: &str) -> Result<StatusChange, ApiError> {
-        self.post(&["v1", "instances", id, "cancel"], &Value::Null)
+        self.post(&["v1", "instances", id, "cancel"], None::<&()>)
             .await
     }
 
     /// Brings a `failed` instance back to `suspended`, to run its failed node again.
     pub async fn restore(&self, id: &str) -> Result<StatusChange, ApiError> {
-        self.post(&["v1", "instances", id, "restore"], &Value::Null)
+        self.post(&["v1", "instances", id, "restore"], None::<&()>)
             .await
     }
 
@@ -184,7 +191,7 @@ impl Client {
         let request = self
             .request(Method::POST, &["v1", "tasks", "poll"])
             .timeout(poll.wait + POLL_TIMEOUT_MARGIN)
-            .json(&poll.to_json());
+            .json(&poll.to_body());
         decode(self.exchange(request).await?)
     }
 
@@ -194,8 +201,12 @@ impl Client {
         lock_token: &str,
         output: &Value,
     ) -> Result<TaskState, ApiError> {
-        let body = json!({"lock_token": lock_token, "output": output});
-        self.post(&["v1", "tasks", id, "complete"], &body).await
+        let body = CompleteBody {
+            lock_token: lock_token.to_owned(),
+            output: output.clone(),
+        };
+        self.post(&["v1", "tasks", id, "complete"], Some(&body))
+            .await
     }
 
     /// Fails a task. `retry: true` makes it available again after its backoff (or terminal once
@@ -207,8 +218,12 @@ impl Client {
         error: &TaskFailure,
         retry: bool,
     ) -> Result<TaskState, ApiError> {
-        let body = json!({"lock_token": lock_token, "error": error, "retry": retry});
-        self.post(&["v1", "tasks", id, "fail"], &body).await
+        let body = FailBody {
+            lock_token: lock_token.to_owned(),
+            error: error.clone(),
+            retry,
+        };
+        self.post(&["v1", "tasks", id, "fail"], Some(&body)).await
     }
 
     /// Keeps the lock for `lock` from now.
@@ -218,8 +233,11 @@ impl Client {
         lock_token: &str,
         lock: Duration,
     ) -> Result<LockExtended, ApiError> {
-        let body = json!({"lock_token": lock_token, "lock": iso8601(lock)});
-        self.post(&["v1", "tasks", id, "extend"], &body).await
+        let body = ExtendBody {
+            lock_token: lock_token.to_owned(),
+            lock: iso8601(lock),
+        };
+        self.post(&["v1", "tasks", id, "extend"], Some(&body)).await
     }
 
     /// The base URL with `segments` appended, each percent-encoded as one path segment.
@@ -249,16 +267,16 @@ impl Client {
         decode(self.exchange(request).await?)
     }
 
+    /// A POST with `body` as JSON, or with no body at all.
     async fn post<T: DeserializeOwned>(
         &self,
         segments: &[&str],
-        body: &Value,
+        body: Option<&impl Serialize>,
     ) -> Result<T, ApiError> {
         let request = self.request(Method::POST, segments);
-        let request = if body.is_null() {
-            request
-        } else {
-            request.json(body)
+        let request = match body {
+            Some(body) => request.json(body),
+            None => request,
         };
         decode(self.exchange(request).await?)
     }

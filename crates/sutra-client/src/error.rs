@@ -5,9 +5,7 @@
 //! retry advice, a transport failure is worth retrying with backoff, and an unexpected answer
 //! usually means `--server` points at something that is not a Sutra server.
 
-use serde::{Deserialize, Serialize};
-
-use crate::types::Extra;
+use crate::types::Problem;
 
 /// The code a server answers when a lock token is wrong or expired, or the task is done already.
 pub const TASK_LOCK_LOST: &str = "SUTRA.TASK.LOCK.LOST";
@@ -52,31 +50,6 @@ impl ApiError {
             ApiError::Transport(_) => true,
             ApiError::Unexpected { status, .. } => *status >= 500,
         }
-    }
-}
-
-/// An `application/problem+json` body (RFC 9457) with Sutra's members.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Problem {
-    #[serde(rename = "type", default)]
-    pub type_uri: String,
-    #[serde(default)]
-    pub title: String,
-    pub status: u16,
-    /// `SUTRA.{AREA}.{OPERATION}.{REASON}`, or a flow's own failure code.
-    pub code: String,
-    #[serde(default)]
-    pub detail: String,
-    #[serde(default)]
-    pub retryable: bool,
-    /// Members such as `violations`, `diagnostics` or `instance`.
-    #[serde(flatten)]
-    pub extensions: Extra,
-}
-
-impl std::fmt::Display for Problem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.code, self.detail)
     }
 }
 

@@ -2,9 +2,9 @@
 //! runs handlers for its external tasks (SPEC §5.5).
 //!
 //! This crate is a public API boundary. It speaks the wire format as plain data and in a
-//! worker's vocabulary (tasks, topics, locks), and depends on no other Sutra crate: a team that
-//! writes workers links this and nothing of the engine, and the engine can change inside without
-//! breaking them.
+//! worker's vocabulary (tasks, topics, locks), and depends on no other Sutra crate but
+//! `sutra-wire`, the API's vocabulary that the server writes with: a team that writes workers
+//! links this and nothing of the engine, and the engine can change inside without breaking them.
 //!
 //! A worker in a few lines:
 //!
@@ -40,10 +40,10 @@ mod types;
 mod worker;
 
 pub use client::Client;
-pub use error::{ApiError, InvalidUrl, Problem, TASK_LOCK_LOST, TransportError};
+pub use error::{ApiError, InvalidUrl, TASK_LOCK_LOST, TransportError};
 pub use types::{
     Accepted, CloudEvent, Deployment, Diagnostic, Extra, Failure, HistoryEvent, Instance,
-    InstanceQuery, Lease, Leases, LockExtended, LockedTask, Page, PollRequest, Sent, StatusChange,
-    TaskFailure, TaskQuery, TaskState, TaskSummary, Token,
+    InstanceQuery, Lease, Leases, LockExtended, LockedTask, OutboxMessage, Page, PollRequest,
+    Problem, Sent, StatusChange, TaskFailure, TaskQuery, TaskState, TaskSummary, Token, Violation,
 };
 pub use worker::{Task, TaskError, Worker, codes};

@@ -49,6 +49,9 @@ codes! {
     RELAY_NO_MATCH = ("SUTRA.RUNTIME.RELAY.NO_MATCH", 404, false,
         "No instance waits for this message",
         "No receive waits on this channel and key, and no flow starts on the channel. Check the correlation key, or declare `buffer` on the channel to keep early messages.");
+    RELAY_STALE = ("SUTRA.RUNTIME.RELAY.STALE", 409, true,
+        "The wait moved on",
+        "The receive this message was correlated to was answered or resolved just before the message could be applied. Nothing was applied and the message was not consumed; send it again unchanged and it is correlated afresh.");
     INTAKE_DECODE = ("SUTRA.INTAKE.DECODE", 400, false,
         "Message is not a valid CloudEvent",
         "Send a CloudEvents 1.0 JSON event (specversion, id, type, source, data) or binary mode with ce-id, ce-type and ce-source headers.");
@@ -124,6 +127,9 @@ codes! {
     STORE_UNAVAILABLE = ("SUTRA.STORE.UNAVAILABLE", 503, true,
         "Store unavailable",
         "The database could not be reached or refused the commit. Nothing was half-written; retry with backoff.");
+    STORE_CORRUPT = ("SUTRA.STORE.CORRUPT", 500, false,
+        "Store data is corrupt",
+        "A stored row could not be decoded, or a write broke one of the schema's constraints: a bug or a manual edit of the database, which no retry can fix. Copy the database before changing anything, then report the detail with the server log.");
 }
 
 /// The code named `code`, if it is one of Sutra's.

@@ -12,18 +12,19 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::StreamExt;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 use sutra_core::codes;
-use sutra_core::snapshot::{Status, TokenState};
+use sutra_core::snapshot::Status;
 use sutra_core::step::Reply;
 use sutra_engine::intake::{Answer, Inbound, IntakeError};
-use sutra_engine::{DeployError, Engine};
-use sutra_store::{DeploymentRecord, InstanceFilter, InstanceRecord, OutboxRecord};
+use sutra_engine::{DeployError, Engine, Error as EngineError};
+use sutra_store::{InstanceFilter, InstanceRecord};
+use sutra_wire::{Extra, InstanceQuery, Page};
 
 use crate::auth::{Caller, Gate, admit};
 use crate::cloudevents;
-use crate::problem::Problem;
+use crate::problem::{self, Problem};
+use crate::render;
 use crate::tokens::{Role, Tokens};
 
 /// The most items one page of a listing holds.
@@ -61,7 +62,7 @@ pub fn router(api: Api) -> Router {
         .merge(senders)
         .merge(workers)
         // Open, tokens or not: probes and metrics carry no credentials and show no tenant's rows.
-        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/healthz", get(healthy))
         .route("/readyz", get(ready))
         .route("/metrics", get(crate::metrics::render))
         .fallback(|| async {
@@ -127,21 +128,22 @@ async fn intake(
 }
 
 fn answered(answer: Answer) -> Response {
+    let accepted = |instance, status, dedup| {
+        let body = sutra_wire::Accepted {
+            instance,
+            status,
+            dedup,
+            extra: Extra::new(),
+        };
+        (StatusCode::ACCEPTED, Json(body)).into_response()
+    };
     match answer {
         Answer::Accepted {
             instance,
             status,
             dedup,
-        } => (
-            StatusCode::ACCEPTED,
-            Json(json!({"instance": instance, "status": status, "dedup": dedup})),
-        )
-            .into_response(),
-        Answer::StillRunning { instance, status } => (
-            StatusCode::ACCEPTED,
-            Json(json!({"instance": instance, "status": status, "dedup": false})),
-        )
-            .into_response(),
+        } => accepted(instance, status, dedup),
+        Answer::StillRunning { instance, status } => accepted(Some(instance), status, false),
         Answer::Ended { instance, reply } => ended(&instance, reply),
     }
 }
@@ -166,21 +168,11 @@ fn ended(instance: &str, reply: Reply) -> Response {
 
 /// A flow's own failure code (from a `fail` node or a worker) is passed through unchanged.
 fn flow_failure(instance: &str, code: &str, detail: &str) -> Response {
-    let body = json!({
-        "type": format!("urn:sutra:error:{code}"),
-        "title": "Instance failed",
-        "status": 500,
-        "code": code,
-        "detail": detail,
-        "retryable": false,
-        "instance": instance,
-    });
-    let mut response = (StatusCode::INTERNAL_SERVER_ERROR, body.to_string()).into_response();
-    response.headers_mut().insert(
-        axum::http::header::CONTENT_TYPE,
-        "application/problem+json".parse().unwrap(),
-    );
-    response
+    let status = StatusCode::INTERNAL_SERVER_ERROR;
+    let mut body =
+        sutra_wire::Problem::new(code, "Instance failed", status.as_u16(), detail, false);
+    body.extensions.insert("instance".into(), json!(instance));
+    problem::respond(status, body)
 }
 
 fn intake_problem(error: IntakeError) -> Problem {
@@ -190,9 +182,12 @@ fn intake_problem(error: IntakeError) -> Problem {
             format!("no deployed channel is named `{channel}`; deploy a document that declares it"),
         ),
         IntakeError::Invalid { detail, violations } => {
-            let violations: Vec<Value> = violations
+            let violations: Vec<sutra_wire::Violation> = violations
                 .into_iter()
-                .map(|v| json!({"pointer": v.pointer, "message": v.message}))
+                .map(|v| sutra_wire::Violation {
+                    pointer: v.pointer,
+                    message: v.message,
+                })
                 .collect();
             Problem::new(codes::INTAKE_VALIDATION, detail).with("violations", json!(violations))
         }
@@ -205,6 +200,13 @@ fn intake_problem(error: IntakeError) -> Problem {
             };
             Problem::new(codes::RELAY_NO_MATCH, detail)
         }
+        // The wait the message was correlated to was resolved between the correlation and the
+        // step: nothing was applied or consumed, and the sender can act on that — sent again,
+        // the message is correlated afresh. An administrator's code would tell it nothing.
+        IntakeError::Engine(EngineError::Stale(detail)) => Problem::new(
+            codes::RELAY_STALE,
+            format!("{detail}; the wait this message was correlated to has moved on"),
+        ),
         IntakeError::Engine(error) => Problem::engine(error, codes::RESUME_CLAIM_HELD),
     }
 }
@@ -234,14 +236,17 @@ async fn deploy(
         .map_err(|_| Problem::new(codes::DEPLOY_INVALID, "the deployment must be UTF-8 YAML"))?;
     match api.engine.deploy(&caller.tenant, &source).await {
         Ok(deployed) => {
-            let warnings: Vec<Value> = deployed.warnings.iter().map(|d| d.to_json(&file)).collect();
-            let mut body = deployment_json(&deployed.record);
-            body["warnings"] = json!(warnings);
+            let warnings = deployed.warnings.iter();
+            let mut body = render::deployment(&deployed.record);
+            body.warnings = Some(warnings.map(|d| render::diagnostic(d, &file)).collect());
             Ok((StatusCode::CREATED, Json(body)).into_response())
         }
         Err(DeployError::Invalid(diagnostics)) => {
             let rendered = sutra_core::diagnostic::render_all(&diagnostics, &file, &source);
-            let listed: Vec<Value> = diagnostics.iter().map(|d| d.to_json(&file)).collect();
+            let listed: Vec<sutra_wire::Diagnostic> = diagnostics
+                .iter()
+                .map(|d| render::diagnostic(d, &file))
+                .collect();
             Err(Problem::new(codes::DEPLOY_INVALID, rendered).with("diagnostics", json!(listed)))
         }
         Err(error @ DeployError::OtherTenant { .. }) => {
@@ -251,35 +256,25 @@ async fn deploy(
     }
 }
 
-fn deployment_json(record: &DeploymentRecord) -> Value {
-    json!({
-        "name": record.name,
-        "tenant": record.tenant,
-        "version": record.version,
-        "status": record.status.as_str(),
-        "created_at": record.created_at.to_string(),
-    })
-}
-
 async fn deployments(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-) -> Result<Json<Value>> {
+) -> Result<Json<Page<sutra_wire::Deployment>>> {
     let records = api
         .engine
         .store()
         .deployments(Some(&caller.tenant))
         .await
         .map_err(store_problem)?;
-    let items: Vec<Value> = records.iter().map(deployment_json).collect();
-    Ok(Json(json!({"items": items, "next": null})))
+    let items = records.iter().map(render::deployment).collect();
+    Ok(Json(Page { items, next: None }))
 }
 
 async fn deployment(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path((name, version)): Path<(String, u32)>,
-) -> Result<Json<Value>> {
+) -> Result<Json<sutra_wire::Deployment>> {
     let records = api
         .engine
         .store()
@@ -295,24 +290,16 @@ async fn deployment(
                 format!("no deployment `{name}` version {version}"),
             )
         })?;
-    let mut body = deployment_json(&record);
-    body["source"] = json!(record.source);
+    let mut body = render::deployment(&record);
+    body.source = Some(record.source);
     Ok(Json(body))
-}
-
-#[derive(Deserialize)]
-struct InstancesQuery {
-    status: Option<String>,
-    flow: Option<String>,
-    limit: Option<u32>,
-    after: Option<String>,
 }
 
 async fn instances(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    Query(query): Query<InstancesQuery>,
-) -> Result<Json<Value>> {
+    Query(query): Query<InstanceQuery>,
+) -> Result<Json<Page<sutra_wire::Instance>>> {
     let status = query.status.as_deref().map(parse_status).transpose()?;
     let limit = page_limit(query.limit);
     let filter = InstanceFilter {
@@ -328,8 +315,11 @@ async fn instances(
         .await
         .map_err(store_problem)?;
     let next = next_cursor(&records, limit, |r| &r.snapshot.instance.id);
-    let items: Vec<Value> = records.iter().map(instance_json).collect();
-    Ok(Json(json!({"items": items, "next": next})))
+    let items = records
+        .iter()
+        .map(render::instance)
+        .collect::<Result<_>>()?;
+    Ok(Json(Page { items, next }))
 }
 
 /// A keyset page's size: 100 unless asked, at most [`PAGE_MAX`].
@@ -369,10 +359,9 @@ async fn instance(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
-) -> Result<Json<Value>> {
-    Ok(Json(instance_json(
-        &find_instance(&api, &caller, &id).await?,
-    )))
+) -> Result<Json<sutra_wire::Instance>> {
+    let record = find_instance(&api, &caller, &id).await?;
+    Ok(Json(render::instance(&record)?))
 }
 
 async fn find_instance(api: &Api, caller: &Caller, id: &str) -> Result<InstanceRecord> {
@@ -384,104 +373,45 @@ async fn find_instance(api: &Api, caller: &Caller, id: &str) -> Result<InstanceR
         .ok_or_else(|| Problem::new(codes::INSTANCE_NOT_FOUND, format!("no instance {id}")))
 }
 
-/// The instance shape of SPEC §4.
-fn instance_json(record: &InstanceRecord) -> Value {
-    let snapshot = &record.snapshot;
-    let tokens: Vec<Value> = snapshot
-        .tokens
-        .iter()
-        .map(|token| {
-            let (state, park) = match &token.state {
-                TokenState::Ready => ("ready", Value::Null),
-                TokenState::Parked(park) => ("parked", serde_json::to_value(park).unwrap_or(Value::Null)),
-                TokenState::Joining { pending } => ("joining", json!({"pending": pending})),
-            };
-            json!({"id": token.id, "node": token.node, "parent": token.parent, "state": state, "park": park})
-        })
-        .collect();
-    let failure = snapshot
-        .failure
-        .as_ref()
-        .map(|f| json!({"code": f.code, "detail": f.detail, "node": f.node}));
-    json!({
-        "id": snapshot.instance.id,
-        "tenant": snapshot.instance.tenant,
-        "flow": snapshot.instance.flow,
-        "deployment": snapshot.instance.deployment,
-        "version": snapshot.instance.version,
-        "status": snapshot.status.as_str(),
-        "vars": snapshot.vars,
-        "tokens": tokens,
-        "failure": failure,
-        "audit_seq": snapshot.audit_seq,
-        "created_at": record.created_at.to_string(),
-        "updated_at": record.updated_at.to_string(),
-    })
+/// The rows `read` gives, once the instance is known to be the caller's: a missing instance is
+/// `SUTRA.INSTANCE.NOT_FOUND`, never an empty list. `read` is lazy, so it runs after the check.
+async fn rows_of_instance<T>(
+    api: &Api,
+    caller: &Caller,
+    id: &str,
+    read: impl Future<Output = sutra_store::Result<T>>,
+) -> Result<T> {
+    find_instance(api, caller, id).await?;
+    read.await.map_err(store_problem)
 }
 
 async fn history(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
-) -> Result<Json<Value>> {
-    find_instance(&api, &caller, &id).await?;
-    let events = api
-        .engine
-        .store()
-        .history(&caller.tenant, &id)
-        .await
-        .map_err(store_problem)?;
-    Ok(Json(
-        serde_json::to_value(events).unwrap_or_else(|_| json!([])),
-    ))
+) -> Result<Json<Vec<sutra_wire::HistoryEvent>>> {
+    let read = api.engine.store().history(&caller.tenant, &id);
+    let events = rows_of_instance(&api, &caller, &id, read).await?;
+    let events = events.iter().map(|e| render::history_event(e, &id));
+    Ok(Json(events.collect::<Result<_>>()?))
 }
 
-/// The messages the instance emitted and where each stands, in emission order: `pending`
-/// (waiting for its next attempt, or being sent), `sent`, or `poisoned` (past the channel's
-/// `max-attempts`: kept, never sent).
+/// The messages the instance emitted and where each stands, in emission order.
 async fn outbox(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
-) -> Result<Json<Value>> {
-    find_instance(&api, &caller, &id).await?;
-    let records = api
-        .engine
-        .store()
-        .outbox(&caller.tenant, &id)
-        .await
-        .map_err(store_problem)?;
-    Ok(Json(Value::Array(
-        records.iter().map(outbox_json).collect(),
-    )))
-}
-
-fn outbox_json(record: &OutboxRecord) -> Value {
-    let state = match (record.sent_at, record.poisoned) {
-        (Some(_), _) => "sent",
-        (None, true) => "poisoned",
-        (None, false) => "pending",
-    };
-    let next_attempt_at = (state == "pending").then(|| record.next_attempt_at.to_string());
-    json!({
-        "idempotency_key": record.entry.idempotency_key,
-        "channel": record.entry.channel,
-        "version": record.version,
-        "message_key": record.entry.message_key,
-        "data": record.entry.payload,
-        "state": state,
-        "attempts": record.attempts,
-        "last_error": record.last_error,
-        "next_attempt_at": next_attempt_at,
-        "sent_at": record.sent_at.map(|at| at.to_string()),
-    })
+) -> Result<Json<Vec<sutra_wire::OutboxMessage>>> {
+    let read = api.engine.store().outbox(&caller.tenant, &id);
+    let records = rows_of_instance(&api, &caller, &id, read).await?;
+    Ok(Json(records.iter().map(render::outbox_message).collect()))
 }
 
 async fn cancel(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
-) -> Result<Json<Value>> {
+) -> Result<Json<sutra_wire::StatusChange>> {
     let outcome = api.engine.cancel(&caller.tenant, &id).await;
     administered(outcome, codes::CANCEL_CLAIM_HELD)
 }
@@ -490,26 +420,33 @@ async fn restore(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
-) -> Result<Json<Value>> {
+) -> Result<Json<sutra_wire::StatusChange>> {
     let outcome = api.engine.restore(&caller.tenant, &id).await;
     administered(outcome, codes::RESTORE_CLAIM_HELD)
 }
 
 /// The answer of an administrative operation; `busy` is its path's CLAIM_HELD code.
 fn administered(
-    outcome: std::result::Result<sutra_engine::runner::StepOutcome, sutra_engine::Error>,
+    outcome: std::result::Result<sutra_engine::runner::StepOutcome, EngineError>,
     busy: codes::Code,
-) -> Result<Json<Value>> {
+) -> Result<Json<sutra_wire::StatusChange>> {
     let outcome = outcome.map_err(|e| Problem::engine(e, busy))?;
-    let status = outcome.status.as_str();
-    Ok(Json(
-        json!({"instance": outcome.instance, "status": status}),
-    ))
+    Ok(Json(sutra_wire::StatusChange {
+        instance: outcome.instance,
+        status: outcome.status.as_str().to_owned(),
+        extra: Extra::new(),
+    }))
+}
+
+async fn healthy() -> Json<sutra_wire::Health> {
+    Json(sutra_wire::Health {
+        status: "ok".into(),
+    })
 }
 
 /// Ready means the store accepts a commit and no lane is wedged: a replica that cannot make
 /// progress must not take traffic.
-async fn ready(State(api): State<Api>) -> Result<Json<Value>> {
+async fn ready(State(api): State<Api>) -> Result<Json<sutra_wire::Readiness>> {
     api.engine.store().ping().await.map_err(store_problem)?;
     let wedged = api.engine.wedged_lanes();
     if !wedged.is_empty() {
@@ -517,11 +454,13 @@ async fn ready(State(api): State<Api>) -> Result<Json<Value>> {
             format!("lanes {wedged:?} have been on one step for longer than the claim timeout");
         return Err(Problem::new(codes::ENGINE_UNAVAILABLE, detail));
     }
-    Ok(Json(
-        json!({"status": "ready", "lanes": api.engine.lane_queue_depths()}),
-    ))
+    Ok(Json(sutra_wire::Readiness {
+        status: "ready".into(),
+        lanes: api.engine.lane_queue_depths(),
+    }))
 }
 
+/// A read's store error: reads claim no instance, so no claim can be held against them.
 pub(crate) fn store_problem(error: sutra_store::Error) -> Problem {
-    Problem::new(codes::STORE_UNAVAILABLE, error.to_string())
+    Problem::store(error, codes::RESUME_CLAIM_HELD)
 }

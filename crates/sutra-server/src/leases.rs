@@ -9,23 +9,23 @@
 
 use axum::Json;
 use axum::extract::{Extension, State};
-use serde_json::{Value, json};
-use sutra_store::Lease;
+use sutra_wire::{Extra, Leases};
 
 use crate::auth::Caller;
 use crate::http::{Api, store_problem};
 use crate::problem::Problem;
+use crate::render;
 
 pub async fn list(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-) -> Result<Json<Value>, Problem> {
+) -> Result<Json<Leases>, Problem> {
     let shown = |role: &str| shown_to(role, &caller.tenant);
     let leases = api.engine.store().leases().await.map_err(store_problem)?;
-    let items: Vec<Value> = leases
+    let items = leases
         .iter()
         .filter(|lease| shown(&lease.role))
-        .map(lease_json)
+        .map(render::lease)
         .collect();
     let leading: Vec<String> = api
         .engine
@@ -35,21 +35,13 @@ pub async fn list(
         .filter(|(role, term)| term.is_some() && shown(role))
         .map(|(role, _)| role)
         .collect();
-    Ok(Json(json!({
-        "items": items,
-        "next": null,
-        "replica": api.engine.config().replica_id,
-        "leading": leading,
-    })))
-}
-
-fn lease_json(lease: &Lease) -> Value {
-    json!({
-        "role": lease.role,
-        "holder": lease.holder,
-        "expires_at": lease.expires_at.to_string(),
-        "epoch": lease.epoch,
-    })
+    Ok(Json(Leases {
+        items,
+        next: None,
+        replica: api.engine.config().replica_id.clone(),
+        leading,
+        extra: Extra::new(),
+    }))
 }
 
 /// Every role but another tenant's channel roles.

@@ -1,13 +1,18 @@
 //! Errors as `application/problem+json` (RFC 9457), each with a stable Sutra code (SPEC §10).
 //!
 //! The status and the retry flag come from `sutra_core::codes`, never from the handler, so the
-//! same code always means the same thing on the wire.
+//! same code always means the same thing on the wire. The mapping from engine and store errors
+//! lives here, one arm per variant and no catch-all, so that a new variant must be given a
+//! meaning before it can reach a caller: a refusal says what happened, and its retry flag says
+//! whether sending the same request again can help.
 
+use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde_json::Value;
 use sutra_core::codes::{self, Code};
 use sutra_engine::Error as EngineError;
+use sutra_store::Error as StoreError;
 
 /// Boxed: handlers return `Result<_, Problem>`, and the happy path should not pay for the size
 /// of the error.
@@ -47,6 +52,10 @@ impl Problem {
         self
     }
 
+    pub fn code(&self) -> Code {
+        self.0.code
+    }
+
     /// Maps an engine error on a given path (`busy` is the path's CLAIM_HELD code).
     pub fn engine(error: EngineError, busy: Code) -> Problem {
         match error {
@@ -55,8 +64,11 @@ impl Problem {
                 Problem::new(codes::INSTANCE_NOT_FOUND, format!("no instance {id}"))
             }
             EngineError::InvalidState(detail) => Problem::new(codes::ADMIN_STATE_INVALID, detail),
+            // Only a relay or a delivery answers a park, and intake maps its own stale relay
+            // (`SUTRA.RUNTIME.RELAY.STALE`); on an administrator's path the event found the
+            // instance in a state that no longer allows it.
             EngineError::Stale(detail) => Problem::new(codes::ADMIN_STATE_INVALID, detail),
-            EngineError::Store(store) => Problem::new(codes::STORE_UNAVAILABLE, store.to_string()),
+            EngineError::Store(store) => Problem::store(store, busy),
             EngineError::Panicked => Problem::new(codes::STEP_PANICKED, error.to_string()),
             EngineError::TaskNotFound(id) => {
                 Problem::new(codes::TASK_NOT_FOUND, format!("no task {id}"))
@@ -67,6 +79,37 @@ impl Problem {
             }
         }
     }
+
+    /// Maps a store error on a given path (`busy` is the path's CLAIM_HELD code). Only
+    /// `Unavailable` is the database being away; the others are answers about the data.
+    pub fn store(error: StoreError, busy: Code) -> Problem {
+        let detail = error.to_string();
+        match error {
+            // A claim swept from under a step rolled the step back, as a refusal to claim
+            // writes nothing: the same request finds the instance free again shortly. A
+            // duplicate start is the other delivery of the same message starting the instance;
+            // the same request is then answered as that first delivery was.
+            StoreError::ClaimHeld | StoreError::ClaimLost | StoreError::Duplicate(_) => {
+                Problem::new(busy, detail)
+            }
+            StoreError::InstanceNotFound(_) => Problem::new(codes::INSTANCE_NOT_FOUND, detail),
+            StoreError::TaskNotFound(_) => Problem::new(codes::TASK_NOT_FOUND, detail),
+            StoreError::LockLost(_) => Problem::new(codes::TASK_LOCK_LOST, detail),
+            StoreError::AliasTaken { .. } => Problem::new(codes::CORRELATION_ALIAS_TAKEN, detail),
+            StoreError::Unavailable(_) => Problem::new(codes::STORE_UNAVAILABLE, detail),
+            StoreError::Corrupt(_) => Problem::new(codes::STORE_CORRUPT, detail),
+        }
+    }
+
+    /// An answer that could not be rendered as JSON: the records it was built from hold what
+    /// JSON cannot carry, which is corrupt data as far as a caller can tell — never a plausible
+    /// body with the part left out.
+    pub fn unrenderable(what: &str, error: serde_json::Error) -> Problem {
+        Problem::new(
+            codes::STORE_CORRUPT,
+            format!("{what} cannot be rendered as JSON: {error}"),
+        )
+    }
 }
 
 impl IntoResponse for Problem {
@@ -75,29 +118,35 @@ impl IntoResponse for Problem {
         let status = problem.status.unwrap_or_else(|| {
             StatusCode::from_u16(problem.code.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
         });
-        let mut body = json!({
-            "type": format!("urn:sutra:error:{}", problem.code.code),
-            "title": problem.code.title,
-            "status": status.as_u16(),
-            "code": problem.code.code,
-            "detail": problem.detail,
-            "retryable": problem.code.retryable,
-        });
-        if let Some((name, value)) = problem.extra {
-            body[name] = value;
-        }
-        let mut response = (status, body.to_string()).into_response();
-        let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
+        let mut body = sutra_wire::Problem::new(
+            problem.code.code,
+            problem.code.title,
+            status.as_u16(),
+            problem.detail,
+            problem.code.retryable,
         );
-        if problem.code.retryable && status == StatusCode::CONFLICT {
-            headers.insert(
-                header::RETRY_AFTER,
-                HeaderValue::from_static(RETRY_AFTER_SECONDS),
-            );
+        if let Some((name, value)) = problem.extra {
+            body.extensions.insert(name.to_owned(), value);
         }
-        response
+        respond(status, body)
     }
+}
+
+/// The response for a problem body: `application/problem+json`, and `Retry-After` on every
+/// retryable conflict (a busy instance), so that a client knows when to come back.
+pub fn respond(status: StatusCode, body: sutra_wire::Problem) -> Response {
+    let retry_later = body.retryable && status == StatusCode::CONFLICT;
+    let mut response = (status, Json(body)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    if retry_later {
+        headers.insert(
+            header::RETRY_AFTER,
+            HeaderValue::from_static(RETRY_AFTER_SECONDS),
+        );
+    }
+    response
 }

@@ -11,19 +11,22 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::{Extension, Path, Query, State};
 use axum::routing::{get, post};
-use jiff::{SignedDuration, Timestamp};
-use serde::Deserialize;
+use jiff::SignedDuration;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
 use sutra_core::codes;
 use sutra_core::duration::parse_duration;
 use sutra_core::step::TaskError;
 use sutra_engine::tasks::PollRequest;
-use sutra_store::{LockedTask, TaskFailure, TaskFilter, TaskPoll, TaskRecord, TaskState};
+use sutra_store::{TaskFailure, TaskFilter, TaskPoll, TaskState};
+use sutra_wire::{
+    CompleteBody, ExtendBody, Extra, FailBody, LockExtended, LockedTask, Page, PollBody, TaskQuery,
+    TaskSummary,
+};
 
 use crate::auth::Caller;
 use crate::http::{Api, next_cursor, page_limit, read_body, store_problem};
 use crate::problem::Problem;
+use crate::render;
 
 type Result<T, E = Problem> = std::result::Result<T, E>;
 
@@ -36,25 +39,11 @@ pub fn routes() -> Router<Api> {
         .route("/v1/tasks/{id}/extend", post(extend))
 }
 
-#[derive(Deserialize)]
-struct PollBody {
-    worker: String,
-    topics: Vec<String>,
-    #[serde(default = "one")]
-    max: u32,
-    lock: Option<String>,
-    wait: Option<String>,
-}
-
-fn one() -> u32 {
-    1
-}
-
 async fn poll(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     body: Body,
-) -> Result<Json<Value>> {
+) -> Result<Json<Vec<LockedTask>>> {
     let body: PollBody = parse(&api, body).await?;
     if body.worker.trim().is_empty() {
         return Err(invalid("`worker` must name the worker polling"));
@@ -90,26 +79,7 @@ async fn poll(
         .poll_tasks(request)
         .await
         .map_err(engine_problem)?;
-    Ok(Json(Value::Array(tasks.iter().map(locked_json).collect())))
-}
-
-fn locked_json(task: &LockedTask) -> Value {
-    json!({
-        "id": task.id,
-        "topic": task.topic,
-        "instance": task.instance,
-        "input": task.input,
-        "attempt": task.attempt,
-        "lock_token": task.lock_token,
-        "lock_expires_at": task.lock_expires_at.to_string(),
-    })
-}
-
-#[derive(Deserialize)]
-struct CompleteBody {
-    lock_token: String,
-    #[serde(default)]
-    output: Value,
+    Ok(Json(tasks.iter().map(render::locked_task).collect()))
 }
 
 async fn complete(
@@ -117,35 +87,13 @@ async fn complete(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     body: Body,
-) -> Result<Json<Value>> {
+) -> Result<Json<sutra_wire::TaskState>> {
     let body: CompleteBody = parse(&api, body).await?;
     api.engine
         .complete_task(&caller.tenant, &id, &body.lock_token, &body.output)
         .await
         .map_err(engine_problem)?;
-    Ok(Json(
-        json!({"id": id, "state": TaskState::Completed.as_str()}),
-    ))
-}
-
-#[derive(Deserialize)]
-struct FailBody {
-    lock_token: String,
-    error: ErrorBody,
-    /// A worker that says nothing is reporting a technical failure, worth a retry.
-    #[serde(default = "yes")]
-    retry: bool,
-}
-
-#[derive(Deserialize)]
-struct ErrorBody {
-    code: String,
-    #[serde(default)]
-    message: String,
-}
-
-fn yes() -> bool {
-    true
+    Ok(task_state(id, TaskState::Completed))
 }
 
 async fn fail(
@@ -153,7 +101,7 @@ async fn fail(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     body: Body,
-) -> Result<Json<Value>> {
+) -> Result<Json<sutra_wire::TaskState>> {
     let body: FailBody = parse(&api, body).await?;
     if body.error.code.is_empty() {
         return Err(invalid(
@@ -172,13 +120,15 @@ async fn fail(
         .fail_task(&caller.tenant, &id, &body.lock_token, &failure)
         .await
         .map_err(engine_problem)?;
-    Ok(Json(json!({"id": id, "state": state.as_str()})))
+    Ok(task_state(id, state))
 }
 
-#[derive(Deserialize)]
-struct ExtendBody {
-    lock_token: String,
-    lock: String,
+fn task_state(id: String, state: TaskState) -> Json<sutra_wire::TaskState> {
+    Json(sutra_wire::TaskState {
+        id,
+        state: state.as_str().to_owned(),
+        extra: Extra::new(),
+    })
 }
 
 async fn extend(
@@ -186,7 +136,7 @@ async fn extend(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     body: Body,
-) -> Result<Json<Value>> {
+) -> Result<Json<LockExtended>> {
     let body: ExtendBody = parse(&api, body).await?;
     let lock = lock_duration("lock", &body.lock)?;
     let until = api
@@ -194,24 +144,18 @@ async fn extend(
         .extend_task(&caller.tenant, &id, &body.lock_token, lock)
         .await
         .map_err(engine_problem)?;
-    Ok(Json(
-        json!({"id": id, "lock_expires_at": until.to_string()}),
-    ))
-}
-
-#[derive(Deserialize)]
-struct ListQuery {
-    topic: Option<String>,
-    state: Option<String>,
-    limit: Option<u32>,
-    after: Option<String>,
+    Ok(Json(LockExtended {
+        id,
+        lock_expires_at: until.to_string(),
+        extra: Extra::new(),
+    }))
 }
 
 async fn list(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    Query(query): Query<ListQuery>,
-) -> Result<Json<Value>> {
+    Query(query): Query<TaskQuery>,
+) -> Result<Json<Page<TaskSummary>>> {
     let state = query.state.as_deref().map(parse_state).transpose()?;
     let limit = page_limit(query.limit);
     let filter = TaskFilter {
@@ -227,22 +171,8 @@ async fn list(
         .await
         .map_err(store_problem)?;
     let next = next_cursor(&records, limit, |record| &record.id);
-    let items: Vec<Value> = records.iter().map(record_json).collect();
-    Ok(Json(json!({"items": items, "next": next})))
-}
-
-fn record_json(record: &TaskRecord) -> Value {
-    json!({
-        "id": record.id,
-        "topic": record.topic,
-        "instance": record.instance,
-        "state": record.state.as_str(),
-        "attempt": record.attempt,
-        "retries": record.retries,
-        "worker": record.worker,
-        "lock_expires_at": record.locked_until.as_ref().map(Timestamp::to_string),
-        "created_at": record.created_at.to_string(),
-    })
+    let items = records.iter().map(render::task_summary).collect();
+    Ok(Json(Page { items, next }))
 }
 
 fn parse_state(text: &str) -> Result<TaskState> {

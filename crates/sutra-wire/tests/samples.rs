@@ -125,7 +125,8 @@ fn task_requests_keep_their_fields_and_defaults() {
     round_trip::<PollBody>(json!({
         "worker": "w1", "topics": ["debit-account"], "max": 10, "lock": "PT1M", "wait": "PT20S"
     }));
-    let sparse: PollBody = serde_json::from_value(json!({"worker": "w1", "topics": ["t"]})).unwrap();
+    let sparse: PollBody =
+        serde_json::from_value(json!({"worker": "w1", "topics": ["t"]})).unwrap();
     assert_eq!((sparse.max, sparse.lock, sparse.wait), (1, None, None));
     round_trip::<CompleteBody>(json!({"lock_token": "l", "output": {"reference": "r-1"}}));
     let bare: CompleteBody = serde_json::from_value(json!({"lock_token": "l"})).unwrap();
@@ -174,7 +175,10 @@ fn queries_read_what_the_query_string_carries() {
     let query: InstanceQuery =
         serde_json::from_value(json!({"status": "failed", "limit": 5})).unwrap();
     assert_eq!(query.status.as_deref(), Some("failed"));
-    assert_eq!((query.flow, query.limit, query.after), (None, Some(5), None));
+    assert_eq!(
+        (query.flow, query.limit, query.after),
+        (None, Some(5), None)
+    );
     let query: TaskQuery = serde_json::from_value(json!({"topic": "t"})).unwrap();
     assert_eq!(query.topic.as_deref(), Some("t"));
 }

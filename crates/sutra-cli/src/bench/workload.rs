@@ -174,7 +174,8 @@ fn ended(sent: &Sent, key: &str) -> Result<(), String> {
         Sent::Accepted(accepted) if accepted.status == "completed" => Ok(()),
         Sent::Accepted(accepted) => Err(format!(
             "instance {key} ({}) did not end within {ACK_TIMEOUT}: {}",
-            accepted.instance, accepted.status
+            accepted.instance.as_deref().unwrap_or("none"),
+            accepted.status
         )),
     }
 }

@@ -57,7 +57,7 @@ fn tokens(tokens: &[Token]) -> String {
         table.row(vec![
             token.id.to_string(),
             token.node.clone(),
-            token.state.clone().unwrap_or_default(),
+            token.state.clone(),
             token.park.as_ref().map(park).unwrap_or_default(),
         ]);
     }
