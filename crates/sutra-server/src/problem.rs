@@ -150,3 +150,106 @@ pub fn respond(status: StatusCode, body: sutra_wire::Problem) -> Response {
     }
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The status, the `Retry-After` header and the body a problem answers.
+    async fn answer(problem: Problem) -> (StatusCode, Option<String>, sutra_wire::Problem) {
+        let response = problem.into_response();
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(header::RETRY_AFTER)
+            .map(|value| value.to_str().unwrap().to_owned());
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, retry_after, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_claim_lost_at_commit_is_the_paths_claim_held_and_says_when_to_retry() {
+        let lost = EngineError::Store(StoreError::ClaimLost);
+        let (status, retry_after, body) =
+            answer(Problem::engine(lost, codes::RESTORE_CLAIM_HELD)).await;
+        assert_eq!(status, StatusCode::CONFLICT);
+        assert_eq!(retry_after.as_deref(), Some(RETRY_AFTER_SECONDS));
+        assert_eq!(body.code, codes::RESTORE_CLAIM_HELD.code);
+        assert!(body.retryable);
+        assert!(body.detail.contains("claim was lost"), "{}", body.detail);
+    }
+
+    #[tokio::test]
+    async fn corrupt_data_is_a_500_that_no_retry_can_fix() {
+        let corrupt = EngineError::Store(StoreError::Corrupt("a snapshot: expected value".into()));
+        let (status, retry_after, body) =
+            answer(Problem::engine(corrupt, codes::CANCEL_CLAIM_HELD)).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(retry_after, None);
+        assert_eq!(body.code, "SUTRA.STORE.CORRUPT");
+        assert!(!body.retryable);
+        assert!(body.detail.contains("a snapshot"), "{}", body.detail);
+    }
+
+    #[test]
+    fn each_store_error_maps_to_what_it_means_and_only_unavailable_to_503() {
+        let busy = codes::RESUME_CLAIM_HELD;
+        let cases = [
+            (StoreError::ClaimHeld, busy),
+            (StoreError::ClaimLost, busy),
+            (
+                StoreError::InstanceNotFound("i".into()),
+                codes::INSTANCE_NOT_FOUND,
+            ),
+            (StoreError::TaskNotFound("t".into()), codes::TASK_NOT_FOUND),
+            (
+                StoreError::LockLost("expired".into()),
+                codes::TASK_LOCK_LOST,
+            ),
+            (
+                StoreError::AliasTaken {
+                    channel: "c".into(),
+                    key: "k".into(),
+                },
+                codes::CORRELATION_ALIAS_TAKEN,
+            ),
+            (
+                StoreError::Unavailable("down".into()),
+                codes::STORE_UNAVAILABLE,
+            ),
+            (StoreError::Corrupt("bad row".into()), codes::STORE_CORRUPT),
+        ];
+        for (error, expected) in cases {
+            let shown = error.to_string();
+            assert_eq!(Problem::store(error, busy).code(), expected, "{shown}");
+        }
+    }
+
+    #[tokio::test]
+    async fn every_retryable_conflict_carries_retry_after_and_no_other_answer_does() {
+        for code in codes::ALL {
+            let (status, retry_after, body) = answer(Problem::new(*code, "x")).await;
+            let retry_later = code.retryable && code.status == 409;
+            assert_eq!(retry_after.is_some(), retry_later, "{code}");
+            assert_eq!(
+                (status.as_u16(), body.retryable),
+                (code.status, code.retryable)
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unrenderable_record_is_a_problem_not_a_body() {
+        let error = serde_json::from_str::<Value>("{").unwrap_err();
+        let (status, _, body) =
+            answer(Problem::unrenderable("the park of instance i", error)).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(body.code, codes::STORE_CORRUPT.code);
+        assert!(
+            body.detail
+                .starts_with("the park of instance i cannot be rendered")
+        );
+    }
+}
