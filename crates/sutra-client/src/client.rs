@@ -17,8 +17,8 @@ use crate::duration::iso8601;
 use crate::error::{ApiError, InvalidUrl, TransportError};
 use crate::types::{
     Accepted, CloudEvent, Deployment, HistoryEvent, Instance, InstanceQuery, Leases, LockExtended,
-    LockedTask, OutboxMessage, Page, PollRequest, Problem, Sent, StatusChange, TaskFailure,
-    TaskQuery, TaskState, TaskSummary,
+    LockedTask, Page, PollRequest, Problem, Sent, StatusChange, TaskFailure, TaskQuery, TaskState,
+    TaskSummary,
 };
 
 /// How long any call but a poll may take: far above a healthy answer, short enough that a
@@ -148,11 +148,6 @@ impl Client {
     pub async fn history(&self, id: &str) -> Result<Vec<HistoryEvent>, ApiError> {
         self.get(self.url(&["v1", "instances", id, "history"]))
             .await
-    }
-
-    /// The messages the instance emitted, in emission order, and where each stands.
-    pub async fn outbox(&self, id: &str) -> Result<Vec<OutboxMessage>, ApiError> {
-        self.get(self.url(&["v1", "instances", id, "outbox"])).await
     }
 
     /// Ends a live instance as `cancelled`.

@@ -11,7 +11,7 @@ pub mod http;
 pub mod leases;
 pub mod metrics;
 pub mod problem;
-pub mod render;
+mod render;
 pub mod tasks;
 pub mod tokens;
 
