@@ -18,7 +18,7 @@
 //!
 //! This file is the step driver: the events, the choice of the next token, settling what became
 //! of it, parks, endings and failures. What each node kind does when a token reaches it is in
-//! [`nodes`].
+//! `exec/nodes.rs`.
 
 mod nodes;
 
