@@ -21,9 +21,11 @@ use sutra_store::{
 };
 use tracing::{debug, warn};
 
+use crate::error::Error;
 use crate::registry::Live;
 use crate::settle::Hold;
-use crate::{Error, Shared, fault, metrics};
+use crate::shared::Shared;
+use crate::{fault, metrics};
 
 /// Work for one instance, handed to its lane.
 pub(crate) struct StepRequest {
