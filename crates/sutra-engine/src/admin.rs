@@ -4,8 +4,10 @@
 
 use std::sync::Arc;
 
-use sutra_core::step::Event;
-use sutra_store::InstanceKey;
+use jiff::Timestamp;
+use sutra_core::step::{Effect, Event, Step, StepContext};
+use sutra_core::{codes, exec};
+use sutra_store::{Claimed, InstanceKey, StepCommit};
 
 use crate::error::Error;
 use crate::metrics;
@@ -13,6 +15,7 @@ use crate::registry::Current;
 use crate::runner::{self, StepOutcome};
 use crate::shared::Shared;
 
+/// The admin owner's executor: like a lane, it runs one step at a time.
 pub(crate) struct Admin {
     shared: Arc<Shared>,
     live: Arc<Current>,
@@ -81,18 +84,13 @@ impl Admin {
             }
             Err(other) => return Err(other.into()),
         };
-        let ctx = sutra_core::step::StepContext::at(jiff::Timestamp::now());
+        let ctx = StepContext::at(Timestamp::now());
         let detail = format!(
             "the instance's step died with its replica {} times in a row",
             self.shared.config.max_recoveries
         );
         let token = claimed.token.clone();
-        match sutra_core::exec::fail(
-            &claimed.snapshot,
-            sutra_core::codes::STEP_POISONED.code,
-            &detail,
-            ctx,
-        ) {
+        match exec::fail(&claimed.snapshot, codes::STEP_POISONED.code, &detail, ctx) {
             Ok(step) => {
                 self.shared
                     .store
@@ -111,19 +109,16 @@ impl Admin {
     }
 }
 
-fn poisoned_commit(
-    claimed: sutra_store::Claimed,
-    step: sutra_core::step::Step,
-) -> sutra_store::StepCommit {
+fn poisoned_commit(claimed: Claimed, step: Step) -> StepCommit {
     let disarms = step
         .effects
         .iter()
         .filter_map(|effect| match effect {
-            sutra_core::step::Effect::Disarm { park } => Some(*park),
+            Effect::Disarm { park } => Some(*park),
             _ => None,
         })
         .collect();
-    sutra_store::StepCommit {
+    StepCommit {
         claim: Some(claimed.token),
         snapshot: step.snapshot,
         history: step.history,

@@ -35,6 +35,7 @@ pub enum DeployError {
     Engine(#[from] Error),
 }
 
+/// This replica's deployments: the live set intake routes by, and the one path that changes it.
 pub(crate) struct Deployments {
     shared: Arc<Shared>,
     lanes: Arc<Lanes>,

@@ -55,10 +55,9 @@ impl Engine {
         let loaded = deploy::loadable(store.deployments(None).await?);
         let leadership = leadership::for_store(&store, &config);
         deploy::contend_for_singleton_channels(leadership.as_ref(), &loaded);
-        let live = Arc::new(Live::default().with(loaded));
+        let live = Arc::new(Current::new(Arc::new(Live::default().with(loaded))));
         let shared = Arc::new(Shared::new(store, config));
-        let lanes = Arc::new(Lanes::spawn(&shared, &live));
-        let live = Arc::new(Current::new(live));
+        let lanes = Arc::new(Lanes::spawn(&shared, &live.get()));
         let deployments = Arc::new(Deployments::new(
             Arc::clone(&shared),
             Arc::clone(&lanes),
