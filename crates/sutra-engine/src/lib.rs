@@ -4,7 +4,7 @@
 //! knows no transport; HTTP and brokers live in the server. It is built in floors, each importing
 //! only the floors below it:
 //!
-//! - The ground: [`config`] (`EngineConfig`), [`error`] (`Error`), `shared` (what every part
+//! - The ground: `config` ([`EngineConfig`]), `error` ([`Error`]), `shared` (what every part
 //!   shares, and the owner ids `{replica}/lane-{i}` and `{replica}/admin`), with the small
 //!   pieces they stand on: [`settle`], [`registry`], [`metrics`], [`fault`] and `test_switches`.
 //! - The parts, each a unit that knows the shared state and what stands below it, never the
@@ -39,12 +39,12 @@
 //! [`Store`]: sutra_store::Store
 
 mod admin;
-pub mod config;
+mod config;
 mod converge;
 mod deliveries;
 mod deploy;
 mod engine;
-pub mod error;
+mod error;
 pub mod fault;
 mod history;
 pub mod intake;
