@@ -8,11 +8,10 @@
 //! (`sutra: fault point <name> reached`) and then sends itself SIGKILL: no destructor, no flush,
 //! no release runs, exactly as if the machine had lost power for this process. Without the
 //! variable, a point costs one atomic load.
-
-use std::collections::HashMap;
-use std::io::Write;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, Ordering};
+//!
+//! The points exist only with the `test-hooks` feature, which only test builds enable: without
+//! it [`point`] is empty and `SUTRA_FAULT` is not even in the binary, so no release build can be
+//! made to die on purpose.
 
 /// The points a crash test can choose.
 pub const POINTS: &[&str] = &[
@@ -25,61 +24,76 @@ pub const POINTS: &[&str] = &[
     "after-task-complete",
 ];
 
-struct Plan {
-    points: HashMap<String, Fault>,
-}
-
-struct Fault {
-    hits: AtomicU32,
-    /// The hit that fires.
-    nth: u32,
-    panic: bool,
-}
-
-fn plan() -> Option<&'static Plan> {
-    static PLAN: OnceLock<Option<Plan>> = OnceLock::new();
-    PLAN.get_or_init(|| {
-        let spec = std::env::var("SUTRA_FAULT")
-            .ok()
-            .filter(|s| !s.is_empty())?;
-        let points = spec
-            .split(',')
-            .map(|entry| {
-                let (entry, panic) = match entry.strip_suffix(":panic") {
-                    Some(entry) => (entry, true),
-                    None => (entry, false),
-                };
-                let (name, nth) = entry.split_once('@').unwrap_or((entry, "1"));
-                let fault = Fault {
-                    hits: AtomicU32::new(0),
-                    nth: nth.trim().parse().unwrap_or(1),
-                    panic,
-                };
-                (name.trim().to_owned(), fault)
-            })
-            .collect();
-        Some(Plan { points })
-    })
-    .as_ref()
-}
-
 /// Marks a fault point; dies (or panics) here if the plan says so.
+#[inline]
 pub fn point(name: &'static str) {
     debug_assert!(POINTS.contains(&name), "undeclared fault point {name}");
-    let Some(plan) = plan() else { return };
-    let Some(fault) = plan.points.get(name) else {
-        return;
-    };
-    if fault.hits.fetch_add(1, Ordering::SeqCst) + 1 != fault.nth {
-        return;
+    #[cfg(feature = "test-hooks")]
+    armed::reach(name);
+}
+
+#[cfg(feature = "test-hooks")]
+mod armed {
+    use std::collections::HashMap;
+    use std::io::Write;
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    struct Plan {
+        points: HashMap<String, Fault>,
     }
-    if fault.panic {
-        panic!("sutra: fault point {name} panicked on purpose");
+
+    struct Fault {
+        hits: AtomicU32,
+        /// The hit that fires.
+        nth: u32,
+        panic: bool,
     }
-    let _ = writeln!(std::io::stderr(), "sutra: fault point {name} reached");
-    let _ = std::process::Command::new("kill")
-        .args(["-KILL", &std::process::id().to_string()])
-        .status();
-    // SIGKILL is asynchronous only in theory; never continue past a fatal point.
-    std::process::abort();
+
+    fn plan() -> Option<&'static Plan> {
+        static PLAN: OnceLock<Option<Plan>> = OnceLock::new();
+        PLAN.get_or_init(|| {
+            let spec = std::env::var("SUTRA_FAULT")
+                .ok()
+                .filter(|s| !s.is_empty())?;
+            let points = spec
+                .split(',')
+                .map(|entry| {
+                    let (entry, panic) = match entry.strip_suffix(":panic") {
+                        Some(entry) => (entry, true),
+                        None => (entry, false),
+                    };
+                    let (name, nth) = entry.split_once('@').unwrap_or((entry, "1"));
+                    let fault = Fault {
+                        hits: AtomicU32::new(0),
+                        nth: nth.trim().parse().unwrap_or(1),
+                        panic,
+                    };
+                    (name.trim().to_owned(), fault)
+                })
+                .collect();
+            Some(Plan { points })
+        })
+        .as_ref()
+    }
+
+    /// Dies (or panics) at `name` if the plan says so.
+    pub(super) fn reach(name: &str) {
+        let Some(plan) = plan() else { return };
+        let Some(fault) = plan.points.get(name) else {
+            return;
+        };
+        if fault.hits.fetch_add(1, Ordering::SeqCst) + 1 != fault.nth {
+            return;
+        }
+        if fault.panic {
+            panic!("sutra: fault point {name} panicked on purpose");
+        }
+        let _ = writeln!(std::io::stderr(), "sutra: fault point {name} reached");
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &std::process::id().to_string()])
+            .status();
+        // SIGKILL is asynchronous only in theory; never continue past a fatal point.
+        std::process::abort();
+    }
 }

@@ -12,49 +12,48 @@ use std::sync::Arc;
 
 use tracing::{info, warn};
 
-use crate::Engine;
-use crate::leadership::HISTORY_PURGER;
+use crate::leadership::{HISTORY_PURGER, RoleLoops};
+use crate::shared::Shared;
 
 /// The most rows of each kind one purge transaction deletes.
 const BATCH: u32 = 500;
 
-pub(crate) fn spawn(engine: &Arc<Engine>) -> tokio::task::JoinHandle<()> {
-    let purger = Arc::clone(engine);
-    engine.spawn_role(HISTORY_PURGER, move || purge_loop(Arc::clone(&purger)))
+/// The role loop of `history-purger`.
+pub(crate) fn spawn(roles: &RoleLoops, shared: &Arc<Shared>) {
+    let purger = Arc::clone(shared);
+    roles.spawn(HISTORY_PURGER, move || purge_loop(Arc::clone(&purger)));
 }
 
 /// Purges at once when a term starts — a new leader catches up right away — then every
 /// `purge_interval`.
-async fn purge_loop(engine: Arc<Engine>) {
-    let interval = engine.config().purge_interval.unsigned_abs();
+async fn purge_loop(shared: Arc<Shared>) {
+    let interval = shared.config.purge_interval.unsigned_abs();
     loop {
-        engine.purge_history().await;
+        purge_history(&shared).await;
         tokio::time::sleep(interval).await;
     }
 }
 
-impl Engine {
-    async fn purge_history(&self) {
-        let retention = self.config().history_retention;
-        loop {
-            match self.store().purge(retention, BATCH).await {
-                Ok(purged) => {
-                    if purged != sutra_store::Purged::default() {
-                        info!(
-                            instances = purged.instances,
-                            buffered = purged.buffered,
-                            outbox = purged.outbox,
-                            "purged history past the retention"
-                        );
-                    }
-                    if !purged.filled(BATCH) {
-                        return;
-                    }
+async fn purge_history(shared: &Shared) {
+    let retention = shared.config.history_retention;
+    loop {
+        match shared.store.purge(retention, BATCH).await {
+            Ok(purged) => {
+                if purged != sutra_store::Purged::default() {
+                    info!(
+                        instances = purged.instances,
+                        buffered = purged.buffered,
+                        outbox = purged.outbox,
+                        "purged history past the retention"
+                    );
                 }
-                Err(error) => {
-                    warn!(%error, "history purge failed; it runs again next interval");
+                if !purged.filled(BATCH) {
                     return;
                 }
+            }
+            Err(error) => {
+                warn!(%error, "history purge failed; it runs again next interval");
+                return;
             }
         }
     }

@@ -14,9 +14,12 @@ use sutra_core::snapshot::InstanceInfo;
 use sutra_core::step::{Event, Message, Reply};
 use sutra_store::{BufferedMessage, InboxAnswer, InstanceKey};
 
-use crate::registry::ChannelRoute;
+use crate::error::Error;
+use crate::lane::Lanes;
+use crate::metrics::{self, BouncePath};
+use crate::registry::{ChannelRoute, Live};
 use crate::runner::{Consumed, StepOutcome, StepRequest, Work};
-use crate::{Engine, Error};
+use crate::shared::Shared;
 
 /// A decoded message on a channel.
 #[derive(Debug, Clone)]
@@ -73,114 +76,123 @@ impl From<sutra_store::Error> for IntakeError {
     }
 }
 
-impl Engine {
-    pub async fn intake(&self, inbound: Inbound) -> Result<Answer, IntakeError> {
-        let Inbound {
-            tenant,
-            channel,
-            message,
-        } = inbound;
-        let route = self
-            .live()
-            .route(&tenant, &channel)
-            .ok_or_else(|| IntakeError::UnknownChannel(channel.clone()))?;
-        let definition = route.channel(&channel);
-        validate(definition, &message)?;
-        let key = correlate(definition, &message)?;
-        let store = self.store();
-        if let Some(answer) = store.inbox_answer(&tenant, &channel, &message.id).await? {
-            return Ok(dedup(answer));
-        }
-        let hold = definition.ack == Ack::Complete;
-        if let Some(key) = &key
-            && let Some(target) = store.find_wait(&tenant, &channel, key).await?
-        {
-            let event = Event::Relay {
-                park: target.park,
-                message: message.clone(),
-            };
-            let work = Work::Resume {
-                event,
-                taken: None,
-                consumed: Some(Consumed {
-                    channel: channel.clone(),
-                    event_id: message.id.clone(),
-                }),
-            };
-            let request = StepRequest {
-                key: InstanceKey {
-                    tenant,
-                    id: target.instance,
-                },
-                work,
-                hold,
-            };
-            return self.answer(definition, request).await;
-        }
-        if let Some(request) = start_request(&route, &tenant, &channel, message.clone(), hold) {
-            return match self.answer(definition, request).await {
-                Err(IntakeError::Engine(Error::Store(sutra_store::Error::Duplicate(first)))) => {
-                    Ok(dedup(first))
-                }
-                other => other,
-            };
-        }
-        match (definition.buffer, key) {
-            (Some(buffer), Some(key)) => {
-                let expires_at = Timestamp::now()
-                    .saturating_add(buffer)
-                    .unwrap_or(Timestamp::MAX);
-                let buffered = BufferedMessage {
-                    channel: channel.clone(),
-                    key,
-                    message,
-                    expires_at,
-                };
-                Ok(match store.buffer(&tenant, &buffered).await? {
-                    Some(first) => dedup(first),
-                    None => Answer::Accepted {
-                        instance: None,
-                        status: "buffered".into(),
-                        dedup: false,
-                    },
-                })
-            }
-            (_, key) => Err(IntakeError::NoMatch { channel, key }),
-        }
+/// Takes `inbound` as `live` routes it: dedup, relay, start, buffer or refuse. Only the step
+/// goes to a lane, the one that owns its instance.
+pub(crate) async fn receive(
+    shared: &Shared,
+    lanes: &Lanes,
+    live: &Live,
+    inbound: Inbound,
+) -> Result<Answer, IntakeError> {
+    let Inbound {
+        tenant,
+        channel,
+        message,
+    } = inbound;
+    let route = live
+        .route(&tenant, &channel)
+        .ok_or_else(|| IntakeError::UnknownChannel(channel.clone()))?;
+    let definition = route.channel(&channel);
+    validate(definition, &message)?;
+    let key = correlate(definition, &message)?;
+    let store = &shared.store;
+    if let Some(answer) = store.inbox_answer(&tenant, &channel, &message.id).await? {
+        return Ok(dedup(answer));
     }
-
-    /// Runs the step on the instance's lane, then answers as the channel's `ack` says.
-    async fn answer(&self, channel: &Channel, request: StepRequest) -> Result<Answer, IntakeError> {
-        let StepOutcome {
-            instance,
-            status,
-            reply,
+    let hold = definition.ack == Ack::Complete;
+    if let Some(key) = &key
+        && let Some(target) = store.find_wait(&tenant, &channel, key).await?
+    {
+        let event = Event::Relay {
+            park: target.park,
+            message: message.clone(),
+        };
+        let work = Work::Resume {
+            event,
+            taken: None,
+            consumed: Some(Consumed {
+                channel: channel.clone(),
+                event_id: message.id.clone(),
+            }),
+        };
+        let request = StepRequest {
+            key: InstanceKey {
+                tenant,
+                id: target.instance,
+            },
+            work,
             hold,
-        } = self.run_on_lane(request).await.inspect_err(|error| {
-            if matches!(error, Error::Busy) {
-                crate::metrics::claim_bounce(crate::metrics::BouncePath::Relay);
+        };
+        return answer(shared, lanes, definition, request).await;
+    }
+    if let Some(request) = start_request(&route, &tenant, &channel, message.clone(), hold) {
+        return match answer(shared, lanes, definition, request).await {
+            Err(IntakeError::Engine(Error::Store(sutra_store::Error::Duplicate(first)))) => {
+                Ok(dedup(first))
             }
-        })?;
-        let (Some(hold), None) = (hold, &reply) else {
-            return Ok(match reply {
-                Some(reply) if channel.ack == Ack::Complete => Answer::Ended { instance, reply },
-                _ => Answer::Accepted {
-                    instance: Some(instance),
-                    status: status.as_str().into(),
+            other => other,
+        };
+    }
+    match (definition.buffer, key) {
+        (Some(buffer), Some(key)) => {
+            let expires_at = Timestamp::now()
+                .saturating_add(buffer)
+                .unwrap_or(Timestamp::MAX);
+            let buffered = BufferedMessage {
+                channel: channel.clone(),
+                key,
+                message,
+                expires_at,
+            };
+            Ok(match store.buffer(&tenant, &buffered).await? {
+                Some(first) => dedup(first),
+                None => Answer::Accepted {
+                    instance: None,
+                    status: "buffered".into(),
                     dedup: false,
                 },
-            });
-        };
-        let (hold_id, settled) = (hold.id, hold.reply);
-        match tokio::time::timeout(channel.ack_timeout.unsigned_abs(), settled).await {
-            Ok(Ok(reply)) => Ok(Answer::Ended { instance, reply }),
-            _ => {
-                self.shared().settle.deregister(&instance, hold_id);
-                Ok(Answer::StillRunning {
-                    instance,
-                    status: status.as_str().into(),
-                })
-            }
+            })
+        }
+        (_, key) => Err(IntakeError::NoMatch { channel, key }),
+    }
+}
+
+/// Runs the step on the instance's lane, then answers as the channel's `ack` says.
+async fn answer(
+    shared: &Shared,
+    lanes: &Lanes,
+    channel: &Channel,
+    request: StepRequest,
+) -> Result<Answer, IntakeError> {
+    let StepOutcome {
+        instance,
+        status,
+        reply,
+        hold,
+    } = lanes.run(request).await.inspect_err(|error| {
+        if matches!(error, Error::Busy) {
+            metrics::claim_bounce(BouncePath::Relay);
+        }
+    })?;
+    let (Some(hold), None) = (hold, &reply) else {
+        return Ok(match reply {
+            Some(reply) if channel.ack == Ack::Complete => Answer::Ended { instance, reply },
+            _ => Answer::Accepted {
+                instance: Some(instance),
+                status: status.as_str().into(),
+                dedup: false,
+            },
+        });
+    };
+    let (hold_id, settled) = (hold.id, hold.reply);
+    match tokio::time::timeout(channel.ack_timeout.unsigned_abs(), settled).await {
+        Ok(Ok(reply)) => Ok(Answer::Ended { instance, reply }),
+        _ => {
+            shared.settle.deregister(&instance, hold_id);
+            Ok(Answer::StillRunning {
+                instance,
+                status: status.as_str().into(),
+            })
         }
     }
 }

@@ -15,11 +15,75 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use futures_util::FutureExt;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::error::Error;
 use crate::registry::Live;
 use crate::runner::{StepOutcome, StepRequest, run_step};
-use crate::{Error, Shared};
+use crate::shared::Shared;
+use crate::test_switches;
 
-pub(crate) enum LaneRequest {
+/// This replica's lanes, and the routing of each instance to the lane that owns it.
+pub(crate) struct Lanes {
+    lanes: Vec<Lane>,
+}
+
+impl Lanes {
+    /// Starts `config.lanes` lanes (at least one), each with its own view of `live`.
+    pub(crate) fn spawn(shared: &Arc<Shared>, live: &Arc<Live>) -> Lanes {
+        let config = &shared.config;
+        let lanes = (0..config.lanes.max(1))
+            .map(|i| {
+                Lane::spawn(
+                    i,
+                    Arc::clone(shared),
+                    Arc::clone(live),
+                    config.lane_queue_depth,
+                )
+            })
+            .collect();
+        Lanes { lanes }
+    }
+
+    /// Runs `request` on the lane that owns its instance.
+    pub(crate) async fn run(&self, request: StepRequest) -> Result<StepOutcome, Error> {
+        self.owner_of(&request.key.id).run(request).await
+    }
+
+    /// The lane that owns `instance` (affinity by a stable hash of its id). A test-only switch
+    /// can send the request elsewhere ([`test_switches`]).
+    fn owner_of(&self, instance: &str) -> &Lane {
+        let hash = xxhash_rust::xxh3::xxh3_64(instance.as_bytes());
+        let owner = (hash % self.lanes.len() as u64) as usize;
+        &self.lanes[test_switches::route(owner, self.lanes.len())]
+    }
+
+    /// Flips every lane to `live`; returns once each has.
+    pub(crate) async fn activate(&self, live: &Arc<Live>) -> Result<(), Error> {
+        for lane in &self.lanes {
+            lane.activate(Arc::clone(live)).await?;
+        }
+        Ok(())
+    }
+
+    /// The lanes that have been on one request for longer than `limit`.
+    pub(crate) fn wedged(&self, limit: std::time::Duration) -> Vec<usize> {
+        let stuck =
+            |(i, lane): (usize, &Lane)| lane.busy_for().filter(|busy| *busy > limit).map(|_| i);
+        self.lanes.iter().enumerate().filter_map(stuck).collect()
+    }
+
+    pub(crate) fn queue_depths(&self) -> Vec<usize> {
+        self.lanes.iter().map(Lane::queue_depth).collect()
+    }
+
+    /// Lets every lane finish what is queued, then waits for their threads to end.
+    pub(crate) async fn stop(&self) {
+        for lane in &self.lanes {
+            lane.stop().await;
+        }
+    }
+}
+
+enum LaneRequest {
     Step(
         Box<StepRequest>,
         oneshot::Sender<Result<StepOutcome, Error>>,
@@ -30,7 +94,7 @@ pub(crate) enum LaneRequest {
     Stop,
 }
 
-pub(crate) struct Lane {
+struct Lane {
     sender: mpsc::Sender<LaneRequest>,
     /// When the request in hand started, as milliseconds since the epoch; 0 when idle. Readiness
     /// reads it: a lane stuck on one request is wedged, and a wedged replica must not take traffic.
@@ -39,7 +103,7 @@ pub(crate) struct Lane {
 }
 
 impl Lane {
-    pub(crate) fn spawn(index: usize, shared: Arc<Shared>, live: Arc<Live>, depth: usize) -> Lane {
+    fn spawn(index: usize, shared: Arc<Shared>, live: Arc<Live>, depth: usize) -> Lane {
         let (sender, receiver) = mpsc::channel(depth);
         let handle = tokio::runtime::Handle::current();
         let owner = shared.lane_owner(index);
@@ -58,7 +122,7 @@ impl Lane {
 
     /// Hands a request to the lane and waits for its answer. A full queue makes the caller wait
     /// here: backpressure on the transport, where it belongs.
-    pub(crate) async fn run(&self, request: StepRequest) -> Result<StepOutcome, Error> {
+    async fn run(&self, request: StepRequest) -> Result<StepOutcome, Error> {
         let (answer, receive) = oneshot::channel();
         self.sender
             .send(LaneRequest::Step(Box::new(request), answer))
@@ -67,7 +131,7 @@ impl Lane {
         receive.await.map_err(|_| Error::Closed)?
     }
 
-    pub(crate) async fn activate(&self, live: Arc<Live>) -> Result<(), Error> {
+    async fn activate(&self, live: Arc<Live>) -> Result<(), Error> {
         let (answer, receive) = oneshot::channel();
         self.sender
             .send(LaneRequest::Activate(live, answer))
@@ -77,17 +141,17 @@ impl Lane {
     }
 
     /// How long the lane has been on its current request; `None` when idle.
-    pub(crate) fn busy_for(&self) -> Option<std::time::Duration> {
+    fn busy_for(&self) -> Option<std::time::Duration> {
         let since = self.busy_since.load(Ordering::Relaxed);
         (since != 0).then(|| std::time::Duration::from_millis(epoch_millis().saturating_sub(since)))
     }
 
-    pub(crate) fn queue_depth(&self) -> usize {
+    fn queue_depth(&self) -> usize {
         self.sender.max_capacity() - self.sender.capacity()
     }
 
     /// Lets the lane finish what is queued, then waits for its thread to end.
-    pub(crate) async fn stop(&self) {
+    async fn stop(&self) {
         let _ = self.sender.send(LaneRequest::Stop).await;
         let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(thread) = thread {

@@ -27,6 +27,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use crate::config::EngineConfig;
+
 pub const TIMERS: &str = "timers";
 pub const INSTANCE_SWEEPER: &str = "instance-sweeper";
 pub const HISTORY_PURGER: &str = "history-purger";
@@ -39,6 +41,21 @@ pub fn channel_role(tenant: &str, channel: &str) -> String {
 /// How long giving the leases up at shutdown may take. A database out of reach cannot be told;
 /// the leases then expire after their TTL, as if the replica had died.
 const RELEASE_PATIENCE: Duration = Duration::from_secs(5);
+
+/// The leadership `store` calls for: elected by lease where replicas share it, else every
+/// process leads.
+pub(crate) fn for_store(store: &Arc<dyn Store>, config: &EngineConfig) -> Arc<dyn Leadership> {
+    if store.shared_by_replicas() {
+        Arc::new(Elected::new(
+            Arc::clone(store),
+            config.replica_id.clone(),
+            config.lease_ttl,
+            config.lease_poll,
+        ))
+    } else {
+        Arc::new(AlwaysLeading::default())
+    }
+}
 
 /// One stretch of leading a role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -282,6 +299,47 @@ fn record(
         }
         // The term in hand still ends at its deadline: nothing to change until a poll succeeds.
         Err(error) => warn!(role, %error, "could not acquire or renew the lease"),
+    }
+}
+
+/// This replica's role loops: each runs its role's work while this replica leads the role.
+pub(crate) struct RoleLoops {
+    leadership: Arc<dyn Leadership>,
+    /// Set when the role loops must stop for good (see [`RoleLoops::resign`]).
+    resigned: watch::Sender<bool>,
+    loops: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl RoleLoops {
+    pub(crate) fn new(leadership: Arc<dyn Leadership>) -> RoleLoops {
+        RoleLoops {
+            leadership,
+            resigned: watch::Sender::new(false),
+            loops: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Runs `work` as role `role`'s loop: while this replica leads it, until it resigns.
+    pub(crate) fn spawn<W, F>(&self, role: &'static str, work: W)
+    where
+        W: FnMut() -> F + Send + 'static,
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let signal = self.leadership.role(role);
+        let stop = self.resigned.subscribe();
+        let handle = tokio::spawn(while_leading(role, signal, stop, work));
+        lock(&self.loops).push(handle);
+    }
+
+    /// Stops the role loops, then gives up this replica's leases: in that order, so that no
+    /// role's work outlives the lease it ran under.
+    pub(crate) async fn resign(&self) {
+        self.resigned.send_replace(true);
+        let loops = std::mem::take(&mut *lock(&self.loops));
+        for handle in loops {
+            let _ = handle.await;
+        }
+        self.leadership.resign().await;
     }
 }
 

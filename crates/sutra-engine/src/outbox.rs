@@ -22,26 +22,47 @@ pub use sutra_store::{SendError, Sender};
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
-use crate::registry::Live;
-use crate::{Engine, Error, fault};
+use crate::error::Error;
+use crate::fault;
+use crate::registry::{Current, Live};
+use crate::shared::Shared;
 
 /// The longest a failing row waits between two attempts, however many it has failed.
 pub const BACKOFF_CAP: SignedDuration = SignedDuration::from_mins(5);
 
-pub(crate) fn spawn(engine: &Arc<Engine>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(send_loop(Arc::clone(engine), engine.shutdown_signal()))
+/// The outbox worker, until `shutdown` is set.
+pub(crate) fn spawn(
+    shared: Arc<Shared>,
+    live: Arc<Current>,
+    sender: Arc<dyn Sender>,
+    shutdown: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    let worker = Worker {
+        shared,
+        live,
+        sender,
+    };
+    tokio::spawn(send_loop(worker, shutdown))
+}
+
+struct Worker {
+    shared: Arc<Shared>,
+    /// Which deployment version defines each row's channel.
+    live: Arc<Current>,
+    /// The server's transports, through which the worker sends.
+    sender: Arc<dyn Sender>,
 }
 
 /// Runs until shutdown. A pass in progress finishes first (each send is bounded by its
 /// transport's timeout), so that a shutdown does not cut a send off before its mark. A wake-up
 /// sent during a pass is kept by `Notify` as a permit, so none is lost.
-async fn send_loop(engine: Arc<Engine>, mut shutdown: watch::Receiver<bool>) {
+async fn send_loop(worker: Worker, mut shutdown: watch::Receiver<bool>) {
     loop {
-        let pause = match engine.send_due().await {
+        let pause = match worker.send_due().await {
             Ok(pause) => pause,
             Err(error) => {
                 warn!(%error, "could not claim outbox rows; retrying");
-                engine.config().outbox_poll
+                worker.shared.config.outbox_poll
             }
         };
         if pause.is_zero() {
@@ -49,23 +70,24 @@ async fn send_loop(engine: Arc<Engine>, mut shutdown: watch::Receiver<bool>) {
         }
         tokio::select! {
             _ = tokio::time::sleep(pause.unsigned_abs()) => {}
-            _ = engine.shared().outbox_due.notified() => {}
+            _ = worker.shared.outbox_due.notified() => {}
             _ = shutdown.changed() => return,
         }
     }
 }
 
-impl Engine {
+impl Worker {
     /// Sends one batch; returns how long to rest before the next: not at all after a full
     /// batch, else until the earliest retry this pass scheduled, at most one poll.
     async fn send_due(&self) -> Result<SignedDuration, Error> {
-        let config = self.config();
+        let config = &self.shared.config;
         let rows = self
-            .store()
+            .shared
+            .store
             .claim_outbox(config.outbox_batch, config.claim_timeout)
             .await?;
         let full = rows.len() as u32 == config.outbox_batch;
-        let live = self.live();
+        let live = self.live.get();
         let sends = rows.iter().map(|row| self.send_row(&live, row));
         let retries = futures_util::future::join_all(sends).await;
         if full {
@@ -83,7 +105,7 @@ impl Engine {
         let entry = &row.entry;
         let channel = live.channel(&row.tenant, &row.deployment, row.version, &entry.channel);
         let sent = match channel {
-            Some(channel) => self.sender().send(channel, row).await,
+            Some(channel) => self.sender.send(channel, row).await,
             None => Err(SendError(format!(
                 "channel `{}` of {}/{} version {} is not loaded on this replica",
                 entry.channel, row.tenant, row.deployment, row.version
@@ -105,7 +127,7 @@ impl Engine {
         fault::point("after-send");
         let key = &row.entry.idempotency_key;
         debug!(%key, "outbox row sent");
-        unrecorded(self.store().outbox_sent(row.id).await, key);
+        unrecorded(self.shared.store.outbox_sent(row.id).await, key);
     }
 
     /// Backs the row off, or poisons it; returns when it is due again, if it is.
@@ -116,7 +138,7 @@ impl Engine {
         error: &SendError,
     ) -> Option<Timestamp> {
         let key = &row.entry.idempotency_key;
-        let backoff = self.config().outbox_backoff;
+        let backoff = self.shared.config.outbox_backoff;
         let retry = after_failure(row.attempts + 1, max_attempts, backoff, Timestamp::now());
         let due_again = match retry {
             OutboxRetry::At(at) => {
@@ -129,7 +151,10 @@ impl Engine {
             }
         };
         unrecorded(
-            self.store().outbox_failed(row.id, &error.0, retry).await,
+            self.shared
+                .store
+                .outbox_failed(row.id, &error.0, retry)
+                .await,
             key,
         );
         due_again

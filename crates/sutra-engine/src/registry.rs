@@ -8,7 +8,7 @@
 //! definition they started under.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use sutra_core::model::{Channel, Deployment, Flow};
 use sutra_core::snapshot::InstanceInfo;
@@ -23,6 +23,24 @@ pub struct Live {
     active: HashMap<(String, String), u32>,
     /// (tenant, channel) → the deployment name that declares it (in its active version).
     channels: HashMap<(String, String), String>,
+}
+
+/// The intake-side view of the live set; lanes hold their own, flipped in their queues. It is
+/// swapped only once every lane has flipped.
+pub(crate) struct Current(RwLock<Arc<Live>>);
+
+impl Current {
+    pub(crate) fn new(live: Arc<Live>) -> Current {
+        Current(RwLock::new(live))
+    }
+
+    pub(crate) fn get(&self) -> Arc<Live> {
+        Arc::clone(&self.0.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    pub(crate) fn set(&self, live: Arc<Live>) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = live;
+    }
 }
 
 /// A channel as intake sees it: its definition and the deployment version that owns it.

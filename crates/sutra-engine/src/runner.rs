@@ -21,9 +21,11 @@ use sutra_store::{
 };
 use tracing::{debug, warn};
 
+use crate::error::Error;
 use crate::registry::Live;
 use crate::settle::Hold;
-use crate::{Error, Shared, fault, metrics};
+use crate::shared::Shared;
+use crate::{fault, metrics};
 
 /// Work for one instance, handed to its lane.
 pub(crate) struct StepRequest {
@@ -78,7 +80,11 @@ pub(crate) async fn run_step(
                 channel,
                 event_id: message.id.clone(),
             };
-            start(shared, live, info, message, consumed, hold).await
+            let started = std::time::Instant::now();
+            let flow = info.flow.clone();
+            let result = start(shared, live, info, message, consumed, hold).await;
+            metrics::step(&flow, outcome_label(&result), started);
+            result
         }
         Work::Resume {
             event,
@@ -106,21 +112,6 @@ pub(crate) async fn run_step(
 /// until this commit inserts it, unowned, together with the inbox row that makes the start
 /// exactly-once.
 async fn start(
-    shared: &Shared,
-    live: &Live,
-    info: InstanceInfo,
-    message: Message,
-    consumed: Consumed,
-    hold: bool,
-) -> Result<StepOutcome, Error> {
-    let started = std::time::Instant::now();
-    let flow_name = info.flow.clone();
-    let result = first_step(shared, live, info, message, consumed, hold).await;
-    metrics::step(&flow_name, outcome_label(&result), started);
-    result
-}
-
-async fn first_step(
     shared: &Shared,
     live: &Live,
     info: InstanceInfo,

@@ -16,9 +16,12 @@ use std::pin::pin;
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 use sutra_store::{LockedTask, TaskFailure, TaskPoll, TaskState};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::{Engine, Error, fault};
+use crate::error::Error;
+use crate::fault;
+use crate::shared::Shared;
 
 /// The longest a poll waits: proxies tend to cut connections idle for longer.
 pub const MAX_WAIT: SignedDuration = SignedDuration::from_secs(60);
@@ -40,112 +43,103 @@ pub struct PollRequest {
     pub wait: SignedDuration,
 }
 
-impl Engine {
-    /// Locks up to `max` tasks, waiting up to `wait` for the first to become available. Empty when
-    /// none did, or when the replica is shutting down.
-    pub async fn poll_tasks(&self, request: PollRequest) -> Result<Vec<LockedTask>, Error> {
-        let mut poll = request.poll;
-        poll.max = poll.max.clamp(1, MAX_TASKS);
-        let wait = request.wait.clamp(SignedDuration::ZERO, MAX_WAIT);
-        let deadline = Instant::now() + wait.unsigned_abs();
-        let mut ending = self.polls_ending();
-        loop {
-            // Listening before looking: a task armed between the look and the sleep still wakes.
-            let mut woken = pin!(self.shared().tasks_available.notified());
-            woken.as_mut().enable();
-            let polled = self.store().poll_tasks(&poll).await?;
-            if !polled.due_now.is_empty() {
-                self.shared().deliveries_due.notify_one();
-            }
-            let now = Instant::now();
-            if !polled.tasks.is_empty() || now >= deadline || *ending.borrow() {
-                return Ok(polled.tasks);
-            }
-            let pause = self.until_next_task(&poll).await?.min(deadline - now);
-            tokio::select! {
-                () = woken => {}
-                () = tokio::time::sleep(pause) => {}
-                _ = ending.changed() => {}
-            }
+/// Locks up to `max` tasks, waiting up to `wait` for the first to become available; a wait ends
+/// early when `ending` is set.
+pub(crate) async fn poll(
+    shared: &Shared,
+    mut ending: watch::Receiver<bool>,
+    request: PollRequest,
+) -> Result<Vec<LockedTask>, Error> {
+    let mut poll = request.poll;
+    poll.max = poll.max.clamp(1, MAX_TASKS);
+    let wait = request.wait.clamp(SignedDuration::ZERO, MAX_WAIT);
+    let deadline = Instant::now() + wait.unsigned_abs();
+    loop {
+        // Listening before looking: a task armed between the look and the sleep still wakes.
+        let mut woken = pin!(shared.tasks_available.notified());
+        woken.as_mut().enable();
+        let polled = shared.store.poll_tasks(&poll).await?;
+        if !polled.due_now.is_empty() {
+            shared.deliveries_due.notify_one();
+        }
+        let now = Instant::now();
+        if !polled.tasks.is_empty() || now >= deadline || *ending.borrow() {
+            return Ok(polled.tasks);
+        }
+        let pause = until_next_task(shared, &poll).await?.min(deadline - now);
+        tokio::select! {
+            () = woken => {}
+            () = tokio::time::sleep(pause) => {}
+            _ = ending.changed() => {}
         }
     }
+}
 
-    /// Answers every waiting long-poll now, and every later one without waiting: the replica is
-    /// going away, and its workers should poll another. Call it before draining HTTP requests,
-    /// which would otherwise wait out every poll.
-    pub fn end_polls(&self) {
-        self.polls_end.send_replace(true);
-    }
+/// How long a waiting poll may sleep before a task of its topics could be available.
+async fn until_next_task(shared: &Shared, poll: &TaskPoll) -> Result<std::time::Duration, Error> {
+    let next = shared
+        .store
+        .next_task_at(&poll.tenant, &poll.topics)
+        .await?;
+    let pause = next.map_or(BACKSTOP, |at| {
+        at.duration_since(Timestamp::now()).clamp(FLOOR, BACKSTOP)
+    });
+    Ok(pause.unsigned_abs())
+}
 
-    fn polls_ending(&self) -> tokio::sync::watch::Receiver<bool> {
-        self.polls_end.subscribe()
-    }
+/// Completes a task and wakes the dispatcher, which takes the completion's delivery.
+pub(crate) async fn complete(
+    shared: &Shared,
+    tenant: &str,
+    id: &str,
+    lock_token: &str,
+    output: &Value,
+) -> Result<(), Error> {
+    shared
+        .store
+        .complete_task(tenant, id, lock_token, output)
+        .await
+        .map_err(task_error)?;
+    fault::point("after-task-complete");
+    shared.deliveries_due.notify_one();
+    Ok(())
+}
 
-    /// How long a waiting poll may sleep before a task of its topics could be available.
-    async fn until_next_task(&self, poll: &TaskPoll) -> Result<std::time::Duration, Error> {
-        let next = self
-            .store()
-            .next_task_at(&poll.tenant, &poll.topics)
-            .await?;
-        let pause = next.map_or(BACKSTOP, |at| {
-            at.duration_since(Timestamp::now()).clamp(FLOOR, BACKSTOP)
-        });
-        Ok(pause.unsigned_abs())
+/// Records a failed attempt, and wakes whoever acts next: the waiting polls when the task is
+/// available again, else the dispatcher.
+pub(crate) async fn fail(
+    shared: &Shared,
+    tenant: &str,
+    id: &str,
+    lock_token: &str,
+    failure: &TaskFailure,
+) -> Result<TaskState, Error> {
+    let state = shared
+        .store
+        .fail_task(tenant, id, lock_token, failure)
+        .await
+        .map_err(task_error)?;
+    if state == TaskState::Available {
+        // Waiting polls sleep until the next availability they knew of; this one is new.
+        shared.tasks_available.notify_waiters();
+    } else {
+        shared.deliveries_due.notify_one();
     }
+    Ok(state)
+}
 
-    /// Completes a task; the instance resumes with `output` through its claim, at once.
-    pub async fn complete_task(
-        &self,
-        tenant: &str,
-        id: &str,
-        lock_token: &str,
-        output: &Value,
-    ) -> Result<(), Error> {
-        self.store()
-            .complete_task(tenant, id, lock_token, output)
-            .await
-            .map_err(task_error)?;
-        fault::point("after-task-complete");
-        self.shared().deliveries_due.notify_one();
-        Ok(())
-    }
-
-    /// Records a failed attempt; returns where it left the task (available again after a
-    /// backoff, failed, or terminal).
-    pub async fn fail_task(
-        &self,
-        tenant: &str,
-        id: &str,
-        lock_token: &str,
-        failure: &TaskFailure,
-    ) -> Result<TaskState, Error> {
-        let state = self
-            .store()
-            .fail_task(tenant, id, lock_token, failure)
-            .await
-            .map_err(task_error)?;
-        if state == TaskState::Available {
-            // Waiting polls sleep until the next availability they knew of; this one is new.
-            self.shared().tasks_available.notify_waiters();
-        } else {
-            self.shared().deliveries_due.notify_one();
-        }
-        Ok(state)
-    }
-
-    /// Moves a held lock's deadline to `lock` from now; returns the new deadline.
-    pub async fn extend_task(
-        &self,
-        tenant: &str,
-        id: &str,
-        lock_token: &str,
-        lock: SignedDuration,
-    ) -> Result<Timestamp, Error> {
-        self.store()
-            .extend_task(tenant, id, lock_token, lock)
-            .await
-            .map_err(task_error)
-    }
+pub(crate) async fn extend(
+    shared: &Shared,
+    tenant: &str,
+    id: &str,
+    lock_token: &str,
+    lock: SignedDuration,
+) -> Result<Timestamp, Error> {
+    shared
+        .store
+        .extend_task(tenant, id, lock_token, lock)
+        .await
+        .map_err(task_error)
 }
 
 fn task_error(error: sutra_store::Error) -> Error {

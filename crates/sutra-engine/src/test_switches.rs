@@ -8,31 +8,57 @@
 //! - `SUTRA_TEST_PER_PROCESS_OWNER=1`: every lane claims as `{replica}/lane-0`, the per-process
 //!   owner id the design rejects. The claim re-enters for its own owner, so two lanes can then
 //!   resume one instance at once: the double resume the lane-scoped owner id exists to prevent.
+//!
+//! They exist only with the `test-hooks` feature, which only test builds enable: without it
+//! each switch is the identity, and the variables' names are not in the binary, so no release
+//! build can be talked out of the lane-scoped owner.
 
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+#[cfg(feature = "test-hooks")]
+pub(crate) use switched::{owner_lane, route};
 
-fn enabled(variable: &str) -> bool {
-    std::env::var(variable).is_ok_and(|value| value == "1")
+/// The lane a request goes to: `owner`.
+#[cfg(not(feature = "test-hooks"))]
+#[inline(always)]
+pub(crate) fn route(owner: usize, _lanes: usize) -> usize {
+    owner
 }
 
-/// The lane a request goes to: `owner`, or under `SUTRA_TEST_MISROUTE` every other time the next.
-pub(crate) fn route(owner: usize, lanes: usize) -> usize {
-    static MISROUTE: OnceLock<bool> = OnceLock::new();
-    static REQUESTS: AtomicU64 = AtomicU64::new(0);
-    if !*MISROUTE.get_or_init(|| enabled("SUTRA_TEST_MISROUTE")) {
-        return owner;
-    }
-    let odd = REQUESTS.fetch_add(1, Ordering::Relaxed) % 2 == 1;
-    if odd { (owner + 1) % lanes } else { owner }
-}
-
-/// The lane index that lane `lane` claims as: its own, or 0 under `SUTRA_TEST_PER_PROCESS_OWNER`.
+/// The lane index that lane `lane` claims as: its own.
+#[cfg(not(feature = "test-hooks"))]
+#[inline(always)]
 pub(crate) fn owner_lane(lane: usize) -> usize {
-    static PER_PROCESS: OnceLock<bool> = OnceLock::new();
-    if *PER_PROCESS.get_or_init(|| enabled("SUTRA_TEST_PER_PROCESS_OWNER")) {
-        0
-    } else {
-        lane
+    lane
+}
+
+#[cfg(feature = "test-hooks")]
+mod switched {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    fn enabled(variable: &str) -> bool {
+        std::env::var(variable).is_ok_and(|value| value == "1")
+    }
+
+    /// The lane a request goes to: `owner`, or under `SUTRA_TEST_MISROUTE` every other time the
+    /// next.
+    pub(crate) fn route(owner: usize, lanes: usize) -> usize {
+        static MISROUTE: OnceLock<bool> = OnceLock::new();
+        static REQUESTS: AtomicU64 = AtomicU64::new(0);
+        if !*MISROUTE.get_or_init(|| enabled("SUTRA_TEST_MISROUTE")) {
+            return owner;
+        }
+        let odd = REQUESTS.fetch_add(1, Ordering::Relaxed) % 2 == 1;
+        if odd { (owner + 1) % lanes } else { owner }
+    }
+
+    /// The lane index that lane `lane` claims as: its own, or 0 under
+    /// `SUTRA_TEST_PER_PROCESS_OWNER`.
+    pub(crate) fn owner_lane(lane: usize) -> usize {
+        static PER_PROCESS: OnceLock<bool> = OnceLock::new();
+        if *PER_PROCESS.get_or_init(|| enabled("SUTRA_TEST_PER_PROCESS_OWNER")) {
+            0
+        } else {
+            lane
+        }
     }
 }

@@ -1,0 +1,131 @@
+//! The administrative executor: cancel and restore (SPEC §7.4) and the poisoning of an instance
+//! whose steps keep dying (SPEC §5.2), each one step under the replica's one admin owner,
+//! `{replica}/admin` ([`Shared::admin_owner`]), which no lane can produce.
+
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use sutra_core::step::{Effect, Event, Step, StepContext};
+use sutra_core::{codes, exec};
+use sutra_store::{Claimed, InstanceKey, StepCommit};
+
+use crate::error::Error;
+use crate::metrics;
+use crate::registry::Current;
+use crate::runner::{self, StepOutcome};
+use crate::shared::Shared;
+
+/// The admin owner's executor: like a lane, it runs one step at a time.
+pub(crate) struct Admin {
+    shared: Arc<Shared>,
+    live: Arc<Current>,
+    /// One administrative step at a time on this replica. They all claim as the one admin owner,
+    /// and the claim re-enters for the same owner: two at once would both hold the instance
+    /// (docs/protocol.md, the `SharedAdminOwner` counterexample). Each is one short step, so
+    /// waiting here is like waiting in a lane's queue.
+    administering: tokio::sync::Mutex<()>,
+}
+
+impl Admin {
+    pub(crate) fn new(shared: Arc<Shared>, live: Arc<Current>) -> Admin {
+        Admin {
+            shared,
+            live,
+            administering: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Applies `event` to the instance as an administrative step.
+    pub(crate) async fn step(
+        &self,
+        tenant: &str,
+        id: &str,
+        event: Event,
+    ) -> Result<StepOutcome, Error> {
+        let _one_at_a_time = self.administering.lock().await;
+        let key = InstanceKey {
+            tenant: tenant.to_owned(),
+            id: id.to_owned(),
+        };
+        let owner = self.shared.admin_owner();
+        let resumption = runner::Resumption {
+            event,
+            taken: None,
+            consumed: None,
+            hold: false,
+        };
+        let live = self.live.get();
+        let resumed = runner::resume(&self.shared, &owner, &live, &key, resumption).await;
+        if matches!(resumed, Err(Error::Busy)) {
+            metrics::claim_bounce(metrics::BouncePath::Admin);
+        }
+        resumed
+    }
+
+    /// Fails an instance whose steps keep dying (SPEC §5.2, `SUTRA.RUNTIME.STEP.POISONED`).
+    pub(crate) async fn poison(&self, key: &InstanceKey) -> Result<(), Error> {
+        let _one_at_a_time = self.administering.lock().await;
+        let owner = self.shared.admin_owner();
+        let claimed = self
+            .shared
+            .store
+            .claim(
+                &key.tenant,
+                &key.id,
+                &owner,
+                self.shared.config.claim_timeout,
+            )
+            .await;
+        let claimed = match claimed {
+            Ok(claimed) => claimed,
+            Err(sutra_store::Error::ClaimHeld) => {
+                metrics::claim_bounce(metrics::BouncePath::Admin);
+                return Err(Error::Busy);
+            }
+            Err(other) => return Err(other.into()),
+        };
+        let ctx = StepContext::at(Timestamp::now());
+        let detail = format!(
+            "the instance's step died with its replica {} times in a row",
+            self.shared.config.max_recoveries
+        );
+        let token = claimed.token.clone();
+        match exec::fail(&claimed.snapshot, codes::STEP_POISONED.code, &detail, ctx) {
+            Ok(step) => {
+                self.shared
+                    .store
+                    .commit(&poisoned_commit(claimed, step))
+                    .await?;
+            }
+            // It ended or failed meanwhile: nothing to poison.
+            Err(_) => {
+                self.shared
+                    .store
+                    .release(&key.tenant, &key.id, &token)
+                    .await?
+            }
+        }
+        Ok(())
+    }
+}
+
+fn poisoned_commit(claimed: Claimed, step: Step) -> StepCommit {
+    let disarms = step
+        .effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::Disarm { park } => Some(*park),
+            _ => None,
+        })
+        .collect();
+    StepCommit {
+        claim: Some(claimed.token),
+        snapshot: step.snapshot,
+        history: step.history,
+        arms: Vec::new(),
+        disarms,
+        outbox: Vec::new(),
+        taken: None,
+        inbox: None,
+    }
+}

@@ -1,0 +1,184 @@
+//! Deployments on this replica (SPEC §6, §7.1): checking and storing a new version, and the
+//! one activation path every version takes — made here or through another replica
+//! ([`crate::converge`]) — which flips every lane before intake routes by it.
+
+use std::sync::Arc;
+
+use sutra_core::check;
+use sutra_core::diagnostic::{Diagnostic, Span};
+use sutra_core::model::Deployment;
+use sutra_store::{DeploymentRecord, DeploymentStatus};
+use tracing::{info, warn};
+
+use crate::error::Error;
+use crate::lane::Lanes;
+use crate::leadership::{Leadership, channel_role};
+use crate::registry::{Current, Live};
+use crate::shared::Shared;
+
+/// What a deployment produced.
+#[derive(Debug)]
+pub struct Deployed {
+    pub record: DeploymentRecord,
+    /// Warnings of the checker (the deployment was accepted).
+    pub warnings: Vec<Diagnostic>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DeployError {
+    #[error("the deployment is invalid")]
+    Invalid(Vec<Diagnostic>),
+    /// The document names a tenant other than the one deploying it.
+    #[error("the document is for tenant `{named}`, and tenant `{deployer}` is deploying it")]
+    OtherTenant { named: String, deployer: String },
+    #[error(transparent)]
+    Engine(#[from] Error),
+}
+
+/// This replica's deployments: the live set intake routes by, and the one path that changes it.
+pub(crate) struct Deployments {
+    shared: Arc<Shared>,
+    lanes: Arc<Lanes>,
+    leadership: Arc<dyn Leadership>,
+    live: Arc<Current>,
+    /// Serializes deployments on this replica so that two activations never interleave.
+    deploying: tokio::sync::Mutex<()>,
+}
+
+impl Deployments {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        lanes: Arc<Lanes>,
+        leadership: Arc<dyn Leadership>,
+        live: Arc<Current>,
+    ) -> Deployments {
+        Deployments {
+            shared,
+            lanes,
+            leadership,
+            live,
+            deploying: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Checks, stores and activates a deployment for `tenant`: version n+1 becomes active on every
+    /// lane before intake routes to it. A document naming a tenant must name `tenant`.
+    pub(crate) async fn deploy(&self, tenant: &str, source: &str) -> Result<Deployed, DeployError> {
+        let _one_at_a_time = self.deploying.lock().await;
+        let checked = check::check(source);
+        let (errors, warnings): (Vec<_>, Vec<_>) = checked
+            .diagnostics
+            .into_iter()
+            .partition(Diagnostic::is_error);
+        let Some(deployment) = checked.deployment.filter(|_| errors.is_empty()) else {
+            return Err(DeployError::Invalid(errors));
+        };
+        if let Some(named) = deployment
+            .tenant
+            .as_deref()
+            .filter(|named| *named != tenant)
+        {
+            return Err(DeployError::OtherTenant {
+                named: named.to_owned(),
+                deployer: tenant.to_owned(),
+            });
+        }
+        let conflicts = channel_conflicts(&self.live.get(), tenant, &deployment);
+        if !conflicts.is_empty() {
+            return Err(DeployError::Invalid(conflicts));
+        }
+        let record = self
+            .shared
+            .store
+            .deploy(tenant, &deployment.name, source)
+            .await
+            .map_err(Error::from)?;
+        self.activate(vec![(record.clone(), deployment)]).await?;
+        Ok(Deployed { record, warnings })
+    }
+
+    /// Adds stored `versions` to the live set: every lane flips to it before intake routes by it,
+    /// so that no step sees half a deployment (SPEC §6), and the singleton channels the versions
+    /// declare are contended for from now on. The one activation path, for deployments made here
+    /// and those made through other replicas; callers hold `deploying`, so that two activations
+    /// never interleave.
+    async fn activate(&self, versions: Vec<(DeploymentRecord, Deployment)>) -> Result<(), Error> {
+        contend_for_singleton_channels(self.leadership.as_ref(), &versions);
+        let live = Arc::new(self.live.get().with(versions));
+        self.lanes.activate(&live).await?;
+        self.live.set(live);
+        Ok(())
+    }
+
+    /// Activates every stored version not loaded here: those deployed through other replicas.
+    pub(crate) async fn load_missing(&self) -> Result<(), Error> {
+        let _one_at_a_time = self.deploying.lock().await;
+        let live = self.live.get();
+        let stored = self.shared.store.deployments(None).await?;
+        let missing: Vec<_> = loadable(stored)
+            .into_iter()
+            .filter(|(record, _)| !live.contains(record))
+            .collect();
+        if !missing.is_empty() {
+            let versions: Vec<String> = missing
+                .iter()
+                .map(|(record, _)| format!("{}/{} v{}", record.tenant, record.name, record.version))
+                .collect();
+            info!(
+                ?versions,
+                "activating deployments made through other replicas"
+            );
+            self.activate(missing).await?;
+        }
+        Ok(())
+    }
+}
+
+/// A channel name belongs to one deployment per tenant: intake routes by channel alone.
+fn channel_conflicts(live: &Live, tenant: &str, deployment: &Deployment) -> Vec<Diagnostic> {
+    deployment
+        .channels
+        .keys()
+        .filter_map(|channel| {
+            let owner = live.channel_owner(tenant, channel, &deployment.name)?;
+            Some(Diagnostic::error(
+                "channel-taken",
+                Span::default(),
+                format!("channel `{channel}` is already declared by deployment `{owner}`"),
+            )
+            .with_hint("channel names are unique per tenant: rename the channel, or deploy it as part of that deployment"))
+        })
+        .collect()
+}
+
+/// Every non-retired version of `records` with its checked definition. A version that no longer
+/// checks (written by a newer build, or edited by hand) is skipped loudly rather than stopping
+/// the replica.
+pub(crate) fn loadable(records: Vec<DeploymentRecord>) -> Vec<(DeploymentRecord, Deployment)> {
+    records
+        .into_iter()
+        .filter(|record| record.status != DeploymentStatus::Retired)
+        .filter_map(|record| match check::check(&record.source).deployment {
+            Some(deployment) => Some((record, deployment)),
+            None => {
+                warn!(deployment = %record.name, version = record.version, "stored deployment no longer checks; skipped");
+                None
+            }
+        })
+        .collect()
+}
+
+/// Registers the role of every channel of `versions` declared `singleton: true` (SPEC §6: on
+/// first need). Nothing consumes a broker yet, so the role is only held and shown.
+pub(crate) fn contend_for_singleton_channels(
+    leadership: &dyn Leadership,
+    versions: &[(DeploymentRecord, Deployment)],
+) {
+    for (record, deployment) in versions {
+        for (name, channel) in &deployment.channels {
+            if channel.singleton {
+                leadership.role(&channel_role(&record.tenant, name));
+            }
+        }
+    }
+}

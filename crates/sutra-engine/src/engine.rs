@@ -1,0 +1,227 @@
+//! The facade: [`Engine`] composes the engine's parts — lanes, deployments, the administrative
+//! executor, the role loops and the background loops — and hands each call to the part that
+//! does it. It holds no protocol of its own.
+
+use std::sync::{Arc, Mutex};
+
+use jiff::{SignedDuration, Timestamp};
+use serde_json::Value;
+use sutra_core::step::Event;
+use sutra_store::{LockedTask, Store, TaskFailure, TaskState};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::admin::Admin;
+use crate::config::EngineConfig;
+use crate::deploy::{self, DeployError, Deployed, Deployments};
+use crate::error::Error;
+use crate::intake::{self, Answer, Inbound, IntakeError};
+use crate::lane::Lanes;
+use crate::leadership::{self, Leadership, RoleLoops};
+use crate::outbox::Sender;
+use crate::registry::{Current, Live};
+use crate::runner::StepOutcome;
+use crate::shared::Shared;
+use crate::tasks::{self, PollRequest};
+use crate::{converge, deliveries, history, metrics, outbox, sweep};
+
+pub struct Engine {
+    shared: Arc<Shared>,
+    lanes: Arc<Lanes>,
+    live: Arc<Current>,
+    deployments: Arc<Deployments>,
+    admin: Arc<Admin>,
+    leadership: Arc<dyn Leadership>,
+    /// The role loops: each runs its role's work while this replica leads the role.
+    roles: RoleLoops,
+    shutdown: watch::Sender<bool>,
+    /// Set when waiting long-polls should answer now (see [`Engine::end_polls`]).
+    polls_end: watch::Sender<bool>,
+    /// The loops every replica runs: deployment convergence and the outbox worker.
+    background: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Engine {
+    /// Loads every deployment, starts the lanes, the role loops and the background loops. Each
+    /// role loop runs while this replica leads its role: every process on the embedded store, one
+    /// replica at a time elected by lease on a store replicas share. The delivery dispatcher's
+    /// first pass in each term is `recover`: every due row that was asked and not taken. The
+    /// outbox worker sends through `sender`.
+    pub async fn start(
+        store: Arc<dyn Store>,
+        config: EngineConfig,
+        sender: Arc<dyn Sender>,
+    ) -> Result<Arc<Engine>, Error> {
+        let loaded = deploy::loadable(store.deployments(None).await?);
+        let leadership = leadership::for_store(&store, &config);
+        deploy::contend_for_singleton_channels(leadership.as_ref(), &loaded);
+        let live = Arc::new(Current::new(Arc::new(Live::default().with(loaded))));
+        let shared = Arc::new(Shared::new(store, config));
+        let lanes = Arc::new(Lanes::spawn(&shared, &live.get()));
+        let deployments = Arc::new(Deployments::new(
+            Arc::clone(&shared),
+            Arc::clone(&lanes),
+            Arc::clone(&leadership),
+            Arc::clone(&live),
+        ));
+        let admin = Arc::new(Admin::new(Arc::clone(&shared), Arc::clone(&live)));
+        let roles = RoleLoops::new(Arc::clone(&leadership));
+        deliveries::spawn(&roles, &shared, &lanes);
+        sweep::spawn(&roles, &shared, &admin);
+        history::spawn(&roles, &shared);
+        let (shutdown, _) = watch::channel(false);
+        let mut background = converge::spawn(&shared, &deployments, &shutdown);
+        background.push(outbox::spawn(
+            Arc::clone(&shared),
+            Arc::clone(&live),
+            sender,
+            shutdown.subscribe(),
+        ));
+        Ok(Arc::new(Engine {
+            shared,
+            lanes,
+            live,
+            deployments,
+            admin,
+            leadership,
+            roles,
+            shutdown,
+            polls_end: watch::Sender::new(false),
+            background: Mutex::new(background),
+        }))
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.shared.store
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.shared.config
+    }
+
+    pub fn live(&self) -> Arc<Live> {
+        self.live.get()
+    }
+
+    /// Who runs which singleton role, as this replica sees it.
+    pub fn leadership(&self) -> &dyn Leadership {
+        self.leadership.as_ref()
+    }
+
+    /// Lanes that have been on one request for longer than the claim timeout: their step has
+    /// certainly lost its claim, so something below the engine is stuck (SPEC §4 readiness).
+    pub fn wedged_lanes(&self) -> Vec<usize> {
+        self.lanes
+            .wedged(self.shared.config.claim_timeout.unsigned_abs())
+    }
+
+    pub fn lane_queue_depths(&self) -> Vec<usize> {
+        self.lanes.queue_depths()
+    }
+
+    /// Sets the gauges that mirror in-memory state (lane queue depths, which roles this replica
+    /// leads). Cheap, so the server calls it on every scrape rather than on a timer.
+    pub fn publish_gauges(&self) {
+        for (lane, depth) in self.lane_queue_depths().into_iter().enumerate() {
+            metrics::lane_queue_depth(lane, depth);
+        }
+        for (role, term) in self.leadership.roles() {
+            metrics::lease_leader(&role, term.is_some_and(|term| term.current()));
+        }
+    }
+
+    /// Checks, stores and activates a deployment for `tenant`: version n+1 becomes active on every
+    /// lane before intake routes to it. A document naming a tenant must name `tenant`.
+    pub async fn deploy(&self, tenant: &str, source: &str) -> Result<Deployed, DeployError> {
+        self.deployments.deploy(tenant, source).await
+    }
+
+    /// A decoded message on a channel (SPEC §5.1): dedup, relay, start, buffer or refuse.
+    pub async fn intake(&self, inbound: Inbound) -> Result<Answer, IntakeError> {
+        intake::receive(&self.shared, &self.lanes, &self.live.get(), inbound).await
+    }
+
+    /// Cancels an instance under the administrative owner (SPEC §7.4's distinct owner).
+    pub async fn cancel(&self, tenant: &str, id: &str) -> Result<StepOutcome, Error> {
+        self.admin
+            .step(tenant, id, Event::Cancel { reason: None })
+            .await
+    }
+
+    /// Restores a failed instance: its parks are re-armed and the failed node runs again.
+    pub async fn restore(&self, tenant: &str, id: &str) -> Result<StepOutcome, Error> {
+        self.admin.step(tenant, id, Event::Restore).await
+    }
+
+    /// Locks up to `max` tasks, waiting up to `wait` for the first to become available. Empty when
+    /// none did, or when the replica is shutting down.
+    pub async fn poll_tasks(&self, request: PollRequest) -> Result<Vec<LockedTask>, Error> {
+        tasks::poll(&self.shared, self.polls_end.subscribe(), request).await
+    }
+
+    /// Answers every waiting long-poll now, and every later one without waiting: the replica is
+    /// going away, and its workers should poll another. Call it before draining HTTP requests,
+    /// which would otherwise wait out every poll.
+    pub fn end_polls(&self) {
+        self.polls_end.send_replace(true);
+    }
+
+    /// Completes a task; the instance resumes with `output` through its claim, at once.
+    pub async fn complete_task(
+        &self,
+        tenant: &str,
+        id: &str,
+        lock_token: &str,
+        output: &Value,
+    ) -> Result<(), Error> {
+        tasks::complete(&self.shared, tenant, id, lock_token, output).await
+    }
+
+    /// Records a failed attempt; returns where it left the task (available again after a
+    /// backoff, failed, or terminal).
+    pub async fn fail_task(
+        &self,
+        tenant: &str,
+        id: &str,
+        lock_token: &str,
+        failure: &TaskFailure,
+    ) -> Result<TaskState, Error> {
+        tasks::fail(&self.shared, tenant, id, lock_token, failure).await
+    }
+
+    /// Moves a held lock's deadline to `lock` from now; returns the new deadline.
+    pub async fn extend_task(
+        &self,
+        tenant: &str,
+        id: &str,
+        lock_token: &str,
+        lock: SignedDuration,
+    ) -> Result<Timestamp, Error> {
+        tasks::extend(&self.shared, tenant, id, lock_token, lock).await
+    }
+
+    pub fn held_callers(&self) -> usize {
+        self.shared.settle.held()
+    }
+
+    /// Stops the role loops and gives up this replica's leases, so that other replicas take the
+    /// roles at their next poll rather than after the TTL (the restart hang of the design text).
+    /// Call it as soon as shutting down begins, before draining requests; steps already in the
+    /// lanes finish under their claims. [`Engine::shutdown`] calls it too.
+    pub async fn resign(&self) {
+        self.roles.resign().await;
+    }
+
+    /// Resigns, then stops the background loops and the lanes, letting each finish the request
+    /// in hand.
+    pub async fn shutdown(&self) {
+        self.resign().await;
+        let _ = self.shutdown.send(true);
+        self.end_polls();
+        let loops = std::mem::take(&mut *self.background.lock().unwrap_or_else(|p| p.into_inner()));
+        for handle in loops {
+            let _ = handle.await;
+        }
+        self.lanes.stop().await;
+    }
+}
