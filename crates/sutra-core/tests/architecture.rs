@@ -1,4 +1,6 @@
-//! Architecture invariant: the core depends on no async runtime, database or network crate.
+//! Architecture invariants, read off the resolved dependency graph: the core depends on no async
+//! runtime, database or network crate, and every dependency between Sutra's crates points the
+//! way ARCHITECTURE.md draws it.
 //!
 //! Purity is what makes the executor testable exhaustively and model-checkable; a dependency that
 //! slips in (even transitively, through a crate's default features) would erode it silently, so
@@ -33,6 +35,16 @@ const FORBIDDEN: &[&str] = &[
 
 #[test]
 fn core_depends_on_no_async_runtime_database_or_network_crate() {
+    let graph = Graph::of_workspace();
+    let reached = graph.reachable("sutra-core");
+    let offending: Vec<_> = FORBIDDEN
+        .iter()
+        .filter(|name| reached.contains(*name))
+        .collect();
+    assert!(offending.is_empty(), "sutra-core reaches {offending:?}");
+}
+
+fn metadata() -> Value {
     let output = Command::new(env!("CARGO"))
         .args([
             "metadata",
@@ -50,38 +62,7 @@ fn core_depends_on_no_async_runtime_database_or_network_crate() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let metadata: Value = serde_json::from_slice(&output.stdout).unwrap();
-
-    let names: HashMap<&str, &str> = metadata["packages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| (p["id"].as_str().unwrap(), p["name"].as_str().unwrap()))
-        .collect();
-    let normal_deps: HashMap<&str, Vec<&str>> = metadata["resolve"]["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|node| (node["id"].as_str().unwrap(), non_dev_dependencies(node)))
-        .collect();
-    let core = names
-        .iter()
-        .find(|(_, name)| **name == "sutra-core")
-        .map(|(id, _)| *id)
-        .unwrap();
-
-    let mut reached = BTreeSet::new();
-    let mut stack = vec![core];
-    while let Some(id) = stack.pop() {
-        if reached.insert(names[id]) {
-            stack.extend(normal_deps[id].iter().copied());
-        }
-    }
-    let offending: Vec<_> = FORBIDDEN
-        .iter()
-        .filter(|name| reached.contains(*name))
-        .collect();
-    assert!(offending.is_empty(), "sutra-core reaches {offending:?}");
+    serde_json::from_slice(&output.stdout).unwrap()
 }
 
 fn non_dev_dependencies(node: &Value) -> Vec<&str> {
@@ -112,4 +93,172 @@ fn host_triple() -> String {
         .find_map(|line| line.strip_prefix("host: "))
         .expect("rustc -vV names the host")
         .to_owned()
+}
+
+/// The direction of every dependency between Sutra's crates, as ARCHITECTURE.md draws it: each
+/// crate and the Sutra crates it may depend on directly (normal and build dependencies; a
+/// crate's tests may use more). A crate missing here fails the test until it is placed.
+const LAYERS: &[(&str, &[&str])] = &[
+    ("sutra-core", &[]),
+    ("sutra-wire", &[]),
+    ("sutra-model", &[]),
+    ("sutra-store", &["sutra-core"]),
+    ("sutra-store-sql", &["sutra-core", "sutra-store"]),
+    (
+        "sutra-store-sqlite",
+        &["sutra-core", "sutra-store", "sutra-store-sql"],
+    ),
+    (
+        "sutra-store-postgres",
+        &["sutra-core", "sutra-store", "sutra-store-sql"],
+    ),
+    ("sutra-engine", &["sutra-core", "sutra-store"]),
+    ("sutra-transport", &["sutra-core", "sutra-store"]),
+    ("sutra-client", &["sutra-wire"]),
+    (
+        "sutra-server",
+        &[
+            "sutra-core",
+            "sutra-wire",
+            "sutra-store",
+            "sutra-store-sqlite",
+            "sutra-store-postgres",
+            "sutra-engine",
+            "sutra-transport",
+        ],
+    ),
+    (
+        "sutra-cli",
+        &["sutra-core", "sutra-wire", "sutra-client", "sutra-server"],
+    ),
+    ("sutra-testkit", &["sutra-store-postgres"]),
+];
+
+/// What must stay out of reach, even transitively: the boundaries ARCHITECTURE.md states as
+/// "X knows nothing of Y".
+const UNREACHABLE: &[(&str, &[&str])] = &[
+    // A transport implements the store seam's `Sender`; it never sees the runtime driving it
+    // nor a database.
+    (
+        "sutra-transport",
+        &["sutra-engine", "sutra-store-sqlite", "sutra-store-postgres"],
+    ),
+    // The engine knows the store only as a trait, and no transport.
+    (
+        "sutra-engine",
+        &[
+            "sutra-store-sqlite",
+            "sutra-store-postgres",
+            "sutra-transport",
+            "sutra-server",
+        ],
+    ),
+    // The client is a public boundary: HTTP and the wire vocabulary, nothing of the server.
+    (
+        "sutra-client",
+        &["sutra-core", "sutra-engine", "sutra-store", "sutra-server"],
+    ),
+];
+
+#[test]
+fn crate_dependencies_point_the_way_architecture_md_draws_them() {
+    let graph = Graph::of_workspace();
+    let mut wrong = Vec::new();
+    for member in &graph.members {
+        let Some((_, allowed)) = LAYERS.iter().find(|(name, _)| name == member) else {
+            wrong.push(format!(
+                "{member} is not placed in LAYERS (nor in ARCHITECTURE.md?)"
+            ));
+            continue;
+        };
+        for dependency in graph.direct_members(member) {
+            if !allowed.contains(&dependency) {
+                wrong.push(format!("{member} depends on {dependency}"));
+            }
+        }
+    }
+    for (crate_name, forbidden) in UNREACHABLE {
+        let reached = graph.reachable(crate_name);
+        for name in *forbidden {
+            if reached.contains(name) {
+                wrong.push(format!("{crate_name} reaches {name}"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "dependencies against ARCHITECTURE.md: {wrong:#?}"
+    );
+}
+
+/// The resolved graph of normal dependencies. Walked by package id (two versions of one crate are
+/// two nodes), answered by package name.
+struct Graph {
+    names: HashMap<String, String>,
+    /// Workspace members, by name.
+    members: Vec<String>,
+    deps: HashMap<String, Vec<String>>,
+}
+
+impl Graph {
+    fn of_workspace() -> Graph {
+        let metadata = metadata();
+        let names: HashMap<String, String> = metadata["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (string(&p["id"]), string(&p["name"])))
+            .collect();
+        let members = metadata["workspace_members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|id| names[id.as_str().unwrap()].clone())
+            .collect();
+        let deps = metadata["resolve"]["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|node| {
+                let deps = non_dev_dependencies(node).into_iter().map(str::to_owned);
+                (string(&node["id"]), deps.collect())
+            })
+            .collect();
+        Graph {
+            names,
+            members,
+            deps,
+        }
+    }
+
+    fn id(&self, name: &str) -> &str {
+        self.names
+            .iter()
+            .find(|(_, n)| *n == name)
+            .map(|(id, _)| id.as_str())
+            .unwrap_or_else(|| panic!("no package {name}"))
+    }
+
+    fn direct_members<'a>(&'a self, name: &str) -> impl Iterator<Item = &'a str> {
+        self.deps[self.id(name)]
+            .iter()
+            .map(|id| self.names[id].as_str())
+            .filter(|dep| self.members.iter().any(|member| member == dep))
+    }
+
+    fn reachable(&self, name: &str) -> BTreeSet<&str> {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![self.id(name)];
+        while let Some(id) = stack.pop() {
+            if seen.insert(id) {
+                stack.extend(self.deps[id].iter().map(String::as_str));
+            }
+        }
+        seen.remove(self.id(name));
+        seen.into_iter().map(|id| self.names[id].as_str()).collect()
+    }
+}
+
+fn string(value: &Value) -> String {
+    value.as_str().unwrap().to_owned()
 }
