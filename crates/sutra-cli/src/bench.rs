@@ -204,33 +204,43 @@ async fn in_process_embedded(plan: &Plan<'_>) -> Result<Driven, String> {
 async fn on_postgres(plan: &Plan<'_>, admin: &mut Admin) -> Result<(Driven, Option<i64>), String> {
     let name = format!("sutra_bench_{}", std::process::id());
     let url = admin.create_database(&name).await?;
-    let outcome = match plan.replicas {
-        1 => measure_in_process(plan, admin, &name, &url).await,
-        count => measure_replicas(plan, admin, &name, &url, count).await,
-    };
+    let outcome = measure(plan, admin, &name, &url).await;
     let dropped = admin.drop_database(&name).await;
     let outcome = outcome?;
     dropped?;
     Ok(outcome)
 }
 
-async fn measure_in_process(
+/// Runs the engine, in process or as replicas, on database `name` at `url`.
+async fn measure(
     plan: &Plan<'_>,
     admin: &mut Admin,
     name: &str,
     url: &str,
 ) -> Result<(Driven, Option<i64>), String> {
-    let sources = engine_sources(url, plan.args.lanes);
-    let counter = &mut *admin;
-    let (driven, before) = serve_while(sources, |server| async move {
-        let client = deploy(&server, plan).await?;
-        let before = counter.commits(name).await?;
-        Ok((drive(plan, std::slice::from_ref(&client)).await?, before))
-    })
-    .await?;
+    let (driven, before) = match plan.replicas {
+        1 => measure_in_process(plan, admin, name, url).await?,
+        count => measure_replicas(plan, admin, name, url, count).await?,
+    };
     tokio::time::sleep(CLOSED).await;
     let after = admin.commits(name).await?;
     Ok((driven, Some(after - before)))
+}
+
+/// What driving found, and the commit counter read just before the clock started.
+async fn measure_in_process(
+    plan: &Plan<'_>,
+    admin: &mut Admin,
+    name: &str,
+    url: &str,
+) -> Result<(Driven, i64), String> {
+    let sources = engine_sources(url, plan.args.lanes);
+    serve_while(sources, |server| async move {
+        let client = deploy(&server, plan).await?;
+        let before = admin.commits(name).await?;
+        Ok((drive(plan, std::slice::from_ref(&client)).await?, before))
+    })
+    .await
 }
 
 /// `count` replicas on the scratch database, stopped when the run ends however it ends: done,
@@ -241,7 +251,7 @@ async fn measure_replicas(
     name: &str,
     url: &str,
     count: usize,
-) -> Result<(Driven, Option<i64>), String> {
+) -> Result<(Driven, i64), String> {
     let mut interruption = Interruption::listen()?;
     let mut replicas = Replicas::start(url, plan.args.lanes, count)?;
     let measured = tokio::select! {
@@ -250,16 +260,13 @@ async fn measure_replicas(
     };
     let measured = measured.map_err(|error| replicas.explain(error));
     let stopped = replicas.stop().await;
-    let (driven, before) = measured?;
+    let measured = measured?;
     stopped?;
-    tokio::time::sleep(CLOSED).await;
-    let after = admin.commits(name).await?;
-    Ok((driven, Some(after - before)))
+    Ok(measured)
 }
 
 /// Deploys through the first replica once all are ready, waits until every replica has loaded
-/// the deployment, and drives the workload over all of them; returns the commit counter read
-/// just before the clock starts.
+/// the deployment, and drives the workload over all of them.
 async fn drive_replicas(
     plan: &Plan<'_>,
     replicas: &mut Replicas,
