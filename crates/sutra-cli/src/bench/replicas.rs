@@ -70,7 +70,8 @@ impl Replica {
 
 impl Replicas {
     /// Starts `count` replicas serving `datasource` with `lanes` lanes each. Returns once they
-    /// are started, not ready: [`Replicas::ready`] waits for that.
+    /// are started, not ready: [`Replicas::ready`] waits for that. When one cannot be started,
+    /// those before it are left to `kill_on_drop`: they have not served anything yet.
     pub fn start(datasource: &str, lanes: usize, count: usize) -> Result<Replicas, String> {
         let mut replicas = Replicas {
             members: Vec::with_capacity(count),
