@@ -3,13 +3,15 @@
 //! measured in the same run.
 //!
 //! By default the engine runs in this process, on a scratch embedded store or, with `--db`, on
-//! a scratch PostgreSQL database; with `--server` it is a running server. Everything the bench
-//! creates (scratch directories and databases, its worker) is gone when it ends, all traffic
-//! stays on loopback, and a run is bounded by `--instances` and `--max-seconds`.
+//! a scratch PostgreSQL database; with `--db` and `--replicas N` it is N `sutra serve` processes
+//! over one scratch database; with `--server` it is a running server. Everything the bench
+//! creates (scratch directories and databases, replicas, its workers) is gone when it ends, all
+//! traffic stays on loopback, and a run is bounded by `--instances` and `--max-seconds`.
 
 mod latency;
 mod postgres;
 mod reference;
+mod replicas;
 mod report;
 mod workload;
 
@@ -21,17 +23,24 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use sutra_client::Client;
 use sutra_server::config::Sources;
-use tokio::sync::oneshot;
+use tokio::sync::watch;
 
 use crate::in_process::{ScratchDir, serve_while};
 use latency::Recorder;
 use postgres::Admin;
+use replicas::{Interruption, Replicas};
 use report::{Commits, Latency, Report};
 use workload::Workload;
 
 /// A settling pause before reading a running server's commit counter: its busy backends report
 /// their counts about once a second.
 const SETTLE: Duration = Duration::from_millis(1500);
+/// A pause after the engine stopped before reading the commit counter: its connections close
+/// as it stops and report their last counts a moment later.
+const CLOSED: Duration = Duration::from_millis(500);
+/// How long the replicas may take to load a deployment made through one of them: far above
+/// the one `sutra.lease.poll` convergence takes (SPEC §7.1).
+const CONVERGENCE: Duration = Duration::from_secs(30);
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -48,9 +57,14 @@ pub struct Args {
     /// and the reference's pgbench clients.
     #[arg(long, default_value_t = 16)]
     clients: usize,
-    /// The in-process engine's execution lanes (sutra.engine.lanes).
+    /// The engine's execution lanes (sutra.engine.lanes), in process or per replica.
     #[arg(long, default_value_t = 1)]
     lanes: usize,
+    /// Run the engine as this many `sutra serve` processes over one scratch database (needs
+    /// --db; default 1: the engine in this process). Client i talks to replica i mod N, and
+    /// each replica has a worker with its share of the concurrency.
+    #[arg(long, value_name = "N")]
+    replicas: Option<usize>,
     /// Stop starting instances after this many seconds, whatever is left.
     #[arg(long, default_value_t = 300)]
     max_seconds: u64,
@@ -64,6 +78,7 @@ struct Plan<'a> {
     workload: Workload,
     instances: u64,
     clients: usize,
+    replicas: usize,
     max: Duration,
     quiet: bool,
     /// `--token`, for a running server with `sutra.auth.tokens`.
@@ -98,6 +113,7 @@ pub fn run(args: &Args, server: Option<&str>, token: Option<&str>, json: bool) -
         workload: args.workload,
         instances: args.instances,
         clients: args.clients,
+        replicas: args.replicas.unwrap_or(1),
         max: Duration::from_secs(args.max_seconds),
         quiet: json,
         token,
@@ -124,8 +140,19 @@ pub fn run(args: &Args, server: Option<&str>, token: Option<&str>, json: bool) -
 
 /// Traffic stays on this machine: the bench is a load generator, not to be aimed elsewhere.
 fn check_arguments(args: &Args, server: Option<&str>) -> Result<(), String> {
-    if args.instances == 0 || args.clients == 0 || args.lanes == 0 {
-        return Err("--instances, --clients and --lanes must be at least 1".into());
+    if args.instances == 0 || args.clients == 0 || args.lanes == 0 || args.replicas == Some(0) {
+        return Err("--instances, --clients, --lanes and --replicas must be at least 1".into());
+    }
+    if args.replicas.is_some() && server.is_some() {
+        return Err(
+            "--replicas starts replicas of its own; a running server (--server) has its own".into(),
+        );
+    }
+    if args.replicas.is_some() && args.db.is_none() {
+        return Err(
+            "--replicas needs --db: the replicas share one PostgreSQL database, made through it"
+                .into(),
+        );
     }
     for url in server.into_iter().chain(args.db.as_deref()) {
         let host = postgres::host_of(url).unwrap_or_default();
@@ -150,7 +177,7 @@ async fn bench(plan: &Plan<'_>, server: Option<&str>) -> Result<Report, String> 
     };
     let (driven, commits) = match (server, admin.as_mut()) {
         (Some(url), admin) => against_server(plan, url, admin).await?,
-        (None, Some(admin)) => in_process_postgres(plan, admin).await?,
+        (None, Some(admin)) => on_postgres(plan, admin).await?,
         (None, None) => (in_process_embedded(plan).await?, None),
     };
     let reference = match admin.as_mut() {
@@ -167,44 +194,111 @@ async fn in_process_embedded(plan: &Plan<'_>) -> Result<Driven, String> {
     let sources = engine_sources(&scratch.sqlite_datasource(), plan.args.lanes);
     serve_while(sources, |url| async move {
         let client = deploy(&url, plan).await?;
-        drive(plan, &client).await
+        drive(plan, std::slice::from_ref(&client)).await
     })
     .await
 }
 
 /// The engine on a scratch database, its commits counted from the deployment to the engine's
 /// stop, when its connections close and report their last counts.
-async fn in_process_postgres(
-    plan: &Plan<'_>,
-    admin: &mut Admin,
-) -> Result<(Driven, Option<i64>), String> {
+async fn on_postgres(plan: &Plan<'_>, admin: &mut Admin) -> Result<(Driven, Option<i64>), String> {
     let name = format!("sutra_bench_{}", std::process::id());
     let url = admin.create_database(&name).await?;
-    let outcome = measure_in_process(plan, admin, &name, &url).await;
+    let outcome = measure(plan, admin, &name, &url).await;
     let dropped = admin.drop_database(&name).await;
     let outcome = outcome?;
     dropped?;
     Ok(outcome)
 }
 
-async fn measure_in_process(
+/// Runs the engine, in process or as replicas, on database `name` at `url`.
+async fn measure(
     plan: &Plan<'_>,
     admin: &mut Admin,
     name: &str,
     url: &str,
 ) -> Result<(Driven, Option<i64>), String> {
-    let sources = engine_sources(url, plan.args.lanes);
-    let counter = &mut *admin;
-    let (driven, before) = serve_while(sources, |server| async move {
-        let client = deploy(&server, plan).await?;
-        let before = counter.commits(name).await?;
-        Ok((drive(plan, &client).await?, before))
-    })
-    .await?;
-    // The pool's connections close just after the engine stops; give them a moment to report.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (driven, before) = match plan.replicas {
+        1 => measure_in_process(plan, admin, name, url).await?,
+        count => measure_replicas(plan, admin, name, url, count).await?,
+    };
+    tokio::time::sleep(CLOSED).await;
     let after = admin.commits(name).await?;
     Ok((driven, Some(after - before)))
+}
+
+/// What driving found, and the commit counter read just before the clock started.
+async fn measure_in_process(
+    plan: &Plan<'_>,
+    admin: &mut Admin,
+    name: &str,
+    url: &str,
+) -> Result<(Driven, i64), String> {
+    let sources = engine_sources(url, plan.args.lanes);
+    serve_while(sources, |server| async move {
+        let client = deploy(&server, plan).await?;
+        let before = admin.commits(name).await?;
+        Ok((drive(plan, std::slice::from_ref(&client)).await?, before))
+    })
+    .await
+}
+
+/// `count` replicas on the scratch database, stopped when the run ends however it ends: done,
+/// failed, or interrupted by a signal to the bench.
+async fn measure_replicas(
+    plan: &Plan<'_>,
+    admin: &mut Admin,
+    name: &str,
+    url: &str,
+    count: usize,
+) -> Result<(Driven, i64), String> {
+    let mut interruption = Interruption::listen()?;
+    let mut replicas = Replicas::start(url, plan.args.lanes, count)?;
+    let measured = tokio::select! {
+        measured = drive_replicas(plan, &mut replicas, admin, name) => measured,
+        signal = interruption.received() => Err(format!("interrupted by {signal}")),
+    };
+    let measured = measured.map_err(|error| replicas.explain(error));
+    let stopped = replicas.stop().await;
+    let measured = measured?;
+    stopped?;
+    Ok(measured)
+}
+
+/// Deploys through the first replica once all are ready, waits until every replica has loaded
+/// the deployment, and drives the workload over all of them.
+async fn drive_replicas(
+    plan: &Plan<'_>,
+    replicas: &mut Replicas,
+    admin: &mut Admin,
+    name: &str,
+) -> Result<(Driven, i64), String> {
+    let urls = replicas.ready().await?;
+    let mut clients = vec![deploy(&urls[0], plan).await?];
+    for url in &urls[1..] {
+        clients.push(connect(url, plan)?);
+    }
+    for client in &clients {
+        converged(plan.workload, client).await?;
+    }
+    let before = admin.commits(name).await?;
+    Ok((drive(plan, &clients).await?, before))
+}
+
+/// Waits until the server behind `client` has loaded the workload's deployment.
+async fn converged(workload: Workload, client: &Client) -> Result<(), String> {
+    let deadline = Instant::now() + CONVERGENCE;
+    while !workload.is_routed(client).await? {
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "{} did not load the {} deployment within {CONVERGENCE:?}",
+                client.base_url(),
+                workload.name()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
 }
 
 async fn against_server(
@@ -215,10 +309,10 @@ async fn against_server(
     let client = deploy(url, plan).await?;
     let name = plan.args.db.as_deref().and_then(postgres::database_of);
     let Some((admin, name)) = admin.zip(name) else {
-        return Ok((drive(plan, &client).await?, None));
+        return Ok((drive(plan, std::slice::from_ref(&client)).await?, None));
     };
     let before = admin.commits(name).await?;
-    let driven = drive(plan, &client).await?;
+    let driven = drive(plan, std::slice::from_ref(&client)).await?;
     tokio::time::sleep(SETTLE).await;
     let after = admin.commits(name).await?;
     Ok((driven, Some(after - before)))
@@ -236,10 +330,7 @@ fn engine_sources(datasource: &str, lanes: usize) -> Sources {
 
 async fn deploy(url: &str, plan: &Plan<'_>) -> Result<Client, String> {
     let workload = plan.workload;
-    let mut client = Client::new(url).map_err(|e| e.to_string())?;
-    if let Some(token) = plan.token {
-        client = client.with_token(token);
-    }
+    let client = connect(url, plan)?;
     client
         .deploy(&workload.document())
         .await
@@ -247,21 +338,37 @@ async fn deploy(url: &str, plan: &Plan<'_>) -> Result<Client, String> {
     Ok(client)
 }
 
+fn connect(url: &str, plan: &Plan<'_>) -> Result<Client, String> {
+    let client = Client::new(url).map_err(|e| e.to_string())?;
+    Ok(match plan.token {
+        Some(token) => client.with_token(token),
+        None => client,
+    })
+}
+
 /// Runs `plan.instances` instances over `plan.clients` concurrent drivers (and the workload's
-/// worker), until all are done or `plan.max` has passed.
-async fn drive(plan: &Plan<'_>, client: &Client) -> Result<Driven, String> {
+/// worker per server), until all are done or `plan.max` has passed. Driver i talks to
+/// `servers[i % servers.len()]`; each server's worker runs as many handlers at once as that
+/// server has drivers, so the concurrency is `plan.clients` in all.
+async fn drive(plan: &Plan<'_>, servers: &[Client]) -> Result<Driven, String> {
     let recorder = Recorder::default();
     let progress = progress_bar(plan);
-    let concurrency = u32::try_from(plan.clients).unwrap_or(u32::MAX);
-    let (stop_worker, worker_stopped) = oneshot::channel::<()>();
-    let worker = plan
-        .workload
-        .worker(client.clone(), recorder.clone(), concurrency)
-        .map(|worker| {
-            tokio::spawn(worker.run(async {
-                let _ = worker_stopped.await;
-            }))
-        });
+    let (stop_workers, workers_stopped) = watch::channel(());
+    let workers: Vec<_> = servers
+        .iter()
+        .enumerate()
+        .filter_map(|(index, client)| {
+            let share = drivers_of(index, servers.len(), plan.clients).max(1);
+            let concurrency = u32::try_from(share).unwrap_or(u32::MAX);
+            let worker = plan
+                .workload
+                .worker(client.clone(), recorder.clone(), concurrency)?;
+            let mut stopped = workers_stopped.clone();
+            Some(tokio::spawn(worker.run(async move {
+                let _ = stopped.changed().await;
+            })))
+        })
+        .collect();
     // Keys unique to this run: a server keeps earlier runs' instances and event ids.
     let run = format!(
         "{}-{}",
@@ -274,9 +381,9 @@ async fn drive(plan: &Plan<'_>, client: &Client) -> Result<Driven, String> {
     let started = Instant::now();
     let next = Arc::new(AtomicU64::new(0));
     let drivers: Vec<_> = (0..plan.clients)
-        .map(|_| {
+        .map(|driver| {
             let (client, recorder, progress, next, run) = (
-                client.clone(),
+                servers[driver % servers.len()].clone(),
                 recorder.clone(),
                 progress.clone(),
                 Arc::clone(&next),
@@ -305,8 +412,8 @@ async fn drive(plan: &Plan<'_>, client: &Client) -> Result<Driven, String> {
     }
     let elapsed = started.elapsed();
     progress.finish_and_clear();
-    let _ = stop_worker.send(());
-    if let Some(worker) = worker {
+    drop(stop_workers);
+    for worker in workers {
         let _ = worker.await;
     }
     if let Some(failure) = failure {
@@ -319,6 +426,11 @@ async fn drive(plan: &Plan<'_>, client: &Client) -> Result<Driven, String> {
         stopped_early: completed < plan.instances,
         recorder,
     })
+}
+
+/// How many of `clients` round-robin drivers talk to server `index` of `servers`.
+fn drivers_of(index: usize, servers: usize, clients: usize) -> usize {
+    clients / servers + usize::from(index < clients % servers)
 }
 
 fn progress_bar(plan: &Plan<'_>) -> ProgressBar {
@@ -351,12 +463,14 @@ fn report(
     let percentiles = driven.recorder.percentiles();
     Report {
         workload: plan.workload.name(),
-        engine: match (server, &plan.args.db) {
-            (Some(url), _) => url.to_owned(),
-            (None, Some(_)) => "in-process (PostgreSQL)".to_owned(),
-            (None, None) => "in-process (embedded store)".to_owned(),
+        engine: match (server, &plan.args.db, plan.replicas) {
+            (Some(url), _, _) => url.to_owned(),
+            (None, Some(_), 1) => "in-process (PostgreSQL)".to_owned(),
+            (None, Some(_), _) => "sutra serve replicas (PostgreSQL)".to_owned(),
+            (None, None, _) => "in-process (embedded store)".to_owned(),
         },
         lanes: server.is_none().then_some(plan.args.lanes),
+        replicas: server.is_none().then_some(plan.replicas),
         clients: plan.clients,
         instances_requested: plan.instances,
         instances_completed: driven.completed,
@@ -380,5 +494,22 @@ fn report(
             .as_ref()
             .map(|reference| instances_per_second / reference.commits_per_second),
         reference,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::drivers_of;
+
+    #[test]
+    fn round_robin_shares_add_up_to_the_clients() {
+        assert_eq!(
+            (0..3).map(|i| drivers_of(i, 3, 16)).collect::<Vec<_>>(),
+            [6, 5, 5]
+        );
+        for (servers, clients) in [(1, 16), (3, 16), (3, 2), (4, 4)] {
+            let total: usize = (0..servers).map(|i| drivers_of(i, servers, clients)).sum();
+            assert_eq!(total, clients, "{servers} servers, {clients} clients");
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! it over loopback HTTP, as any client would.
 
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use sutra_server::config::Sources;
 use tokio::sync::oneshot;
@@ -20,6 +20,17 @@ impl ScratchDir {
         std::fs::create_dir_all(&path)
             .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
         Ok(ScratchDir { path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Leaves the directory in place, for someone to read what is in it.
+    pub fn keep(self) -> PathBuf {
+        let path = self.path.clone();
+        std::mem::forget(self);
+        path
     }
 
     /// Writes `contents` to the file `name` in this directory.

@@ -1,18 +1,23 @@
-//! `sutra bench` on the embedded store: it runs to its end by itself and reports every field.
-//! Speed is not asserted: this machine's load is not the test's to judge.
+//! `sutra bench` on the embedded store: it runs to its end by itself and reports every field,
+//! and refuses what it cannot run. Speed is not asserted: this machine's load is not the test's
+//! to judge.
 
 use std::process::{Command, Output};
 
 use serde_json::Value;
 
-fn bench(extra: &[&str]) -> Output {
-    let output = Command::new(env!("CARGO_BIN_EXE_sutra"))
+fn run(extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sutra"))
         .args(["bench", "start-end", "--instances", "20", "--clients", "4"])
         .args(extra)
         // An engine of its own: no server named from the environment.
         .env_remove("SUTRA_SERVER")
         .output()
-        .expect("sutra runs");
+        .expect("sutra runs")
+}
+
+fn bench(extra: &[&str]) -> Output {
+    let output = run(extra);
     assert!(
         output.status.success(),
         "{}",
@@ -46,6 +51,7 @@ fn json_report_has_its_shape() {
     assert_eq!(report["instances_completed"], 20);
     assert_eq!(report["stopped_early"], false);
     assert_eq!(report["lanes"], 1);
+    assert_eq!(report["replicas"], 1);
     for number in ["seconds", "instances_per_second", "steps_per_second"] {
         assert!(report[number].as_f64().is_some_and(|v| v > 0.0), "{report}");
     }
@@ -57,4 +63,20 @@ fn json_report_has_its_shape() {
     assert!(report["commits"].is_null(), "{report}");
     assert!(report["reference"].is_null(), "{report}");
     assert!(report["ratio"].is_null(), "{report}");
+}
+
+#[test]
+fn replicas_are_refused_without_a_database_or_with_a_server() {
+    for (extra, reason) in [
+        (&["--replicas", "2"][..], "--replicas needs --db"),
+        (
+            &["--replicas", "2", "--server", "http://127.0.0.1:9"][..],
+            "--server",
+        ),
+    ] {
+        let output = run(extra);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert!(stderr.contains(reason), "{extra:?}: {stderr}");
+    }
 }

@@ -17,8 +17,8 @@ use crate::duration::iso8601;
 use crate::error::{ApiError, InvalidUrl, TransportError};
 use crate::types::{
     Accepted, CloudEvent, Deployment, HistoryEvent, Instance, InstanceQuery, Leases, LockExtended,
-    LockedTask, Page, PollRequest, Problem, Sent, StatusChange, TaskFailure, TaskQuery, TaskState,
-    TaskSummary,
+    LockedTask, Page, PollRequest, Problem, Readiness, Sent, StatusChange, TaskFailure, TaskQuery,
+    TaskState, TaskSummary,
 };
 
 /// How long any call but a poll may take: far above a healthy answer, short enough that a
@@ -174,6 +174,12 @@ impl Client {
             ],
         );
         self.get(url).await
+    }
+
+    /// Whether the server can take work (`GET /readyz`): its store answers and no lane is
+    /// wedged. A server that is not ready answers a problem.
+    pub async fn ready(&self) -> Result<Readiness, ApiError> {
+        self.get(self.url(&["readyz"])).await
     }
 
     /// Who leads which singleton role, and what the answering replica leads.

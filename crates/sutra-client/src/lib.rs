@@ -44,6 +44,7 @@ pub use error::{ApiError, InvalidUrl, TASK_LOCK_LOST, TransportError};
 pub use types::{
     Accepted, CloudEvent, Deployment, Diagnostic, Extra, Failure, HistoryEvent, Instance,
     InstanceQuery, Lease, Leases, LockExtended, LockedTask, OutboxMessage, Page, PollRequest,
-    Problem, Sent, StatusChange, TaskFailure, TaskQuery, TaskState, TaskSummary, Token, Violation,
+    Problem, Readiness, Sent, StatusChange, TaskFailure, TaskQuery, TaskState, TaskSummary, Token,
+    Violation,
 };
 pub use worker::{Task, TaskError, Worker, codes};

@@ -9,10 +9,15 @@ use super::reference::Reference;
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub workload: &'static str,
-    /// `in-process (embedded store)`, `in-process (PostgreSQL)` or the server's URL.
+    /// `in-process (embedded store)`, `in-process (PostgreSQL)`, `sutra serve replicas
+    /// (PostgreSQL)` or the server's URL.
     pub engine: String,
-    /// The in-process engine's lanes; `None` against a running server, whose own setting holds.
+    /// The engine's lanes (per replica); `None` against a running server, whose own setting
+    /// holds.
     pub lanes: Option<usize>,
+    /// How many engine processes served the run: 1 in process, N with `--replicas N`; `None`
+    /// against a running server, which the bench cannot count.
+    pub replicas: Option<usize>,
     pub clients: usize,
     pub instances_requested: u64,
     pub instances_completed: u64,
@@ -66,6 +71,11 @@ impl Report {
                 self.lanes
                     .map(|lanes| format!(", lanes {lanes}"))
                     .unwrap_or_default()
+            ),
+            format!(
+                "replicas              {}",
+                self.replicas
+                    .map_or("n/a (a running server)".to_owned(), |n| n.to_string())
             ),
             format!("clients               {}", self.clients),
             format!(

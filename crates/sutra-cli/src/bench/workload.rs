@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sutra_client::{Client, CloudEvent, Sent, Task, TaskError, Worker};
+use sutra_core::codes;
 
 use super::latency::Recorder;
 
@@ -100,6 +101,29 @@ impl Workload {
         }
         recorder.forget(key);
         Ok(())
+    }
+
+    /// Whether the server behind `client` routes this workload's start channel, i.e. has
+    /// loaded its deployment — which a deployment made through another replica is only once
+    /// that replica converges (`GET /v1/deployments` reads the database, so it lists a version
+    /// before every replica has loaded it). Asked by sending a message without the key the
+    /// channel correlates on: a channel not loaded is unknown, a loaded one refuses the
+    /// message as invalid, before any instance, inbox row or transaction is made.
+    pub async fn is_routed(self, client: &Client) -> Result<bool, String> {
+        let probe = CloudEvent::new("sutra-bench-probe", "sutra.bench", "sutra-bench", json!({}));
+        let channel = format!("bench-{}", self.name());
+        match client.send(&channel, &probe).await {
+            Err(error) if error.code() == Some(codes::INTAKE_CHANNEL_UNKNOWN.code) => Ok(false),
+            Err(error) if error.code() == Some(codes::INTAKE_VALIDATION.code) => Ok(true),
+            Err(error) => Err(format!(
+                "asking {} for {channel}: {error}",
+                client.base_url()
+            )),
+            Ok(sent) => Err(format!(
+                "{} took the probe of {channel}, which has no key: {sent:?}",
+                client.base_url()
+            )),
+        }
     }
 
     /// The worker `two-tasks` needs, running up to `concurrency` handlers at once; `None` for
