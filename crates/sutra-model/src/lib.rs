@@ -11,6 +11,7 @@
 
 mod check;
 mod model;
+mod one_transaction;
 mod properties;
 mod setup;
 mod state;
@@ -18,7 +19,9 @@ mod trace;
 
 pub use check::{Report, exhaustively, until_failure};
 pub use model::{Action, ProtocolModel};
+pub use one_transaction::{Driver, Group, Member, Outcome};
 pub use properties::{
     ASKED_IS_TAKEN, CLAIM_NOT_FOREVER, COMMITTED_IMPLIES_UNOWNED, EXCLUSION, NO_LOST_COMMIT,
+    POISONED,
 };
 pub use setup::{Protocol, RowSpec, Setup};
