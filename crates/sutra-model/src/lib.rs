@@ -1,6 +1,7 @@
 //! A model of Sutra's coordination protocol — claims with fences, commits that release, the
 //! owner-blind sweep, look-again after a refusal and `recover` — checked exhaustively by
-//! stateright in `cargo test`.
+//! stateright in `cargo test`; and of decision 0024's protocol, not built yet, in which a lane
+//! step is one transaction committed in a group (`one_transaction`), checked before it is built.
 //!
 //! Why a model: the protocol's failures live in interleavings of crashes, stalls and lanes that
 //! no example-based test reaches on purpose (an all-green suite at one lane proves nothing about

@@ -10,7 +10,7 @@
 //! `COMMIT` returned), not a property here.
 
 use crate::model::ProtocolModel;
-use crate::state::{Instance, RowState, State};
+use crate::state::{Instance, Replica, RowState, State};
 
 /// What drives one member of a group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -135,7 +135,6 @@ pub fn group_actions(model: &ProtocolModel, state: &State, r: u8, groups: &mut V
                     .iter()
                     .map(move |driver| with(*group, instance, *driver))
             })
-            .flatten()
             .collect();
     }
     let relays_allowed = |group: &Group| group.relays.count_ones() <= state.budget.resumes as u32;
@@ -173,17 +172,18 @@ fn drivers(model: &ProtocolModel, state: &State, r: u8, instance: u8) -> Vec<Opt
         .collect()
 }
 
-fn with(group: Group, instance: u8, driver: Option<Driver>) -> Option<Group> {
+/// The group with `instance` driven by `driver` as well (or left out).
+fn with(group: Group, instance: u8, driver: Option<Driver>) -> Group {
     match driver {
-        None => Some(group),
-        Some(Driver::Row(row)) => Some(Group {
+        None => group,
+        Some(Driver::Row(row)) => Group {
             rows: group.rows | 1 << row,
             ..group
-        }),
-        Some(Driver::Relay) => Some(Group {
+        },
+        Some(Driver::Relay) => Group {
             relays: group.relays | 1 << instance,
             ..group
-        }),
+        },
     }
 }
 
@@ -209,6 +209,7 @@ pub fn commit_group(model: &ProtocolModel, state: &mut State, r: u8, group: Grou
             }
         };
         match member.outcome {
+            // A kill ended the transaction above; a stale member writes nothing.
             Outcome::Stale | Outcome::Kills => {}
             Outcome::Fails => {
                 state.budget.failures -= 1;
@@ -276,7 +277,6 @@ pub fn poison(model: &ProtocolModel, state: &mut State, row: u8) {
 
 /// A mark expires: while a live replica holds the row, only its stall lets that happen.
 pub fn mark_expires(state: &State, row: u8) -> bool {
-    let holders = state.replicas.iter().filter(|replica| replica.up);
-    state.rows[row as usize].state == RowState::Marked
-        && !holders.into_iter().any(|replica| replica.looks_at(row))
+    let held = |replica: &Replica| replica.up && replica.looks_at(row);
+    state.rows[row as usize].state == RowState::Marked && !state.replicas.iter().any(held)
 }

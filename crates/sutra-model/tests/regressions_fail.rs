@@ -67,7 +67,7 @@ fn shared_admin_owner_breaks_exclusion() {
 }
 
 #[test]
-fn group_ignoring_a_member_claim_writes_under_an_admin_claim() {
+fn group_ignores_member_claim_breaks_exclusion() {
     let trace = counterexample_in(
         Setup::two_instances_administered(),
         Protocol::GroupIgnoresMemberClaim,
