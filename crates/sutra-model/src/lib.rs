@@ -1,6 +1,7 @@
 //! A model of Sutra's coordination protocol — claims with fences, commits that release, the
 //! owner-blind sweep, look-again after a refusal and `recover` — checked exhaustively by
-//! stateright in `cargo test`.
+//! stateright in `cargo test`; and of decision 0024's protocol, not built yet, in which a lane
+//! step is one transaction committed in a group (`one_transaction`), checked before it is built.
 //!
 //! Why a model: the protocol's failures live in interleavings of crashes, stalls and lanes that
 //! no example-based test reaches on purpose (an all-green suite at one lane proves nothing about
@@ -11,6 +12,7 @@
 
 mod check;
 mod model;
+mod one_transaction;
 mod properties;
 mod setup;
 mod state;
@@ -18,7 +20,9 @@ mod trace;
 
 pub use check::{Report, exhaustively, until_failure};
 pub use model::{Action, ProtocolModel};
+pub use one_transaction::{Driver, Group, Member, Outcome};
 pub use properties::{
     ASKED_IS_TAKEN, CLAIM_NOT_FOREVER, COMMITTED_IMPLIES_UNOWNED, EXCLUSION, NO_LOST_COMMIT,
+    POISONED,
 };
 pub use setup::{Protocol, RowSpec, Setup};

@@ -9,6 +9,7 @@
 
 use stateright::{Model, Property};
 
+use crate::one_transaction::{self, Group};
 use crate::properties;
 use crate::setup::{Protocol, Setup};
 use crate::state::{Budget, History, Instance, Owner, Replica, Row, RowState, Slot, State, Step};
@@ -16,7 +17,7 @@ use crate::state::{Budget, History, Instance, Owner, Replica, Row, RowState, Slo
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Action {
     /// A dispatcher pass over every due row: the first pass at start (`recover`), each poll,
-    /// each wake-up after a sweep.
+    /// each wake-up after a sweep. In `OneTransaction` it marks each row it hands out.
     Recover { replica: u8 },
     /// A lane takes a row its dispatcher looked at: it claims the instance, or is refused and
     /// looks again.
@@ -42,8 +43,13 @@ pub enum Action {
     Lapse { instance: u8 },
     /// The stuck-instance sweep clears every lapsed claim, owner-blind.
     Sweep,
-    /// A deferred row's next attempt comes due.
+    /// A deferred row's next attempt comes due, or a marked row's mark expires.
     ComeDue { row: u8 },
+    /// `OneTransaction`: a lane commits a group of one-transaction steps.
+    Group { replica: u8, group: Group },
+    /// `OneTransaction`: the dispatcher fails the instance of a row dispatched to the bound
+    /// without being taken.
+    Poison { row: u8 },
 }
 
 #[derive(Clone, Debug)]
@@ -95,12 +101,20 @@ impl ProtocolModel {
             .any(|step| step.instance == instance && step.fence == fence)
     }
 
+    /// Steps in flight on the instance under a claim that has not lapsed.
+    pub fn live_steps(&self, state: &State, instance: u8) -> usize {
+        (state.replicas.iter())
+            .flat_map(Replica::steps)
+            .filter(|step| step.instance == instance && !step.lapsed)
+            .count()
+    }
+
     fn executors(&self) -> u8 {
         self.setup.lanes + self.protocol.admin_executors()
     }
 
     /// A row a lane may take now: in hand, and not waiting for a later due time.
-    fn dispatchable(&self, state: &State, replica: &Replica, row: u8) -> bool {
+    pub fn dispatchable(&self, state: &State, replica: &Replica, row: u8) -> bool {
         replica.looks_at(row)
             && !matches!(
                 state.rows[row as usize].state,
@@ -115,11 +129,26 @@ impl ProtocolModel {
     }
 
     /// Due rows the replica does not already look at or have in flight: what a pass would add.
+    /// A pass that marks skips rows dispatched to the bound: they are the poisoning's.
     fn unseen_due_rows(&self, state: &State, replica: &Replica) -> u8 {
+        let marks = self.protocol.one_transaction_steps();
         (0..state.rows.len() as u8)
             .filter(|&row| state.rows[row as usize].state == RowState::Due)
             .filter(|&row| !replica.looks_at(row) && !replica.in_flight(row))
+            .filter(|&row| !marks || one_transaction::markable(self, state, row))
             .fold(0, |bits, row| bits | 1 << row)
+    }
+
+    /// The pass: the replica will hand every unseen due row to a lane, marking each first when
+    /// the protocol counts dispatches.
+    fn recover(&self, state: &mut State, r: u8) {
+        let seen = self.unseen_due_rows(state, &state.replicas[r as usize]);
+        state.replicas[r as usize].looks |= seen;
+        if self.protocol.one_transaction_steps() {
+            (0..state.rows.len() as u8)
+                .filter(|row| seen & 1 << row != 0)
+                .for_each(|row| one_transaction::mark(state, row));
+        }
     }
 
     fn replica_actions(&self, state: &State, r: u8, actions: &mut Vec<Action>) {
@@ -131,8 +160,10 @@ impl ProtocolModel {
         if self.protocol.passes_over_the_table() && self.unseen_due_rows(state, replica) != 0 {
             actions.push(Action::Recover { replica: r });
         }
+        let one_transaction = self.protocol.one_transaction_steps();
         for executor in 0..self.executors() {
             match &replica.executors[executor as usize] {
+                None if one_transaction && self.is_lane(executor) => {}
                 None => self.idle_actions(state, r, executor, actions),
                 Some(step) => {
                     if !step.stale {
@@ -150,12 +181,28 @@ impl ProtocolModel {
                 }
             }
         }
+        if one_transaction {
+            let mut groups = Vec::new();
+            one_transaction::group_actions(self, state, r, &mut groups);
+            actions.extend(
+                groups
+                    .into_iter()
+                    .map(|group| Action::Group { replica: r, group }),
+            );
+        }
         if state.budget.crashes > 0 {
             actions.push(Action::Crash { replica: r });
         }
-        if state.budget.stalls > 0 && replica.steps().any(|step| !step.lapsed) {
+        if state.budget.stalls > 0 && self.may_stall(state, replica) {
             actions.push(Action::Stall { replica: r });
         }
+    }
+
+    /// A stall changes something only for a replica with a claim or a mark that can lapse.
+    fn may_stall(&self, state: &State, replica: &Replica) -> bool {
+        let marked = |row: u8| state.rows[row as usize].state == RowState::Marked;
+        replica.steps().any(|step| !step.lapsed)
+            || (0..state.rows.len() as u8).any(|row| replica.looks_at(row) && marked(row))
     }
 
     fn idle_actions(&self, state: &State, r: u8, executor: u8, actions: &mut Vec<Action>) {
@@ -223,13 +270,15 @@ impl ProtocolModel {
     }
 
     /// CLAIM_HELD: the row's next attempt is scheduled (and this process keeps a look for it),
-    /// or, without look-again, it waits for the holder's hand-over.
-    fn refused(&self, state: &mut State, r: u8, row: u8) {
+    /// or, without look-again, it waits for the holder's hand-over. A deferral shows that a lane
+    /// handled the row, so its dispatch count starts again.
+    pub fn refused(&self, state: &mut State, r: u8, row: u8) {
         let deferred = &mut state.rows[row as usize];
         if !deferred.state.pending() {
             return;
         }
         deferred.refusals += 1;
+        deferred.dispatches = 0;
         if self.protocol.looks_again() {
             deferred.state = RowState::Deferred;
             state.replicas[r as usize].looks |= 1 << row;
@@ -239,10 +288,11 @@ impl ProtocolModel {
     }
 
     /// Any other failed attempt: `look_again` defers the row, whatever the protocol.
-    fn defer(&self, state: &mut State, r: u8, row: Option<u8>) {
+    pub fn defer(&self, state: &mut State, r: u8, row: Option<u8>) {
         let Some(row) = row else { return };
         if state.rows[row as usize].state.pending() {
             state.rows[row as usize].state = RowState::Deferred;
+            state.rows[row as usize].dispatches = 0;
             state.replicas[r as usize].looks |= 1 << row;
         }
     }
@@ -263,12 +313,17 @@ impl ProtocolModel {
         instance.owner = None;
         instance.lapsed = false;
         if let Some(row) = step.row {
-            state.rows[row as usize].state = RowState::Taken;
-            if self.setup.rows[row as usize].ends {
-                self.end(state, step.instance);
-            }
+            self.take_row(state, row, step.instance);
         }
         self.hand_over(state, step.instance);
+    }
+
+    /// The commit deletes the row it consumed, and ends the instance if the row does.
+    pub fn take_row(&self, state: &mut State, row: u8, instance: u8) {
+        state.rows[row as usize].state = RowState::Taken;
+        if self.setup.rows[row as usize].ends {
+            self.end(state, instance);
+        }
     }
 
     fn commit_lands(&self, instance: &Instance, owner: &Owner, step: &Step) -> bool {
@@ -276,7 +331,7 @@ impl ProtocolModel {
     }
 
     /// The ending step disarms every park: the instance's other rows are deleted in its commit.
-    fn end(&self, state: &mut State, instance: u8) {
+    pub fn end(&self, state: &mut State, instance: u8) {
         state.instances[instance as usize].ended = true;
         for (row, spec) in state.rows.iter_mut().zip(&self.setup.rows) {
             if spec.instance == instance && row.state.pending() {
@@ -313,6 +368,11 @@ impl ProtocolModel {
 
     fn crash(&self, state: &mut State, r: u8) {
         state.budget.crashes -= 1;
+        self.die(state, r);
+    }
+
+    /// The process is gone: its steps and looks with it, its claims stay.
+    pub fn die(&self, state: &mut State, r: u8) {
         let replica = &mut state.replicas[r as usize];
         replica.up = false;
         replica.looks = 0;
@@ -328,9 +388,15 @@ impl ProtocolModel {
         replica.incarnation += 1;
     }
 
-    /// Every claim the frozen process holds lapses, while it still believes it holds them.
+    /// Every claim the frozen process holds lapses, while it still believes it holds them; so
+    /// does every mark on a row it holds, so that another pass may hand the row out again.
     fn stall(&self, state: &mut State, r: u8) {
         state.budget.stalls -= 1;
+        for (row, held) in state.rows.iter_mut().enumerate() {
+            if held.state == RowState::Marked && state.replicas[r as usize].looks_at(row as u8) {
+                held.state = RowState::Due;
+            }
+        }
         for executor in 0..self.executors() {
             let owner = self.owner(state, r, executor);
             let Some(step) = &mut state.replicas[r as usize].executors[executor as usize] else {
@@ -370,10 +436,16 @@ impl ProtocolModel {
         if sweeper_lives && state.instances.iter().any(lapsed) {
             actions.push(Action::Sweep);
         }
-        for (row, deferred) in state.rows.iter().enumerate() {
-            if deferred.state == RowState::Deferred {
-                actions.push(Action::ComeDue { row: row as u8 });
+        for row in 0..state.rows.len() as u8 {
+            let deferred = state.rows[row as usize].state == RowState::Deferred;
+            if deferred || one_transaction::mark_expires(state, row) {
+                actions.push(Action::ComeDue { row });
             }
+        }
+        if self.protocol.one_transaction_steps() && sweeper_lives {
+            let poisonable = |&row: &u8| one_transaction::poisonable(self, state, row);
+            let rows = (0..state.rows.len() as u8).filter(poisonable);
+            actions.extend(rows.map(|row| Action::Poison { row }));
         }
     }
 }
@@ -416,6 +488,7 @@ impl Model for ProtocolModel {
         let row = Row {
             state: RowState::Due,
             refusals: 0,
+            dispatches: 0,
         };
         let replica = |r: u8| Replica {
             up: true,
@@ -449,10 +522,7 @@ impl Model for ProtocolModel {
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
         let mut state = last.clone();
         match action {
-            Action::Recover { replica } => {
-                let seen = self.unseen_due_rows(last, &last.replicas[replica as usize]);
-                state.replicas[replica as usize].looks |= seen;
-            }
+            Action::Recover { replica } => self.recover(&mut state, replica),
             Action::Take { replica, lane, row } => self.take(&mut state, replica, lane, row),
             Action::Resume {
                 replica,
@@ -467,6 +537,10 @@ impl Model for ProtocolModel {
             Action::Lapse { instance } => state.instances[instance as usize].lapsed = true,
             Action::Sweep => Self::sweep(&mut state),
             Action::ComeDue { row } => state.rows[row as usize].state = RowState::Due,
+            Action::Group { replica, group } => {
+                one_transaction::commit_group(self, &mut state, replica, group);
+            }
+            Action::Poison { row } => one_transaction::poison(self, &mut state, row),
         }
         Some(state)
     }

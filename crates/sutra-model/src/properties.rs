@@ -1,6 +1,6 @@
 //! The properties the protocol must keep, named as `docs/protocol.md` names them.
 //!
-//! Three are safety (`always`), checked in every reachable state. Two are liveness
+//! Three are safety (`always`), checked in every reachable state. Three are liveness
 //! (`eventually`): stateright checks those on every path's terminal state, one where no action
 //! is enabled. Every fault is budgeted and every other action makes progress, so every path
 //! ends in one; and both predicates are stable (once true, no action falsifies them), so "true
@@ -10,6 +10,7 @@
 use stateright::Property;
 
 use crate::model::ProtocolModel;
+use crate::setup::RowSpec;
 use crate::state::State;
 
 pub const EXCLUSION: &str = "Exclusion";
@@ -17,6 +18,7 @@ pub const COMMITTED_IMPLIES_UNOWNED: &str = "CommittedImpliesUnowned";
 pub const NO_LOST_COMMIT: &str = "NoLostCommit";
 pub const ASKED_IS_TAKEN: &str = "AskedIsTaken";
 pub const CLAIM_NOT_FOREVER: &str = "ClaimNotForever";
+pub const POISONED: &str = "Poisoned";
 
 pub fn all() -> Vec<Property<ProtocolModel>> {
     vec![
@@ -25,19 +27,19 @@ pub fn all() -> Vec<Property<ProtocolModel>> {
         Property::always(NO_LOST_COMMIT, no_lost_commit),
         Property::eventually(ASKED_IS_TAKEN, asked_is_taken),
         Property::eventually(CLAIM_NOT_FOREVER, claim_not_forever),
+        Property::eventually(POISONED, poisoned),
     ]
 }
 
 /// At most one step is in flight on an instance under a claim that has not lapsed, and no commit
-/// ever landed from a fence other than the instance's current one.
+/// ever landed from a fence other than the instance's current one. A one-transaction step is in
+/// flight only within its action, so for it the first clause reads: it never wrote an instance
+/// while another step held a claim on it that had not lapsed.
 fn exclusion(model: &ProtocolModel, state: &State) -> bool {
-    let unlapsed_steps = |instance: u8| {
-        (state.replicas.iter())
-            .flat_map(|replica| replica.steps())
-            .filter(|step| step.instance == instance && !step.lapsed)
-            .count()
-    };
-    !state.history.stale_fence_commit && (0..model.setup.instances).all(|i| unlapsed_steps(i) <= 1)
+    let history = &state.history;
+    !history.stale_fence_commit
+        && !history.wrote_under_a_live_claim
+        && (0..model.setup.instances).all(|i| model.live_steps(state, i) <= 1)
 }
 
 /// An instance is owned only while a step in flight holds its claim, or while its holder is
@@ -69,4 +71,14 @@ fn claim_not_forever(model: &ProtocolModel, state: &State) -> bool {
     state.budget.crashes == 0
         && (state.instances.iter())
             .all(|instance| !instance.owner.as_ref().is_some_and(held_by_the_dead))
+}
+
+/// A poison pill does not stop its instance forever: a row whose step kills every replica that
+/// runs it is dispatched again until the dispatcher's count poisons its instance, or another row
+/// ends the instance first. Vacuous in a world without a pill.
+fn poisoned(model: &ProtocolModel, state: &State) -> bool {
+    let pills = model.setup.rows.iter().filter(|spec: &&RowSpec| spec.kills);
+    pills
+        .into_iter()
+        .all(|spec| state.instances[spec.instance as usize].ended)
 }

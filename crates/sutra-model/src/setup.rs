@@ -5,8 +5,9 @@
 //! inject (a crash, a stall, a failed step, a refusal) is counted, so every path ends in a state
 //! where nothing is left to do, and stateright checks `eventually` properties there.
 
-/// Which protocol the model runs. `Sutra` is the engine as built; every other variant is one
-/// plausible regression of it, each of which the checker must catch.
+/// Which protocol the model runs. `Sutra` is the engine as built and `OneTransaction` the design
+/// of decision 0024, not built yet; every other variant is one plausible regression of one of
+/// them, each of which the checker must catch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Protocol {
     /// The engine: lane-scoped owners, a commit conditional on owner and fence, look-again by a
@@ -28,6 +29,16 @@ pub enum Protocol {
     /// Administrative operations of one replica run concurrently under its one `{replica}/admin`
     /// owner (the engine before this model's check: nothing serialized them).
     SharedAdminOwner,
+    /// Decision 0024: a lane step is one transaction that claims (refusing at once), writes and
+    /// releases, and a lane commits a group of them together, each member on its own claim
+    /// predicate. Only administrative executors hold a durable claim (two-phase, as in `Sutra`).
+    /// The dispatcher marks what it hands out, and a row dispatched too often without being
+    /// taken poisons its instance.
+    OneTransaction,
+    /// `OneTransaction` whose group checks the claim predicate of its first member only (the
+    /// lowest instance id, the order the rows are locked in) and writes every other member
+    /// unchecked: a set-based write over the batch instead of over the rows the claim returned.
+    GroupIgnoresMemberClaim,
 }
 
 impl Protocol {
@@ -45,6 +56,19 @@ impl Protocol {
 
     pub fn commit_checks_the_claim(self) -> bool {
         self != Protocol::UnfencedCommit
+    }
+
+    /// Lane steps are one transaction each, committed in groups (decision 0024).
+    pub fn one_transaction_steps(self) -> bool {
+        matches!(
+            self,
+            Protocol::OneTransaction | Protocol::GroupIgnoresMemberClaim
+        )
+    }
+
+    /// Whether a group checks each member's claim predicate, or only its first member's.
+    pub fn group_checks_every_member(self) -> bool {
+        self != Protocol::GroupIgnoresMemberClaim
     }
 
     /// How many administrative steps one replica may run at once.
@@ -65,6 +89,9 @@ pub struct RowSpec {
     pub asker: u8,
     /// Whether the step that takes it ends its instance (which resolves its other rows).
     pub ends: bool,
+    /// Whether its step kills the replica that runs it, every time (a poison pill): the row is
+    /// never taken, only dispatched again, until the dispatcher poisons its instance.
+    pub kills: bool,
 }
 
 /// The size of the world and the environment's fault budget.
@@ -85,6 +112,9 @@ pub struct Setup {
     pub resumes: u8,
     /// Refusals one row may meet; further attempts wait until the claim is free.
     pub refusals: u8,
+    /// Dispatches of one row, without its being taken or deferred, after which the dispatcher
+    /// poisons its instance (`sutra.instance.max-recoveries`; only `OneTransaction` counts them).
+    pub max_dispatches: u8,
 }
 
 impl Setup {
@@ -100,11 +130,13 @@ impl Setup {
                     instance: 0,
                     asker: 0,
                     ends: false,
+                    kills: false,
                 },
                 RowSpec {
                     instance: 0,
                     asker: 1,
                     ends: true,
+                    kills: false,
                 },
             ],
             crashes: 1,
@@ -112,6 +144,7 @@ impl Setup {
             failures: 1,
             resumes: 2,
             refusals: 1,
+            max_dispatches: 2,
         }
     }
 
@@ -125,15 +158,38 @@ impl Setup {
                     instance: 0,
                     asker: 0,
                     ends: false,
+                    kills: false,
                 },
                 RowSpec {
                     instance: 1,
                     asker: 1,
                     ends: true,
+                    kills: false,
                 },
             ],
             resumes: 0,
             ..Setup::standard()
         }
+    }
+
+    /// `two_instances` with one row-less resume, a relay or an administrative step: a group can
+    /// hold a member whose instance an administrative executor has claimed.
+    pub fn two_instances_administered() -> Setup {
+        Setup {
+            resumes: 1,
+            ..Setup::two_instances()
+        }
+    }
+
+    /// One instance whose first row is a poison pill: each step that takes it kills its
+    /// replica, so only the dispatcher's count can end it. Its second row ends the instance, so
+    /// both endings are explored.
+    pub fn poison_pill() -> Setup {
+        let mut setup = Setup {
+            resumes: 0,
+            ..Setup::standard()
+        };
+        setup.rows[0].kills = true;
+        setup
     }
 }

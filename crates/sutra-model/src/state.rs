@@ -41,6 +41,9 @@ pub struct Instance {
 pub enum RowState {
     /// Asked and due: a pass over the table sees it.
     Due,
+    /// Handed out by a dispatcher that marked it due again one claim timeout later (only in
+    /// `OneTransaction`): another pass sees it once the mark expires.
+    Marked,
     /// A refused or failed attempt pushed its due time on (look-again).
     Deferred,
     /// Waiting for the holder to hand the instance over (only in `NoLookAgain`).
@@ -54,7 +57,10 @@ pub enum RowState {
 impl RowState {
     /// Still in the table.
     pub fn pending(self) -> bool {
-        matches!(self, RowState::Due | RowState::Deferred | RowState::Parked)
+        matches!(
+            self,
+            RowState::Due | RowState::Marked | RowState::Deferred | RowState::Parked
+        )
     }
 }
 
@@ -63,6 +69,9 @@ pub struct Row {
     pub state: RowState,
     /// Claimants refused so far (the `attempts` column).
     pub refusals: u8,
+    /// Dispatches since it was last deferred, none of which took it (the `dispatches` column of
+    /// decision 0024; always 0 in the two-phase protocol, which does not count them).
+    pub dispatches: u8,
 }
 
 /// A step in flight on one executor (a lane, or the admin executor): claimed, not yet over.
@@ -120,6 +129,9 @@ pub struct History {
     pub stale_fence_commit: bool,
     /// A commit landed on a version other than the one its step read.
     pub lost_commit: bool,
+    /// A one-transaction step wrote an instance while another step in flight held a claim on it
+    /// that had not lapsed.
+    pub wrote_under_a_live_claim: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

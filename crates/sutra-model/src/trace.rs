@@ -5,7 +5,8 @@
 use stateright::Path;
 
 use crate::model::{Action, ProtocolModel};
-use crate::state::{Owner, RowState, Slot, State, Step};
+use crate::one_transaction::{Driver, Group, Member, Outcome};
+use crate::state::{Instance, Owner, RowState, Slot, State, Step};
 
 pub fn narrate(model: &ProtocolModel, path: &Path<State, Action>) -> String {
     let steps = path.clone().into_vec();
@@ -24,8 +25,9 @@ pub fn narrate(model: &ProtocolModel, path: &Path<State, Action>) -> String {
 fn asked(model: &ProtocolModel) -> String {
     let rows = model.setup.rows.iter().enumerate().map(|(row, spec)| {
         let ends = if spec.ends { ", ends it" } else { "" };
+        let kills = if spec.kills { ", kills its step" } else { "" };
         format!(
-            "row {row} for instance {} asked of r{}{ends}",
+            "row {row} for instance {} asked of r{}{ends}{kills}",
             spec.instance, spec.asker
         )
     });
@@ -61,10 +63,22 @@ fn describe(model: &ProtocolModel, before: &State, action: Action, after: &State
         Action::Recover { replica } => {
             let seen =
                 after.replicas[replica as usize].looks & !before.replicas[replica as usize].looks;
-            format!(
-                "r{replica} dispatcher passes over the table: sees {}",
-                rows(seen)
-            )
+            if model.protocol.one_transaction_steps() {
+                let marked = (0..8).filter(|row| seen & 1 << row != 0).map(|row| {
+                    let dispatches = after.rows[row as usize].dispatches;
+                    format!("row {row} (dispatch {dispatches})")
+                });
+                let marked: Vec<_> = marked.collect();
+                format!(
+                    "r{replica} dispatcher passes over the table: marks {}",
+                    marked.join(", ")
+                )
+            } else {
+                format!(
+                    "r{replica} dispatcher passes over the table: sees {}",
+                    rows(seen)
+                )
+            }
         }
         Action::Take { replica, lane, row } => {
             let who = format!("r{replica} lane-{lane} takes row {row}");
@@ -144,7 +158,71 @@ fn describe(model: &ProtocolModel, before: &State, action: Action, after: &State
         }
         Action::Lapse { instance } => format!("instance {instance}'s orphaned claim lapses"),
         Action::Sweep => "the sweep clears every lapsed claim".to_owned(),
+        Action::ComeDue { row } if before.rows[row as usize].state == RowState::Marked => {
+            format!("row {row}'s mark expires: it is due again")
+        }
         Action::ComeDue { row } => format!("row {row}'s deferred attempt comes due"),
+        Action::Group { replica, group } => commits_a_group(model, before, replica, group),
+        Action::Poison { row } => format!(
+            "the dispatcher poisons instance {}: row {row} dispatched {} times, never taken; \
+             the instance fails and its rows are resolved",
+            model.row_instance(row),
+            before.rows[row as usize].dispatches
+        ),
+    }
+}
+
+fn commits_a_group(model: &ProtocolModel, before: &State, replica: u8, group: Group) -> String {
+    let members = group.plan(model, before);
+    if let Some(pill) = members.iter().find(|m| m.outcome == Outcome::Kills) {
+        return format!(
+            "r{replica} runs a group on a lane: {}'s step kills the replica before the commit; \
+             nothing of the group lands",
+            driven(pill)
+        );
+    }
+    let members = members.iter().map(|member| {
+        let claimed = &before.instances[member.instance as usize];
+        format!("{}: {}", driven(member), member_outcome(member, claimed))
+    });
+    format!(
+        "r{replica} commits a group on a lane: {}",
+        members.collect::<Vec<_>>().join("; ")
+    )
+}
+
+fn driven(member: &Member) -> String {
+    match member.driver {
+        Driver::Row(row) => format!("row {row} → instance {}", member.instance),
+        Driver::Relay => format!("relay → instance {}", member.instance),
+    }
+}
+
+fn member_outcome(member: &Member, claimed: &Instance) -> String {
+    let holder = claimed.owner.map_or("?".to_owned(), owner);
+    match (member.outcome, member.driver) {
+        (Outcome::Stale, _) => "stale, left out".to_owned(),
+        (Outcome::Fails, Driver::Row(row)) => format!("fails, left out; row {row} deferred"),
+        (Outcome::Fails, Driver::Relay) => "fails, left out".to_owned(),
+        (Outcome::Refused, Driver::Row(row)) => {
+            format!("refused (CLAIM_HELD by {holder}); row {row} deferred (look again)")
+        }
+        (Outcome::Refused, Driver::Relay) => {
+            format!("refused (CLAIM_HELD by {holder}), answered 409")
+        }
+        (Outcome::Kills, _) => "kills the replica".to_owned(),
+        (Outcome::Writes, driver) => {
+            let over = match claimed.owner {
+                Some(_) if !claimed.lapsed => format!(" over {holder}'s live claim"),
+                Some(_) => format!(" over {holder}'s lapsed claim"),
+                None => String::new(),
+            };
+            let takes = match driver {
+                Driver::Row(row) => format!(", takes row {row}"),
+                Driver::Relay => String::new(),
+            };
+            format!("writes{over}{takes}, fence {}", claimed.fence + 1)
+        }
     }
 }
 

@@ -1,36 +1,67 @@
-//! The protocol as the engine implements it keeps every property in every reachable state of
-//! both worlds (`Setup::standard`, `Setup::two_instances`). One exhaustive check per world is
-//! shared by the tests, which each read their own property's verdict.
+//! Both protocols keep every property in every reachable state of their worlds: the engine's
+//! two-phase protocol (`Protocol::Sutra`) in `Setup::standard` and `Setup::two_instances`, and
+//! decision 0024's one-transaction protocol (`Protocol::OneTransaction`) in those two, in one
+//! where a group can meet an administrative claim, and in one with a poison pill. One exhaustive
+//! check per protocol and world is shared by the tests, which each read their own property's
+//! verdict.
 
 use std::sync::OnceLock;
 
 use sutra_model::{
     ASKED_IS_TAKEN, CLAIM_NOT_FOREVER, COMMITTED_IMPLIES_UNOWNED, EXCLUSION, NO_LOST_COMMIT,
-    Protocol, Report, Setup, exhaustively,
+    POISONED, Protocol, Report, Setup, exhaustively,
 };
 
-fn reports() -> &'static [(&'static str, Report)] {
-    static REPORTS: OnceLock<Vec<(&str, Report)>> = OnceLock::new();
+struct Checked {
+    protocol: Protocol,
+    world: &'static str,
+    report: Report,
+}
+
+fn reports() -> &'static [Checked] {
+    static REPORTS: OnceLock<Vec<Checked>> = OnceLock::new();
     REPORTS.get_or_init(|| {
-        let worlds = [
-            ("one instance", Setup::standard()),
-            ("two instances", Setup::two_instances()),
+        let checks = [
+            (Protocol::Sutra, "one instance", Setup::standard()),
+            (Protocol::Sutra, "two instances", Setup::two_instances()),
+            (Protocol::OneTransaction, "one instance", Setup::standard()),
+            (
+                Protocol::OneTransaction,
+                "two instances",
+                Setup::two_instances(),
+            ),
+            (
+                Protocol::OneTransaction,
+                "two instances, administered",
+                Setup::two_instances_administered(),
+            ),
+            (
+                Protocol::OneTransaction,
+                "poison pill",
+                Setup::poison_pill(),
+            ),
         ];
-        let checked = worlds.map(|(world, setup)| (world, exhaustively(Protocol::Sutra, setup)));
-        for (world, report) in &checked {
+        let checked = checks.map(|(protocol, world, setup)| {
+            let report = exhaustively(protocol, setup);
             println!(
-                "{world}: {} states, depth {}, checked in {:.1?}",
+                "{protocol:?}, {world}: {} states, depth {}, checked in {:.1?}",
                 report.unique_states, report.max_depth, report.elapsed
             );
-        }
+            Checked {
+                protocol,
+                world,
+                report,
+            }
+        });
         checked.into()
     })
 }
 
 fn holds(property: &str) {
-    for (world, report) in reports() {
-        if let Some(trace) = report.failed(property) {
-            panic!("{property} fails in the {world} world:\n{trace}");
+    for checked in reports() {
+        if let Some(trace) = checked.report.failed(property) {
+            let (protocol, world) = (checked.protocol, checked.world);
+            panic!("{property} fails for {protocol:?} in the {world} world:\n{trace}");
         }
     }
 }
@@ -58,4 +89,9 @@ fn asked_is_taken_holds() {
 #[test]
 fn claim_not_forever_holds() {
     holds(CLAIM_NOT_FOREVER);
+}
+
+#[test]
+fn poisoned_holds() {
+    holds(POISONED);
 }

@@ -1,13 +1,17 @@
-//! Each plausible regression of the protocol is caught by the same check, in the same world,
-//! that the engine's protocol passes: the test names the property that must fail, and checks
+//! Each plausible regression of a protocol is caught by the same check, in a world the protocol
+//! itself passes (tests/protocol_holds.rs): the test names the property that must fail, and checks
 //! that the shortest counterexample is the scenario the regression is known for. The traces are
 //! printed (`cargo test -p sutra-model -- --nocapture`) and pasted in docs/protocol.md.
 
 use sutra_model::{ASKED_IS_TAKEN, EXCLUSION, NO_LOST_COMMIT, Protocol, Setup, until_failure};
 
-/// The shortest counterexample to `property` under `protocol`, printed.
+/// The shortest counterexample to `property` under `protocol` in the standard world, printed.
 fn counterexample(protocol: Protocol, property: &'static str) -> String {
-    let report = until_failure(protocol, Setup::standard(), property);
+    counterexample_in(Setup::standard(), protocol, property)
+}
+
+fn counterexample_in(setup: Setup, protocol: Protocol, property: &'static str) -> String {
+    let report = until_failure(protocol, setup, property);
     let Some(trace) = report.failed(property) else {
         panic!("{protocol:?} keeps {property}: the check no longer catches this regression");
     };
@@ -58,6 +62,23 @@ fn shared_admin_owner_breaks_exclusion() {
             "admin#1",
             ".0/admin, fence 1",
             ".0/admin, fence 2",
+        ],
+    );
+}
+
+#[test]
+fn group_ignores_member_claim_breaks_exclusion() {
+    let trace = counterexample_in(
+        Setup::two_instances_administered(),
+        Protocol::GroupIgnoresMemberClaim,
+        EXCLUSION,
+    );
+    shows(
+        &trace,
+        &[
+            "administers instance 1",
+            "commits a group",
+            ".0/admin's live claim",
         ],
     );
 }
