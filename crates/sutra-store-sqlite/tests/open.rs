@@ -3,7 +3,8 @@
 //! in-memory databases that are each their own.
 
 use sutra_core::snapshot::{InstanceInfo, Snapshot};
-use sutra_store::{StepCommit, Store};
+use sutra_store::StepCommit;
+use sutra_store::prelude::*;
 use sutra_store_sqlite::SqliteStore;
 
 const TENANT: &str = "acme";
