@@ -1,7 +1,8 @@
-//! How values cross into PostgreSQL and back: times as BIGINT microseconds and unsigned counters
-//! as BIGINT, as every SQL backend keeps them ([`sutra_store::codec`], re-exported here), JSON as
-//! JSONB (through `sqlx::types::Json`, see `sutra_store_sql::rows`), and sqlx's errors as the store's — a retry-safe [`Error::Unavailable`] kept apart from
-//! [`Error::Corrupt`] bugs, decided by the SQLSTATE class rather than by reading messages.
+//! How values cross into PostgreSQL and back: times as BIGINT microseconds and unsigned counters as
+//! BIGINT, as every SQL backend keeps them ([`sutra_store::codec`], re-exported here), JSON as
+//! JSONB (through `sqlx::types::Json`, see `sutra_store_sql::rows`), and sqlx's errors as the
+//! store's — a retry-safe [`Error::Unavailable`] kept apart from [`Error::Corrupt`] bugs, decided
+//! by the SQLSTATE class rather than by reading messages.
 
 use jiff::SignedDuration;
 use sutra_store::Error;

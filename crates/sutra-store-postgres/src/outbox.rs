@@ -55,8 +55,8 @@ impl Outbox for PostgresStore {
         let mut tx = self.begin(Scope::System).await?;
         sqlx::query(
             "UPDATE outbox
-             SET sent_at = sutra_now(), attempts = attempts + 1, claimed_at = NULL, poisoned = false,
-                 last_error = NULL
+             SET sent_at = sutra_now(), attempts = attempts + 1, claimed_at = NULL,
+                 poisoned = false, last_error = NULL
              WHERE id = $1 AND sent_at IS NULL",
         )
         .bind(id.0)

@@ -1,5 +1,5 @@
-//! The claim (SPEC §5.2): who may run an instance's next step. A claim is a compare-and-set on
-//! the instance row that refuses ([`crate::Error::ClaimHeld`]) instead of waiting, increments the fence
+//! The claim (SPEC §5.2): who may run an instance's next step. A claim is a compare-and-set on the
+//! instance row that refuses ([`crate::Error::ClaimHeld`]) instead of waiting, increments the fence
 //! on every claim, and is re-entrant for the same owner; the sweep clears claims by age alone and
 //! never parses owner ids. The commit that releases a claim is the step's ([`crate::Steps`]).
 

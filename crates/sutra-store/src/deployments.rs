@@ -56,11 +56,11 @@ pub trait Deployments: Send + Sync {
     /// differs from the one it last loaded has versions to load.
     async fn deployment_revision(&self) -> Result<u64>;
 
-    /// Waits until another process may have stored a deployment version, so that this one loads
-    /// it at once rather than at its next look at [`Deployments::deployment_revision`]. It also returns
-    /// when it starts (or starts again) to listen, since what was stored before was announced to
-    /// no one here. A store that cannot tell never returns. An error means a notice may have been
-    /// missed: look at the revision anyway, and wait a while before asking again.
+    /// Waits until another process may have stored a deployment version, so that this one loads it
+    /// at once rather than at its next look at [`Deployments::deployment_revision`]. It also
+    /// returns when it starts (or starts again) to listen, since what was stored before was
+    /// announced to no one here. A store that cannot tell never returns. An error means a notice
+    /// may have been missed: look at the revision anyway, and wait a while before asking again.
     async fn deployment_notice(&self) -> Result<()> {
         std::future::pending().await
     }

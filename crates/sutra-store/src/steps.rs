@@ -23,10 +23,10 @@ pub struct StepCommit {
     pub outbox: Vec<OutboxEntry>,
     /// The delivery this step consumed ("taken").
     pub taken: Option<DeliveryId>,
-    /// The message this step consumed, for dedup. For a start it is inserted
-    /// `ON CONFLICT DO NOTHING`, and a conflict fails the commit with [`crate::Error::Duplicate`]. For
-    /// any other step it is written whatever was there (the row a buffered message left, whose
-    /// answer had no instance yet).
+    /// The message this step consumed, for dedup. For a start it is inserted `ON CONFLICT DO
+    /// NOTHING`, and a conflict fails the commit with [`crate::Error::Duplicate`]. For any other
+    /// step it is written whatever was there (the row a buffered message left, whose answer had no
+    /// instance yet).
     pub inbox: Option<InboxEntry>,
 }
 

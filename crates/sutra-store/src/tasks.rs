@@ -195,12 +195,12 @@ pub fn lock_expired(worker: Option<&str>, attempt: u32) -> TaskError {
 /// The pull surface: polling, completing, failing and extending external tasks.
 #[async_trait::async_trait]
 pub trait Tasks: Send + Sync {
-    /// Locks up to `poll.max` tasks of `poll.topics` for `poll.worker` in one transaction,
-    /// oldest available first: available tasks whose `available_at` has come, and locked tasks
-    /// whose lock expired — an expired lock is a failed attempt, so the task is handed out as its
-    /// next attempt. An expired task already at its last attempt is not handed out: it turns
-    /// terminal with a [`crate::DeliveryKind::TaskExhausted`] delivery ([`lock_expired`]) due now. Each
-    /// lock gets a fresh random token.
+    /// Locks up to `poll.max` tasks of `poll.topics` for `poll.worker` in one transaction, oldest
+    /// available first: available tasks whose `available_at` has come, and locked tasks whose lock
+    /// expired — an expired lock is a failed attempt, so the task is handed out as its next
+    /// attempt. An expired task already at its last attempt is not handed out: it turns terminal
+    /// with a [`crate::DeliveryKind::TaskExhausted`] delivery ([`lock_expired`]) due now. Each lock
+    /// gets a fresh random token.
     async fn poll_tasks(&self, poll: &TaskPoll) -> Result<Polled>;
 
     /// When a task of `topics` next becomes available to a poll (a retry's backoff ends, a lock
@@ -219,8 +219,8 @@ pub trait Tasks: Send + Sync {
 
     /// Records a failed attempt of a task `lock_token` holds and returns where it left the task
     /// ([`after_failure`]): available again after [`retry_backoff`], or failed or terminal with a
-    /// [`crate::DeliveryKind::TaskFailed`] or [`crate::DeliveryKind::TaskExhausted`] delivery due now, written
-    /// in the same transaction.
+    /// [`crate::DeliveryKind::TaskFailed`] or [`crate::DeliveryKind::TaskExhausted`] delivery due
+    /// now, written in the same transaction.
     async fn fail_task(
         &self,
         tenant: &str,
