@@ -5,7 +5,7 @@
 use jiff::SignedDuration;
 use sutra_store::{ClaimToken, Claimed, Claims, Error, Owner, Result, SweepOutcome};
 use sutra_store_sql::rows::{ClaimedRow, SweptRow};
-use sutra_store_sql::{Backend, Scope, Statements};
+use sutra_store_sql::{Backend, Scope, Statements, params};
 
 use crate::PostgresStore;
 use crate::codec::{age, db, is_lock_timeout};
@@ -64,11 +64,8 @@ impl Claims for PostgresStore {
         let query = sqlx::query(
             "UPDATE instances SET owner = NULL, claimed_at = NULL
              WHERE tenant = $1 AND id = $2 AND owner = $3 AND fence = $4",
-        )
-        .bind(tenant)
-        .bind(instance)
-        .bind(&token.owner.0)
-        .bind(token.fence);
+        );
+        let query = params::release(query, tenant, instance, token);
         tx.execute(query).await?;
         tx.commit().await
     }

@@ -12,12 +12,11 @@ use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot};
 use sutra_core::step::HistoryEvent;
 use sutra_store::{
     ClaimToken, Committed, DeliveryId, InboxEntry, OutboxEntry, Result, StepCommit, Steps,
-    TaskState,
 };
-use sutra_store_sql::{StepStatements, TaskArm};
+use sutra_store_sql::{StepStatements, TaskArm, params};
 
 use crate::PostgresStore;
-use crate::codec::{db, duration_micros, history_kind, micros, park, signed};
+use crate::codec::{db, history_kind, micros, park, signed};
 use crate::statements::Scoped;
 
 #[async_trait::async_trait]
@@ -35,30 +34,18 @@ impl StepStatements for Scoped {
              SET snapshot = $1, status = $2, owner = NULL, claimed_at = NULL, recoveries = 0,
                  updated_at = sutra_now()
              WHERE tenant = $3 AND id = $4 AND owner = $5 AND fence = $6",
-        )
-        .bind(Json(snapshot.to_json()))
-        .bind(snapshot.status.as_str())
-        .bind(&snapshot.instance.tenant)
-        .bind(&snapshot.instance.id)
-        .bind(&token.owner.0)
-        .bind(token.fence);
+        );
+        let query = params::settle(query, token, snapshot);
         Ok(self.execute(query).await? == 1)
     }
 
     async fn insert_instance(&mut self, snapshot: &Snapshot) -> Result<()> {
-        let instance = &snapshot.instance;
         let query = sqlx::query(
             "INSERT INTO instances
                  (id, tenant, deployment, version, flow, status, snapshot, created_at, updated_at)
              VALUES ($1, $2, $3, $4, $5, $6, $7, sutra_now(), sutra_now())",
-        )
-        .bind(&instance.id)
-        .bind(&instance.tenant)
-        .bind(&instance.deployment)
-        .bind(i64::from(instance.version))
-        .bind(&instance.flow)
-        .bind(snapshot.status.as_str())
-        .bind(Json(snapshot.to_json()));
+        );
+        let query = params::instance(query, snapshot);
         self.execute(query).await.map(drop)
     }
 
@@ -114,12 +101,8 @@ impl StepStatements for Scoped {
         let query = sqlx::query(
             "UPDATE tasks SET state = $3, updated_at = sutra_now()
              WHERE instance = $1 AND park = $2 AND state IN ($4, $5)",
-        )
-        .bind(instance)
-        .bind(park(park_id)?)
-        .bind(TaskState::Cancelled.as_str())
-        .bind(TaskState::Available.as_str())
-        .bind(TaskState::Locked.as_str());
+        );
+        let query = params::cancel_task(query, instance, park_id)?;
         self.execute(query).await.map(drop)
     }
 
@@ -144,12 +127,8 @@ impl StepStatements for Scoped {
         let query = sqlx::query(
             "INSERT INTO waits (tenant, channel, key, instance, park) VALUES ($1, $2, $3, $4, $5)
              ON CONFLICT DO NOTHING",
-        )
-        .bind(&instance.tenant)
-        .bind(channel)
-        .bind(key)
-        .bind(&instance.id)
-        .bind(park(park_id)?);
+        );
+        let query = params::wait(query, instance, park_id, channel, key)?;
         Ok(self.execute(query).await? == 1)
     }
 
@@ -159,19 +138,17 @@ impl StepStatements for Scoped {
         channel: &str,
         key: &str,
     ) -> Result<Option<Value>> {
-        let early: Option<Json<Value>> = sqlx::query_scalar(
+        let query = sqlx::query_scalar(
             "DELETE FROM buffered WHERE id = (
                  SELECT id FROM buffered
                  WHERE tenant = $1 AND channel = $2 AND key = $3 AND expires_at > sutra_now()
                  ORDER BY id LIMIT 1)
              RETURNING message",
-        )
-        .bind(tenant)
-        .bind(channel)
-        .bind(key)
-        .fetch_optional(self.connection())
-        .await
-        .map_err(db)?;
+        );
+        let early: Option<Json<Value>> = params::correlation(query, tenant, channel, key)
+            .fetch_optional(self.connection())
+            .await
+            .map_err(db)?;
         Ok(early.map(|Json(message)| message))
     }
 
@@ -191,17 +168,8 @@ impl StepStatements for Scoped {
                  attempt = 1, retries = excluded.retries, backoff_us = excluded.backoff_us,
                  lock_us = excluded.lock_us, lock_token = NULL, locked_until = NULL,
                  available_at = excluded.available_at, updated_at = excluded.updated_at",
-        )
-        .bind(format!("{}:{park_id}", instance.id))
-        .bind(&instance.tenant)
-        .bind(&instance.id)
-        .bind(park(park_id)?)
-        .bind(task.topic)
-        .bind(Json(task.input))
-        .bind(TaskState::Available.as_str())
-        .bind(i64::from(task.retries))
-        .bind(duration_micros(task.backoff))
-        .bind(duration_micros(task.lock));
+        );
+        let query = params::task(query, instance, park_id, task)?;
         self.execute(query).await.map(drop)
     }
 
@@ -215,15 +183,8 @@ impl StepStatements for Scoped {
                 "INSERT INTO outbox (tenant, instance, deployment, version, channel, payload,
                                      message_key, idempotency_key, next_attempt_at, created_at)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, sutra_now(), sutra_now())",
-            )
-            .bind(&instance.tenant)
-            .bind(&instance.id)
-            .bind(&instance.deployment)
-            .bind(i64::from(instance.version))
-            .bind(&entry.channel)
-            .bind(Json(&entry.payload))
-            .bind(&entry.message_key)
-            .bind(&entry.idempotency_key);
+            );
+            let query = params::outbox(query, instance, entry);
             self.execute(query).await?;
         }
         Ok(())
@@ -242,12 +203,8 @@ impl StepStatements for Scoped {
              VALUES ($1, $2, $3, $4, $5, sutra_now())
              ON CONFLICT (tenant, channel, event_id)
              DO UPDATE SET instance = excluded.instance, status = excluded.status",
-        )
-        .bind(tenant)
-        .bind(&entry.channel)
-        .bind(&entry.event_id)
-        .bind(&entry.answer.instance)
-        .bind(&entry.answer.status);
+        );
+        let query = params::inbox(query, tenant, entry);
         self.execute(query).await.map(drop)
     }
 }

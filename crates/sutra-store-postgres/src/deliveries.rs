@@ -5,7 +5,7 @@
 use jiff::Timestamp;
 use sutra_store::{Deliveries, Delivery, DeliveryId, NewDelivery, Result};
 use sutra_store_sql::rows::DeliveryRow;
-use sutra_store_sql::{Backend, NewDeliveryRow, Scope, Statements};
+use sutra_store_sql::{Backend, Scope, Statements};
 
 use crate::PostgresStore;
 use crate::codec::{db, micros, timestamp};
@@ -14,14 +14,7 @@ use crate::codec::{db, micros, timestamp};
 impl Deliveries for PostgresStore {
     async fn ask(&self, delivery: &NewDelivery) -> Result<DeliveryId> {
         let mut tx = self.begin(Scope::Tenant(&delivery.tenant)).await?;
-        let row = NewDeliveryRow {
-            tenant: &delivery.tenant,
-            instance: &delivery.instance,
-            park: delivery.park,
-            kind: &delivery.kind,
-            due_at: Some(delivery.due_at),
-        };
-        let id = tx.insert_delivery(row).await?;
+        let id = tx.insert_delivery(delivery.into()).await?;
         tx.commit().await?;
         Ok(id)
     }

@@ -2,9 +2,9 @@
 //! advisory lock on the name orders concurrent deploys of it, and which announces each stored
 //! version to every replica (see [`crate::notices`]).
 
-use sutra_store::{DeploymentRecord, DeploymentStatus, Deployments, Result};
+use sutra_store::{DeploymentRecord, Deployments, Result};
 use sutra_store_sql::rows::DeploymentRow;
-use sutra_store_sql::{Backend, DeploymentStatements, Scope, Statements};
+use sutra_store_sql::{Backend, DeploymentStatements, Scope, Statements, params};
 
 use crate::codec::{db, unsigned};
 use crate::statements::Scoped;
@@ -51,11 +51,8 @@ impl DeploymentStatements for Scoped {
     async fn drain_active(&mut self, tenant: &str, name: &str) -> Result<()> {
         let query = sqlx::query(
             "UPDATE deployments SET status = $3 WHERE tenant = $1 AND name = $2 AND status = $4",
-        )
-        .bind(tenant)
-        .bind(name)
-        .bind(DeploymentStatus::Draining.as_str())
-        .bind(DeploymentStatus::Active.as_str());
+        );
+        let query = params::drain(query, tenant, name);
         self.execute(query).await.map(drop)
     }
 
@@ -65,19 +62,16 @@ impl DeploymentStatements for Scoped {
         name: &str,
         source: &str,
     ) -> Result<DeploymentRow> {
-        sqlx::query_as(
+        let query = sqlx::query_as(
             "INSERT INTO deployments (tenant, name, version, status, source, created_at)
              SELECT $1, $2, COALESCE(MAX(version), 0) + 1, $3, $4, sutra_now()
              FROM deployments WHERE tenant = $1 AND name = $2
              RETURNING tenant, name, version, status, source, created_at",
-        )
-        .bind(tenant)
-        .bind(name)
-        .bind(DeploymentStatus::Active.as_str())
-        .bind(source)
-        .fetch_one(self.connection())
-        .await
-        .map_err(db)
+        );
+        params::version(query, tenant, name, source)
+            .fetch_one(self.connection())
+            .await
+            .map_err(db)
     }
 
     /// Delivered at the commit, to every replica listening (see [`crate::notices`]).

@@ -2,12 +2,10 @@
 //! ([`sutra_store_sql::intake`]); its advisory lock on the correlation key orders it with any
 //! park's commit on the same key, which SQLite's single writer does for free.
 
-use sqlx::types::Json;
 use sutra_store::{BufferedMessage, InboxAnswer, Intake, Result, WaitTarget};
-use sutra_store_sql::{Backend, IntakeStatements, Scope, Statements};
+use sutra_store_sql::{Backend, IntakeStatements, Scope, Statements, params};
 
 use crate::PostgresStore;
-use crate::codec::micros;
 use crate::statements::Scoped;
 
 #[async_trait::async_trait]
@@ -46,13 +44,8 @@ impl IntakeStatements for Scoped {
         let query = sqlx::query(
             "INSERT INTO buffered (tenant, channel, key, event_id, message, expires_at)
              VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(tenant)
-        .bind(&message.channel)
-        .bind(&message.key)
-        .bind(&message.message.id)
-        .bind(Json(message.message.to_json()))
-        .bind(micros(message.expires_at));
+        );
+        let query = params::buffered(query, tenant, message);
         self.execute(query).await.map(drop)
     }
 }

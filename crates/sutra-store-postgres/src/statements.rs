@@ -3,15 +3,14 @@
 //! free.
 
 use sqlx::postgres::PgArguments;
-use sqlx::types::Json;
 use sqlx::{PgConnection, Postgres};
 use sutra_store::{DeliveryId, InboxAnswer, InboxEntry, Result, WaitTarget};
 use sutra_store_sql::rows::{InboxRow, WaitRow};
-use sutra_store_sql::{Backend, LockOn, NewDeliveryRow, Scope, Statements};
+use sutra_store_sql::{Backend, LockOn, NewDeliveryRow, Scope, Statements, params};
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::PostgresStore;
-use crate::codec::{db, micros, park};
+use crate::codec::{db, micros};
 use crate::scope::{Tx, begin};
 
 pub type Query<'q> = sqlx::query::Query<'q, Postgres, PgArguments>;
@@ -66,21 +65,16 @@ impl Statements for Scoped {
     }
 
     async fn insert_delivery(&mut self, row: NewDeliveryRow<'_>) -> Result<DeliveryId> {
-        let (kind, payload) = row.kind.encode();
-        let id = sqlx::query_scalar(
+        let query = sqlx::query_scalar(
             "INSERT INTO deliveries (tenant, instance, park, kind, payload, due_at, created_at)
              VALUES ($1, $2, $3, $4, $5, COALESCE($6, sutra_now()), sutra_now())
              RETURNING id",
-        )
-        .bind(row.tenant)
-        .bind(row.instance)
-        .bind(park(row.park)?)
-        .bind(kind)
-        .bind(Json(payload))
-        .bind(row.due_at.map(micros))
-        .fetch_one(self.connection())
-        .await
-        .map_err(db)?;
+        );
+        let id = params::delivery(query, &row)?
+            .bind(row.due_at.map(micros))
+            .fetch_one(self.connection())
+            .await
+            .map_err(db)?;
         Ok(DeliveryId(id))
     }
 
@@ -92,12 +86,8 @@ impl Statements for Scoped {
             "INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
              VALUES ($1, $2, $3, $4, $5, sutra_now())
              ON CONFLICT DO NOTHING",
-        )
-        .bind(tenant)
-        .bind(&entry.channel)
-        .bind(&entry.event_id)
-        .bind(&entry.answer.instance)
-        .bind(&entry.answer.status);
+        );
+        let query = params::inbox(query, tenant, entry);
         Ok(self.execute(query).await? == 1)
     }
 
@@ -107,15 +97,13 @@ impl Statements for Scoped {
         channel: &str,
         event_id: &str,
     ) -> Result<Option<InboxAnswer>> {
-        let row = sqlx::query_as::<_, InboxRow>(
+        let query = sqlx::query_as::<_, InboxRow>(
             "SELECT instance, status FROM inbox WHERE tenant = $1 AND channel = $2 AND event_id = $3",
-        )
-        .bind(tenant)
-        .bind(channel)
-        .bind(event_id)
-        .fetch_optional(self.connection())
-        .await
-        .map_err(db)?;
+        );
+        let row = params::inbox_key(query, tenant, channel, event_id)
+            .fetch_optional(self.connection())
+            .await
+            .map_err(db)?;
         Ok(row.map(InboxRow::decode))
     }
 
@@ -125,17 +113,15 @@ impl Statements for Scoped {
         channel: &str,
         key: &str,
     ) -> Result<Option<WaitTarget>> {
-        sqlx::query_as::<_, WaitRow>(
+        let query = sqlx::query_as::<_, WaitRow>(
             "SELECT instance, park FROM waits WHERE tenant = $1 AND channel = $2 AND key = $3",
-        )
-        .bind(tenant)
-        .bind(channel)
-        .bind(key)
-        .fetch_optional(self.connection())
-        .await
-        .map_err(db)?
-        .map(WaitRow::decode)
-        .transpose()
+        );
+        params::correlation(query, tenant, channel, key)
+            .fetch_optional(self.connection())
+            .await
+            .map_err(db)?
+            .map(WaitRow::decode)
+            .transpose()
     }
 }
 

@@ -156,14 +156,13 @@ impl<T: StepStatements> StepWriter<'_, T> {
                 lock,
             } => {
                 let task = TaskArm {
+                    id: format!("{}:{park}", self.instance.id),
                     topic,
                     input,
                     retries: *retries,
                     backoff: *backoff,
                     lock: *lock,
                 };
-                // Re-arming a park (a restore) replaces its earlier, resolved task row: the task
-                // id is `{instance}:{park}`.
                 self.tx.insert_task(self.instance, *park, &task).await?;
                 Ok(None)
             }

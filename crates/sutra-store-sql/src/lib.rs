@@ -24,6 +24,7 @@ pub mod deployments;
 mod error;
 pub mod intake;
 pub mod listings;
+pub mod params;
 pub mod rows;
 pub mod statements;
 pub mod tasks;

@@ -21,7 +21,7 @@ use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot};
 use sutra_core::step::HistoryEvent;
 use sutra_store::{
     BufferedMessage, ClaimToken, DeliveryId, DeliveryKind, InboxAnswer, InboxEntry, LockedTask,
-    OutboxEntry, Result, TaskPoll, TaskState, WaitTarget,
+    NewDelivery, OutboxEntry, Result, TaskPoll, TaskState, WaitTarget,
 };
 
 use crate::rows::{DeploymentRow, ExpiredRow, HeldRow};
@@ -62,8 +62,24 @@ pub struct NewDeliveryRow<'a> {
     pub due_at: Option<Timestamp>,
 }
 
-/// The fields of an [`sutra_store::Arm::Task`].
+impl<'a> From<&'a NewDelivery> for NewDeliveryRow<'a> {
+    /// An asked delivery, due at its own time.
+    fn from(delivery: &'a NewDelivery) -> NewDeliveryRow<'a> {
+        NewDeliveryRow {
+            tenant: &delivery.tenant,
+            instance: &delivery.instance,
+            park: delivery.park,
+            kind: &delivery.kind,
+            due_at: Some(delivery.due_at),
+        }
+    }
+}
+
+/// The fields of an [`sutra_store::Arm::Task`], and the id of its task.
 pub struct TaskArm<'a> {
+    /// `{instance}:{park}`: a park has at most one task, and re-arming it (a restore) replaces
+    /// its earlier, resolved row.
+    pub id: String,
     pub topic: &'a str,
     pub input: &'a Value,
     pub retries: u32,

@@ -5,6 +5,7 @@
 
 use jiff::SignedDuration;
 use sutra_store::{ClaimToken, Claimed, Claims, Error, Owner, Result, SweepOutcome};
+use sutra_store_sql::params;
 use sutra_store_sql::rows::{ClaimedRow, SweptRow};
 
 use crate::SqliteStore;
@@ -42,17 +43,14 @@ impl Claims for SqliteStore {
     }
 
     async fn release(&self, tenant: &str, instance: &str, token: &ClaimToken) -> Result<()> {
-        sqlx::query(
+        let query = sqlx::query(
             "UPDATE instances SET owner = NULL, claimed_at = NULL
              WHERE tenant = ?1 AND id = ?2 AND owner = ?3 AND fence = ?4",
-        )
-        .bind(tenant)
-        .bind(instance)
-        .bind(&token.owner.0)
-        .bind(token.fence)
-        .execute(&self.pool)
-        .await
-        .map_err(db)?;
+        );
+        params::release(query, tenant, instance, token)
+            .execute(&self.pool)
+            .await
+            .map_err(db)?;
         Ok(())
     }
 

@@ -8,12 +8,11 @@ use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot};
 use sutra_core::step::HistoryEvent;
 use sutra_store::{
     ClaimToken, Committed, DeliveryId, InboxEntry, OutboxEntry, Result, StepCommit, Steps,
-    TaskState,
 };
-use sutra_store_sql::{StepStatements, TaskArm};
+use sutra_store_sql::{StepStatements, TaskArm, params};
 
 use crate::SqliteStore;
-use crate::codec::{db, duration_micros, history_kind, micros, park, signed};
+use crate::codec::{db, history_kind, micros, park, signed};
 use crate::statements::Write;
 
 #[async_trait::async_trait]
@@ -28,34 +27,20 @@ impl StepStatements for Write {
         let query = sqlx::query(
             "UPDATE instances
              SET snapshot = ?1, status = ?2, owner = NULL, claimed_at = NULL, recoveries = 0,
-                 updated_at = ?3
-             WHERE tenant = ?4 AND id = ?5 AND owner = ?6 AND fence = ?7",
-        )
-        .bind(Json(snapshot.to_json()))
-        .bind(snapshot.status.as_str())
-        .bind(micros(self.now()))
-        .bind(&snapshot.instance.tenant)
-        .bind(&snapshot.instance.id)
-        .bind(&token.owner.0)
-        .bind(token.fence);
+                 updated_at = ?7
+             WHERE tenant = ?3 AND id = ?4 AND owner = ?5 AND fence = ?6",
+        );
+        let query = params::settle(query, token, snapshot).bind(micros(self.now()));
         Ok(self.execute(query).await? == 1)
     }
 
     async fn insert_instance(&mut self, snapshot: &Snapshot) -> Result<()> {
-        let instance = &snapshot.instance;
         let query = sqlx::query(
             "INSERT INTO instances
                  (id, tenant, deployment, version, flow, status, snapshot, created_at, updated_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)",
-        )
-        .bind(&instance.id)
-        .bind(&instance.tenant)
-        .bind(&instance.deployment)
-        .bind(instance.version)
-        .bind(&instance.flow)
-        .bind(snapshot.status.as_str())
-        .bind(Json(snapshot.to_json()))
-        .bind(micros(self.now()));
+        );
+        let query = params::instance(query, snapshot).bind(micros(self.now()));
         self.execute(query).await.map(drop)
     }
 
@@ -90,15 +75,10 @@ impl StepStatements for Write {
 
     async fn cancel_task(&mut self, instance: &str, park_id: ParkId) -> Result<()> {
         let query = sqlx::query(
-            "UPDATE tasks SET state = ?3, updated_at = ?4
-             WHERE instance = ?1 AND park = ?2 AND state IN (?5, ?6)",
-        )
-        .bind(instance)
-        .bind(park(park_id)?)
-        .bind(TaskState::Cancelled.as_str())
-        .bind(micros(self.now()))
-        .bind(TaskState::Available.as_str())
-        .bind(TaskState::Locked.as_str());
+            "UPDATE tasks SET state = ?3, updated_at = ?6
+             WHERE instance = ?1 AND park = ?2 AND state IN (?4, ?5)",
+        );
+        let query = params::cancel_task(query, instance, park_id)?.bind(micros(self.now()));
         self.execute(query).await.map(drop)
     }
 
@@ -123,12 +103,8 @@ impl StepStatements for Write {
         let query = sqlx::query(
             "INSERT INTO waits (tenant, channel, key, instance, park) VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT DO NOTHING",
-        )
-        .bind(&instance.tenant)
-        .bind(channel)
-        .bind(key)
-        .bind(&instance.id)
-        .bind(park(park_id)?);
+        );
+        let query = params::wait(query, instance, park_id, channel, key)?;
         Ok(self.execute(query).await? == 1)
     }
 
@@ -139,20 +115,18 @@ impl StepStatements for Write {
         key: &str,
     ) -> Result<Option<Value>> {
         let now = micros(self.now());
-        let early: Option<Json<Value>> = sqlx::query_scalar(
+        let query = sqlx::query_scalar(
             "DELETE FROM buffered WHERE id = (
                  SELECT id FROM buffered
                  WHERE tenant = ?1 AND channel = ?2 AND key = ?3 AND expires_at > ?4
                  ORDER BY id LIMIT 1)
              RETURNING message",
-        )
-        .bind(tenant)
-        .bind(channel)
-        .bind(key)
-        .bind(now)
-        .fetch_optional(self.connection())
-        .await
-        .map_err(db)?;
+        );
+        let early: Option<Json<Value>> = params::correlation(query, tenant, channel, key)
+            .bind(now)
+            .fetch_optional(self.connection())
+            .await
+            .map_err(db)?;
         Ok(early.map(|Json(message)| message))
     }
 
@@ -171,18 +145,8 @@ impl StepStatements for Write {
                  attempt = 1, retries = excluded.retries, backoff_us = excluded.backoff_us,
                  lock_us = excluded.lock_us, lock_token = NULL, locked_until = NULL,
                  available_at = excluded.available_at, updated_at = excluded.updated_at",
-        )
-        .bind(format!("{}:{park_id}", instance.id))
-        .bind(&instance.tenant)
-        .bind(&instance.id)
-        .bind(park(park_id)?)
-        .bind(task.topic)
-        .bind(Json(task.input))
-        .bind(TaskState::Available.as_str())
-        .bind(task.retries)
-        .bind(duration_micros(task.backoff))
-        .bind(duration_micros(task.lock))
-        .bind(micros(self.now()));
+        );
+        let query = params::task(query, instance, park_id, task)?.bind(micros(self.now()));
         self.execute(query).await.map(drop)
     }
 
@@ -197,16 +161,8 @@ impl StepStatements for Write {
                 "INSERT INTO outbox (tenant, instance, deployment, version, channel, payload,
                                      message_key, idempotency_key, next_attempt_at, created_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
-            )
-            .bind(&instance.tenant)
-            .bind(&instance.id)
-            .bind(&instance.deployment)
-            .bind(instance.version)
-            .bind(&entry.channel)
-            .bind(Json(&entry.payload))
-            .bind(&entry.message_key)
-            .bind(&entry.idempotency_key)
-            .bind(micros(self.now()));
+            );
+            let query = params::outbox(query, instance, entry).bind(micros(self.now()));
             self.execute(query).await?;
         }
         Ok(())
@@ -225,13 +181,8 @@ impl StepStatements for Write {
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)
              ON CONFLICT (tenant, channel, event_id)
              DO UPDATE SET instance = excluded.instance, status = excluded.status",
-        )
-        .bind(tenant)
-        .bind(&entry.channel)
-        .bind(&entry.event_id)
-        .bind(&entry.answer.instance)
-        .bind(&entry.answer.status)
-        .bind(micros(self.now()));
+        );
+        let query = params::inbox(query, tenant, entry).bind(micros(self.now()));
         self.execute(query).await.map(drop)
     }
 }

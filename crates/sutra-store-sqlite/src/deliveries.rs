@@ -3,7 +3,6 @@
 
 use jiff::Timestamp;
 use sutra_store::{Deliveries, Delivery, DeliveryId, NewDelivery, Result};
-use sutra_store_sql::NewDeliveryRow;
 use sutra_store_sql::rows::DeliveryRow;
 
 use crate::SqliteStore;
@@ -14,14 +13,7 @@ use crate::statements::insert_delivery;
 impl Deliveries for SqliteStore {
     async fn ask(&self, delivery: &NewDelivery) -> Result<DeliveryId> {
         let mut conn = self.pool.acquire().await.map_err(db)?;
-        let row = NewDeliveryRow {
-            tenant: &delivery.tenant,
-            instance: &delivery.instance,
-            park: delivery.park,
-            kind: &delivery.kind,
-            due_at: Some(delivery.due_at),
-        };
-        insert_delivery(&mut conn, row, now()).await
+        insert_delivery(&mut conn, delivery.into(), now()).await
     }
 
     async fn due_deliveries(&self, limit: u32) -> Result<Vec<Delivery>> {

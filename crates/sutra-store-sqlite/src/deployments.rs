@@ -2,9 +2,9 @@
 //! write transaction, which SQLite's single writer orders with every other deploy. Nothing
 //! announces a deploy: every process on a file stored it or polls the revision.
 
-use sutra_store::{DeploymentRecord, DeploymentStatus, Deployments, Result};
-use sutra_store_sql::DeploymentStatements;
+use sutra_store::{DeploymentRecord, Deployments, Result};
 use sutra_store_sql::rows::DeploymentRow;
+use sutra_store_sql::{DeploymentStatements, params};
 
 use crate::SqliteStore;
 use crate::codec::{db, micros, unsigned};
@@ -42,11 +42,8 @@ impl DeploymentStatements for Write {
     async fn drain_active(&mut self, tenant: &str, name: &str) -> Result<()> {
         let query = sqlx::query(
             "UPDATE deployments SET status = ?3 WHERE tenant = ?1 AND name = ?2 AND status = ?4",
-        )
-        .bind(tenant)
-        .bind(name)
-        .bind(DeploymentStatus::Draining.as_str())
-        .bind(DeploymentStatus::Active.as_str());
+        );
+        let query = params::drain(query, tenant, name);
         self.execute(query).await.map(drop)
     }
 
@@ -57,20 +54,17 @@ impl DeploymentStatements for Write {
         source: &str,
     ) -> Result<DeploymentRow> {
         let now = micros(self.now());
-        sqlx::query_as(
+        let query = sqlx::query_as(
             "INSERT INTO deployments (tenant, name, version, status, source, created_at)
              SELECT ?1, ?2, COALESCE(MAX(version), 0) + 1, ?3, ?4, ?5
              FROM deployments WHERE tenant = ?1 AND name = ?2
              RETURNING tenant, name, version, status, source, created_at",
-        )
-        .bind(tenant)
-        .bind(name)
-        .bind(DeploymentStatus::Active.as_str())
-        .bind(source)
-        .bind(now)
-        .fetch_one(self.connection())
-        .await
-        .map_err(db)
+        );
+        params::version(query, tenant, name, source)
+            .bind(now)
+            .fetch_one(self.connection())
+            .await
+            .map_err(db)
     }
 
     async fn announce_deployment(&mut self) -> Result<()> {

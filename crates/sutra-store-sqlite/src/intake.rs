@@ -2,12 +2,11 @@
 //! shared script ([`sutra_store_sql::intake`]) in one write transaction, which SQLite's single
 //! writer orders with every park's commit.
 
-use sqlx::types::Json;
 use sutra_store::{BufferedMessage, InboxAnswer, Intake, Result, WaitTarget};
-use sutra_store_sql::IntakeStatements;
+use sutra_store_sql::{IntakeStatements, params};
 
 use crate::SqliteStore;
-use crate::codec::{db, micros};
+use crate::codec::db;
 use crate::statements::{Write, find_wait, inbox_answer};
 
 #[async_trait::async_trait]
@@ -42,13 +41,8 @@ impl IntakeStatements for Write {
         let query = sqlx::query(
             "INSERT INTO buffered (tenant, channel, key, event_id, message, expires_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )
-        .bind(tenant)
-        .bind(&message.channel)
-        .bind(&message.key)
-        .bind(&message.message.id)
-        .bind(Json(message.message.to_json()))
-        .bind(micros(message.expires_at));
+        );
+        let query = params::buffered(query, tenant, message);
         self.execute(query).await.map(drop)
     }
 }

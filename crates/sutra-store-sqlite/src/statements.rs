@@ -6,10 +6,10 @@ use sqlx::sqlite::SqliteArguments;
 use sqlx::{Sqlite, SqliteConnection, Transaction};
 use sutra_store::{DeliveryId, InboxAnswer, InboxEntry, Result, WaitTarget};
 use sutra_store_sql::rows::{InboxRow, WaitRow};
-use sutra_store_sql::{Backend, LockOn, NewDeliveryRow, Scope, Statements};
+use sutra_store_sql::{Backend, LockOn, NewDeliveryRow, Scope, Statements, params};
 
 use crate::SqliteStore;
-use crate::codec::{db, micros, now, park};
+use crate::codec::{db, micros, now};
 
 pub type Query<'q> = sqlx::query::Query<'q, Sqlite, SqliteArguments>;
 
@@ -78,13 +78,8 @@ impl Statements for Write {
             "INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)
              ON CONFLICT DO NOTHING",
-        )
-        .bind(tenant)
-        .bind(&entry.channel)
-        .bind(&entry.event_id)
-        .bind(&entry.answer.instance)
-        .bind(&entry.answer.status)
-        .bind(micros(self.now));
+        );
+        let query = params::inbox(query, tenant, entry).bind(micros(self.now));
         Ok(self.execute(query).await? == 1)
     }
 
@@ -113,22 +108,17 @@ pub async fn insert_delivery(
     delivery: NewDeliveryRow<'_>,
     now: Timestamp,
 ) -> Result<DeliveryId> {
-    let (kind, payload) = delivery.kind.encode();
-    let id = sqlx::query_scalar(
+    let query = sqlx::query_scalar(
         "INSERT INTO deliveries (tenant, instance, park, kind, payload, due_at, created_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
          RETURNING id",
-    )
-    .bind(delivery.tenant)
-    .bind(delivery.instance)
-    .bind(park(delivery.park)?)
-    .bind(kind)
-    .bind(sqlx::types::Json(payload))
-    .bind(micros(delivery.due_at.unwrap_or(now)))
-    .bind(micros(now))
-    .fetch_one(conn)
-    .await
-    .map_err(db)?;
+    );
+    let id = params::delivery(query, &delivery)?
+        .bind(micros(delivery.due_at.unwrap_or(now)))
+        .bind(micros(now))
+        .fetch_one(conn)
+        .await
+        .map_err(db)?;
     Ok(DeliveryId(id))
 }
 
@@ -138,17 +128,15 @@ pub async fn find_wait(
     channel: &str,
     key: &str,
 ) -> Result<Option<WaitTarget>> {
-    sqlx::query_as::<_, WaitRow>(
+    let query = sqlx::query_as::<_, WaitRow>(
         "SELECT instance, park FROM waits WHERE tenant = ?1 AND channel = ?2 AND key = ?3",
-    )
-    .bind(tenant)
-    .bind(channel)
-    .bind(key)
-    .fetch_optional(conn)
-    .await
-    .map_err(db)?
-    .map(WaitRow::decode)
-    .transpose()
+    );
+    params::correlation(query, tenant, channel, key)
+        .fetch_optional(conn)
+        .await
+        .map_err(db)?
+        .map(WaitRow::decode)
+        .transpose()
 }
 
 pub async fn inbox_answer(
@@ -157,14 +145,12 @@ pub async fn inbox_answer(
     channel: &str,
     event_id: &str,
 ) -> Result<Option<InboxAnswer>> {
-    let row = sqlx::query_as::<_, InboxRow>(
+    let query = sqlx::query_as::<_, InboxRow>(
         "SELECT instance, status FROM inbox WHERE tenant = ?1 AND channel = ?2 AND event_id = ?3",
-    )
-    .bind(tenant)
-    .bind(channel)
-    .bind(event_id)
-    .fetch_optional(conn)
-    .await
-    .map_err(db)?;
+    );
+    let row = params::inbox_key(query, tenant, channel, event_id)
+        .fetch_optional(conn)
+        .await
+        .map_err(db)?;
     Ok(row.map(InboxRow::decode))
 }
