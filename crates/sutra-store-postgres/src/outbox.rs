@@ -8,80 +8,83 @@
 //! owner: it goes stale by age, and whoever scans next takes the row over.
 
 use jiff::SignedDuration;
-use sqlx::PgPool;
-use sutra_store::{OutboxId, OutboxRetry, OutboxRow, Result};
+use sutra_store::{Outbox, OutboxId, OutboxRetry, OutboxRow, Result};
+use sutra_store_sql::rows::ClaimedOutboxRow;
+use sutra_store_sql::{Backend, Scope, Statements};
 
+use crate::PostgresStore;
 use crate::codec::{age, db, micros};
-use crate::rows::ClaimedOutboxRow;
-use crate::scope::{Scope, begin};
 
-pub async fn claim(
-    pool: &PgPool,
-    batch: u32,
-    stale_after: SignedDuration,
-) -> Result<Vec<OutboxRow>> {
-    let mut tx = begin(pool, Scope::System).await?;
-    // The CTE runs once (a locking CTE is never inlined); the ORDER BY on the outside gives the
-    // batch its order, which `RETURNING` alone would not.
-    let claimed: Vec<ClaimedOutboxRow> = sqlx::query_as(
-        "WITH picked AS (
-             SELECT id FROM outbox
-             WHERE sent_at IS NULL AND NOT poisoned AND next_attempt_at <= sutra_now()
-               AND (claimed_at IS NULL OR claimed_at < sutra_now() - $1)
-             ORDER BY next_attempt_at, id
-             LIMIT $2
-             FOR UPDATE SKIP LOCKED),
-         stamped AS (
-             UPDATE outbox SET claimed_at = sutra_now()
-             FROM picked WHERE outbox.id = picked.id
-             RETURNING outbox.id, tenant, instance, deployment, version, channel, payload,
-                       message_key, idempotency_key, attempts, next_attempt_at)
-         SELECT * FROM stamped ORDER BY next_attempt_at, id",
-    )
-    .bind(age(stale_after))
-    .bind(i64::from(batch))
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(db)?;
-    tx.commit().await.map_err(db)?;
-    claimed.into_iter().map(ClaimedOutboxRow::decode).collect()
-}
+#[async_trait::async_trait]
+impl Outbox for PostgresStore {
+    async fn claim_outbox(
+        &self,
+        batch: u32,
+        stale_after: SignedDuration,
+    ) -> Result<Vec<OutboxRow>> {
+        let mut tx = self.begin(Scope::System).await?;
+        // The CTE runs once (a locking CTE is never inlined); the ORDER BY on the outside gives
+        // the batch its order, which `RETURNING` alone would not.
+        let claimed: Vec<ClaimedOutboxRow> = sqlx::query_as(
+            "WITH picked AS (
+                 SELECT id FROM outbox
+                 WHERE sent_at IS NULL AND NOT poisoned AND next_attempt_at <= sutra_now()
+                   AND (claimed_at IS NULL OR claimed_at < sutra_now() - $1)
+                 ORDER BY next_attempt_at, id
+                 LIMIT $2
+                 FOR UPDATE SKIP LOCKED),
+             stamped AS (
+                 UPDATE outbox SET claimed_at = sutra_now()
+                 FROM picked WHERE outbox.id = picked.id
+                 RETURNING outbox.id, tenant, instance, deployment, version, channel, payload,
+                           message_key, idempotency_key, attempts, next_attempt_at)
+             SELECT * FROM stamped ORDER BY next_attempt_at, id",
+        )
+        .bind(age(stale_after))
+        .bind(i64::from(batch))
+        .fetch_all(tx.connection())
+        .await
+        .map_err(db)?;
+        tx.commit().await?;
+        claimed.into_iter().map(ClaimedOutboxRow::decode).collect()
+    }
 
-/// A row that was poisoned meanwhile (its claim went stale while this send was still in flight,
-/// and the next sender gave up on it) was delivered after all: sent wins.
-pub async fn sent(pool: &PgPool, id: OutboxId) -> Result<()> {
-    let mut tx = begin(pool, Scope::System).await?;
-    sqlx::query(
-        "UPDATE outbox
-         SET sent_at = sutra_now(), attempts = attempts + 1, claimed_at = NULL, poisoned = false,
-             last_error = NULL
-         WHERE id = $1 AND sent_at IS NULL",
-    )
-    .bind(id.0)
-    .execute(&mut *tx)
-    .await
-    .map_err(db)?;
-    tx.commit().await.map_err(db)
-}
+    /// A row that was poisoned meanwhile (its claim went stale while this send was still in flight,
+    /// and the next sender gave up on it) was delivered after all: sent wins.
+    async fn outbox_sent(&self, id: OutboxId) -> Result<()> {
+        let mut tx = self.begin(Scope::System).await?;
+        sqlx::query(
+            "UPDATE outbox
+             SET sent_at = sutra_now(), attempts = attempts + 1, claimed_at = NULL,
+                 poisoned = false, last_error = NULL
+             WHERE id = $1 AND sent_at IS NULL",
+        )
+        .bind(id.0)
+        .execute(tx.connection())
+        .await
+        .map_err(db)?;
+        tx.commit().await
+    }
 
-pub async fn failed(pool: &PgPool, id: OutboxId, error: &str, retry: OutboxRetry) -> Result<()> {
-    let (next_attempt_at, poisoned) = match retry {
-        OutboxRetry::At(at) => (Some(micros(at)), false),
-        OutboxRetry::Poison => (None, true),
-    };
-    let mut tx = begin(pool, Scope::System).await?;
-    sqlx::query(
-        "UPDATE outbox
-         SET attempts = attempts + 1, last_error = $2, claimed_at = NULL,
-             next_attempt_at = COALESCE($3, next_attempt_at), poisoned = $4
-         WHERE id = $1 AND sent_at IS NULL AND NOT poisoned",
-    )
-    .bind(id.0)
-    .bind(error)
-    .bind(next_attempt_at)
-    .bind(poisoned)
-    .execute(&mut *tx)
-    .await
-    .map_err(db)?;
-    tx.commit().await.map_err(db)
+    async fn outbox_failed(&self, id: OutboxId, error: &str, retry: OutboxRetry) -> Result<()> {
+        let (next_attempt_at, poisoned) = match retry {
+            OutboxRetry::At(at) => (Some(micros(at)), false),
+            OutboxRetry::Poison => (None, true),
+        };
+        let mut tx = self.begin(Scope::System).await?;
+        sqlx::query(
+            "UPDATE outbox
+             SET attempts = attempts + 1, last_error = $2, claimed_at = NULL,
+                 next_attempt_at = COALESCE($3, next_attempt_at), poisoned = $4
+             WHERE id = $1 AND sent_at IS NULL AND NOT poisoned",
+        )
+        .bind(id.0)
+        .bind(error)
+        .bind(next_attempt_at)
+        .bind(poisoned)
+        .execute(tx.connection())
+        .await
+        .map_err(db)?;
+        tx.commit().await
+    }
 }

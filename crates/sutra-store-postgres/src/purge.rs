@@ -9,26 +9,30 @@
 //! migration 0003 serve them.
 
 use jiff::SignedDuration;
-use sqlx::PgPool;
-use sutra_store::{Purged, Result};
+use sutra_store::{Purge, Purged, Result};
+use sutra_store_sql::{Backend, Scope, Statements};
 
-use crate::codec::{age, db};
-use crate::scope::{Scope, Tx, begin};
+use crate::PostgresStore;
+use crate::codec::{age, db, unsigned};
+use crate::statements::Scoped;
 
-pub async fn purge(pool: &PgPool, retention: SignedDuration, batch: u32) -> Result<Purged> {
-    let mut tx = begin(pool, Scope::System).await?;
-    let purged = Purged {
-        instances: instances(&mut tx, retention, batch).await?,
-        buffered: buffered(&mut tx, batch).await?,
-        outbox: outbox(&mut tx, retention, batch).await?,
-    };
-    tx.commit().await.map_err(db)?;
-    Ok(purged)
+#[async_trait::async_trait]
+impl Purge for PostgresStore {
+    async fn purge(&self, retention: SignedDuration, batch: u32) -> Result<Purged> {
+        let mut tx = self.begin(Scope::System).await?;
+        let purged = Purged {
+            instances: instances(&mut tx, retention, batch).await?,
+            buffered: buffered(&mut tx, batch).await?,
+            outbox: outbox(&mut tx, retention, batch).await?,
+        };
+        tx.commit().await?;
+        Ok(purged)
+    }
 }
 
 /// Old terminal instances, never `failed` ones, and the inbox rows of the messages they consumed.
-async fn instances(tx: &mut Tx, retention: SignedDuration, batch: u32) -> Result<u64> {
-    let deleted = sqlx::query(
+async fn instances(tx: &mut Scoped, retention: SignedDuration, batch: u32) -> Result<u64> {
+    let query = sqlx::query(
         "WITH doomed AS (
              SELECT tenant, id FROM instances
              WHERE status IN ('completed', 'cancelled') AND updated_at < sutra_now() - $1
@@ -41,16 +45,13 @@ async fn instances(tx: &mut Tx, retention: SignedDuration, batch: u32) -> Result
          DELETE FROM instances USING doomed WHERE instances.id = doomed.id",
     )
     .bind(age(retention))
-    .bind(i64::from(batch))
-    .execute(&mut **tx)
-    .await
-    .map_err(db)?;
-    Ok(deleted.rows_affected())
+    .bind(i64::from(batch));
+    tx.execute(query).await
 }
 
 /// Expired buffered messages, and their inbox rows while those say only that the message was
 /// buffered: no step will consume it now.
-async fn buffered(tx: &mut Tx, batch: u32) -> Result<u64> {
+async fn buffered(tx: &mut Scoped, batch: u32) -> Result<u64> {
     let deleted: i64 = sqlx::query_scalar(
         "WITH expired AS (
              DELETE FROM buffered WHERE id IN (
@@ -66,24 +67,21 @@ async fn buffered(tx: &mut Tx, batch: u32) -> Result<u64> {
          SELECT count(*) FROM expired",
     )
     .bind(i64::from(batch))
-    .fetch_one(&mut **tx)
+    .fetch_one(tx.connection())
     .await
     .map_err(db)?;
-    crate::codec::unsigned(deleted, "a count")
+    unsigned(deleted, "a count")
 }
 
 /// Outbox rows sent longer ago than the retention; pending and poisoned rows stay.
-async fn outbox(tx: &mut Tx, retention: SignedDuration, batch: u32) -> Result<u64> {
-    let deleted = sqlx::query(
+async fn outbox(tx: &mut Scoped, retention: SignedDuration, batch: u32) -> Result<u64> {
+    let query = sqlx::query(
         "DELETE FROM outbox WHERE id IN (
              SELECT id FROM outbox WHERE sent_at < sutra_now() - $1
              ORDER BY sent_at, id LIMIT $2
              FOR UPDATE SKIP LOCKED)",
     )
     .bind(age(retention))
-    .bind(i64::from(batch))
-    .execute(&mut **tx)
-    .await
-    .map_err(db)?;
-    Ok(deleted.rows_affected())
+    .bind(i64::from(batch));
+    tx.execute(query).await
 }

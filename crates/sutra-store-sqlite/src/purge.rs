@@ -7,11 +7,11 @@
 //! literals so that the partial indexes of migration 0004 serve them.
 
 use jiff::SignedDuration;
-use sqlx::SqlitePool;
-use sutra_store::{Purged, Result};
+use sutra_store::{Purge, Purged, Result};
+use sutra_store_sql::Statements;
 
-use crate::codec::{db, micros, micros_before, now};
-use crate::statements::begin_write;
+use crate::SqliteStore;
+use crate::codec::{micros, micros_before};
 
 /// `?1` the retention's cutoff, `?2` the batch.
 const OLD_TERMINAL_INSTANCES: &str = "SELECT tenant, id FROM instances
@@ -22,57 +22,58 @@ const OLD_TERMINAL_INSTANCES: &str = "SELECT tenant, id FROM instances
 const EXPIRED_BUFFERED: &str = "SELECT id FROM buffered
      WHERE expires_at < ?1 ORDER BY expires_at, id LIMIT ?2";
 
-pub async fn purge(pool: &SqlitePool, retention: SignedDuration, batch: u32) -> Result<Purged> {
-    let now = now();
-    let cutoff = micros_before(now, retention);
-    let now = micros(now);
-    let mut tx = begin_write(pool).await?;
-    let mut delete = async |statement: String, before: i64| -> Result<u64> {
-        let done = sqlx::query(sqlx::AssertSqlSafe(statement))
-            .bind(before)
-            .bind(batch)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        Ok(done.rows_affected())
-    };
-    delete(
-        format!("DELETE FROM inbox WHERE (tenant, instance) IN ({OLD_TERMINAL_INSTANCES})"),
-        cutoff,
-    )
-    .await?;
-    let instances = delete(
-        format!("DELETE FROM instances WHERE id IN (SELECT id FROM ({OLD_TERMINAL_INSTANCES}))"),
-        cutoff,
-    )
-    .await?;
-    // A buffered message's inbox row says only that it was buffered until a step consumes it;
-    // once the message expired, nothing will.
-    delete(
-        format!(
-            "DELETE FROM inbox WHERE instance IS NULL AND (tenant, channel, event_id) IN
-                 (SELECT tenant, channel, event_id FROM buffered WHERE id IN ({EXPIRED_BUFFERED}))"
-        ),
-        now,
-    )
-    .await?;
-    let buffered = delete(
-        format!("DELETE FROM buffered WHERE id IN ({EXPIRED_BUFFERED})"),
-        now,
-    )
-    .await?;
-    let outbox = delete(
-        "DELETE FROM outbox WHERE id IN (
-             SELECT id FROM outbox WHERE sent_at IS NOT NULL AND sent_at < ?1
-             ORDER BY sent_at, id LIMIT ?2)"
-            .to_owned(),
-        cutoff,
-    )
-    .await?;
-    tx.commit().await.map_err(db)?;
-    Ok(Purged {
-        instances,
-        buffered,
-        outbox,
-    })
+#[async_trait::async_trait]
+impl Purge for SqliteStore {
+    async fn purge(&self, retention: SignedDuration, batch: u32) -> Result<Purged> {
+        let mut tx = self.begin_write().await?;
+        let cutoff = micros_before(tx.now(), retention);
+        let now = micros(tx.now());
+        let mut delete = async |statement: String, before: i64| -> Result<u64> {
+            let query = sqlx::query(sqlx::AssertSqlSafe(statement))
+                .bind(before)
+                .bind(batch);
+            tx.execute(query).await
+        };
+        delete(
+            format!("DELETE FROM inbox WHERE (tenant, instance) IN ({OLD_TERMINAL_INSTANCES})"),
+            cutoff,
+        )
+        .await?;
+        let instances = delete(
+            format!(
+                "DELETE FROM instances WHERE id IN (SELECT id FROM ({OLD_TERMINAL_INSTANCES}))"
+            ),
+            cutoff,
+        )
+        .await?;
+        // A buffered message's inbox row says only that it was buffered until a step consumes it;
+        // once the message expired, nothing will.
+        delete(
+            format!(
+                "DELETE FROM inbox WHERE instance IS NULL AND (tenant, channel, event_id) IN
+                     (SELECT tenant, channel, event_id FROM buffered WHERE id IN ({EXPIRED_BUFFERED}))"
+            ),
+            now,
+        )
+        .await?;
+        let buffered = delete(
+            format!("DELETE FROM buffered WHERE id IN ({EXPIRED_BUFFERED})"),
+            now,
+        )
+        .await?;
+        let outbox = delete(
+            "DELETE FROM outbox WHERE id IN (
+                 SELECT id FROM outbox WHERE sent_at IS NOT NULL AND sent_at < ?1
+                 ORDER BY sent_at, id LIMIT ?2)"
+                .to_owned(),
+            cutoff,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(Purged {
+            instances,
+            buffered,
+            outbox,
+        })
+    }
 }

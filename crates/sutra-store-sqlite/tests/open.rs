@@ -3,7 +3,8 @@
 //! in-memory databases that are each their own.
 
 use sutra_core::snapshot::{InstanceInfo, Snapshot};
-use sutra_store::{StepCommit, Store};
+use sutra_store::StepCommit;
+use sutra_store::prelude::*;
 use sutra_store_sqlite::SqliteStore;
 
 const TENANT: &str = "acme";
@@ -86,4 +87,44 @@ async fn every_memory_database_is_its_own() {
 async fn a_malformed_url_is_refused() {
     let outcome = SqliteStore::open("sqlite://db?mode=bogus").await;
     assert!(matches!(outcome, Err(sutra_store::Error::Unavailable(_))));
+}
+
+/// JSON columns are TEXT holding exactly what `serde_json` writes compactly, as every earlier
+/// build wrote them: a database written before reads back, and one written now reads as before.
+#[tokio::test]
+async fn json_columns_keep_the_text_earlier_builds_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("sutra.db").display());
+    let store = SqliteStore::open(&url).await.unwrap();
+    let step = start("i-1");
+    store.commit(&step).await.unwrap();
+    store.close().await;
+
+    let raw = sqlx::SqlitePool::connect(&url).await.unwrap();
+    let (kind, text): (String, String) =
+        sqlx::query_as("SELECT typeof(snapshot), snapshot FROM instances WHERE id = 'i-1'")
+            .fetch_one(&raw)
+            .await
+            .unwrap();
+    assert_eq!(kind, "text");
+    assert_eq!(text, step.snapshot.to_json().to_string());
+    // A row as an earlier build wrote it: its JSON bound as a string.
+    let mut earlier = start("i-2").snapshot;
+    earlier.vars.insert("note".to_owned(), "ünïcode".into());
+    sqlx::query(
+        "INSERT INTO instances
+             (id, tenant, deployment, version, flow, status, snapshot, created_at, updated_at)
+         VALUES ('i-2', ?1, 'payments', 1, 'money-transfer', ?2, ?3, 0, 0)",
+    )
+    .bind(TENANT)
+    .bind(earlier.status.as_str())
+    .bind(earlier.to_json().to_string())
+    .execute(&raw)
+    .await
+    .unwrap();
+    raw.close().await;
+
+    let reopened = SqliteStore::open(&url).await.unwrap();
+    let record = reopened.instance(TENANT, "i-2").await.unwrap().unwrap();
+    assert_eq!(record.snapshot, earlier);
 }

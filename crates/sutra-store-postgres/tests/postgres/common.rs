@@ -5,8 +5,9 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::json;
 use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot, Status};
 use sutra_core::step::{HistoryEvent, HistoryKind, Message};
+use sutra_store::prelude::*;
 use sutra_store::{
-    Arm, BufferedMessage, Claimed, InboxAnswer, InboxEntry, OutboxEntry, Owner, StepCommit, Store,
+    Arm, BufferedMessage, Claimed, InboxAnswer, InboxEntry, OutboxEntry, Owner, StepCommit,
 };
 use sutra_store_postgres::{PostgresOptions, PostgresStore};
 use sutra_testkit::postgres::TestDatabase;

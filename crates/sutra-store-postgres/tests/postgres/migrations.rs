@@ -3,7 +3,8 @@
 //! must keep — a tenant column and forced row-level security.
 
 use sqlx::{Connection, PgConnection};
-use sutra_store::{Error, InstanceFilter, Store};
+use sutra_store::prelude::*;
+use sutra_store::{Error, InstanceFilter};
 use sutra_store_postgres::{PostgresOptions, PostgresStore, migrate, row_security_gaps};
 use sutra_testkit::postgres::TestDatabase;
 

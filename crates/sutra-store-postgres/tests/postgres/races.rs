@@ -7,7 +7,8 @@ use std::collections::HashSet;
 
 use futures_util::future::join_all;
 use sutra_core::snapshot::ParkId;
-use sutra_store::{DeliveryKind, Error, StepCommit, Store, TaskPoll};
+use sutra_store::prelude::*;
+use sutra_store::{DeliveryKind, Error, StepCommit, TaskPoll};
 use sutra_store_postgres::{PostgresOptions, PostgresStore};
 use sutra_testkit::postgres::TestDatabase;
 

@@ -1,0 +1,36 @@
+//! What Sutra's SQL stores share, written once: the row structs and their decoding into the
+//! store's records ([`rows`]), the API's listings ([`listings`]), and the transaction scripts —
+//! the order of a step's writes ([`commit`]), the task poll, complete, fail and extend
+//! ([`tasks`]), intake's `buffer` ([`intake`]) and the deploy ([`deployments`]) — generic over a
+//! small statement layer ([`statements`]) that each backend implements once on its transaction,
+//! in its own dialect.
+//!
+//! A script decides which statements run, in what order, and what is checked between them; a
+//! statement is the backend's SQL. A reason that holds for every backend (why a park's task is
+//! cancelled before its deliveries are deleted) is written on the script; a reason that holds for
+//! one (READ COMMITTED, advisory locks, SQLite's single writer) on that backend's statement.
+
+/// The columns of a [`rows::TaskRow`], for every statement that reads one.
+#[macro_export]
+macro_rules! task_columns {
+    () => {
+        "id, instance, park, topic, input, state, attempt, retries, worker, locked_until,
+         available_at, created_at"
+    };
+}
+
+pub mod commit;
+pub mod deployments;
+mod error;
+pub mod intake;
+pub mod listings;
+pub mod params;
+pub mod rows;
+pub mod statements;
+pub mod tasks;
+
+pub use error::driver_error;
+pub use statements::{
+    Backend, DeploymentStatements, IntakeStatements, LockOn, NewDeliveryRow, Scope, Statements,
+    StepStatements, TaskArm, TaskStatements,
+};

@@ -1,0 +1,279 @@
+//! The statement layer: each method one statement (or, where a dialect needs several, one
+//! step of a script), its SQL text the backend's. A backend implements these traits once, on its
+//! transaction; the scripts of this crate decide the order the statements run in and check what
+//! each returns, so that order and those checks exist once.
+//!
+//! What differs between dialects stays behind a method: placeholders, how a list is bound
+//! (`json_each` on SQLite, arrays and `unnest` on PostgreSQL), whose clock "now" is (the
+//! process's on SQLite, read once when the transaction begins; `sutra_now()` on PostgreSQL), and
+//! how transactions are ordered with each other (SQLite's single writer orders every write
+//! transaction already; PostgreSQL takes advisory locks, see [`Statements::serialize`]).
+//!
+//! Statements that write a step's rows take the step's whole set of them (its history, its
+//! outbox rows), so that a backend may write each set in one statement; a commit of many steps
+//! at once changes the scripts, not this shape.
+
+use std::future::Future;
+
+use jiff::{SignedDuration, Timestamp};
+use serde_json::Value;
+use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot};
+use sutra_core::step::HistoryEvent;
+use sutra_store::{
+    BufferedMessage, ClaimToken, DeliveryId, DeliveryKind, InboxAnswer, InboxEntry, LockedTask,
+    NewDelivery, OutboxEntry, Result, TaskPoll, TaskState, WaitTarget,
+};
+
+use crate::rows::{DeploymentRow, ExpiredRow, HeldRow};
+
+/// Whose rows a transaction may touch. SQLite keeps no tenants apart by itself and ignores it;
+/// PostgreSQL's row-level security shows a transaction only the rows of its scope.
+#[derive(Debug, Clone, Copy)]
+pub enum Scope<'a> {
+    /// One tenant's rows: everything a request on behalf of a tenant does.
+    Tenant(&'a str),
+    /// Every tenant's rows, to read, update and delete, never to insert: the store's own
+    /// cross-tenant work (sweep, due deliveries, outbox sending), whose trait methods name no
+    /// tenant.
+    System,
+}
+
+/// What a transaction must be ordered with: the other transactions naming the same thing run
+/// before or after it, never interleaved with it.
+#[derive(Debug, Clone, Copy)]
+pub enum LockOn<'a> {
+    /// `buffer` and a park's commit on the same `(tenant, channel, key)`: whichever goes second
+    /// sees what the first wrote (docs/decisions/0015).
+    Correlation {
+        tenant: &'a str,
+        channel: &'a str,
+        key: &'a str,
+    },
+    /// Deploys of one deployment name: version n+1 is computed from version n.
+    Deployment { tenant: &'a str, name: &'a str },
+}
+
+/// A delivery to write: due at `due_at`, or at once by the store's clock when `None`.
+pub struct NewDeliveryRow<'a> {
+    pub tenant: &'a str,
+    pub instance: &'a str,
+    pub park: ParkId,
+    pub kind: &'a DeliveryKind,
+    pub due_at: Option<Timestamp>,
+}
+
+impl<'a> From<&'a NewDelivery> for NewDeliveryRow<'a> {
+    /// An asked delivery, due at its own time.
+    fn from(delivery: &'a NewDelivery) -> NewDeliveryRow<'a> {
+        NewDeliveryRow {
+            tenant: &delivery.tenant,
+            instance: &delivery.instance,
+            park: delivery.park,
+            kind: &delivery.kind,
+            due_at: Some(delivery.due_at),
+        }
+    }
+}
+
+/// The fields of an [`sutra_store::Arm::Task`], and the id of its task.
+pub struct TaskArm<'a> {
+    /// `{instance}:{park}`: a park has at most one task, and re-arming it (a restore) replaces
+    /// its earlier, resolved row.
+    pub id: String,
+    pub topic: &'a str,
+    pub input: &'a Value,
+    pub retries: u32,
+    pub backoff: SignedDuration,
+    pub lock: SignedDuration,
+}
+
+/// A backend the scripts can begin transactions on.
+pub trait Backend: Sync {
+    type Tx: StepStatements + TaskStatements + IntakeStatements + DeploymentStatements;
+
+    /// Begins a transaction scoped to `scope`, ready to write.
+    fn begin(&self, scope: Scope<'_>) -> impl Future<Output = Result<Self::Tx>> + Send;
+}
+
+/// The statements more than one script runs, and the transaction's end.
+pub trait Statements: Send + Sized {
+    /// Commits; dropping the transaction instead rolls it back.
+    fn commit(self) -> impl Future<Output = Result<()>> + Send;
+
+    /// Orders this transaction with every other that names any of `on`, until it ends.
+    fn serialize(&mut self, on: &[LockOn<'_>]) -> impl Future<Output = Result<()>> + Send;
+
+    fn insert_delivery(
+        &mut self,
+        delivery: NewDeliveryRow<'_>,
+    ) -> impl Future<Output = Result<DeliveryId>> + Send;
+
+    /// Inserts a message's inbox row unless one exists; whether this insert made it.
+    fn insert_inbox(
+        &mut self,
+        tenant: &str,
+        entry: &InboxEntry,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    fn inbox_answer(
+        &mut self,
+        tenant: &str,
+        channel: &str,
+        event_id: &str,
+    ) -> impl Future<Output = Result<Option<InboxAnswer>>> + Send;
+
+    fn find_wait(
+        &mut self,
+        tenant: &str,
+        channel: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<WaitTarget>>> + Send;
+}
+
+/// The statements of a step's commit ([`crate::commit`]).
+pub trait StepStatements: Statements {
+    /// Writes the snapshot and clears the owner if `token` still holds the claim; whether it did.
+    fn settle(
+        &mut self,
+        token: &ClaimToken,
+        snapshot: &Snapshot,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Inserts a new, unowned instance.
+    fn insert_instance(&mut self, snapshot: &Snapshot) -> impl Future<Output = Result<()>> + Send;
+
+    fn insert_history(
+        &mut self,
+        instance: &InstanceInfo,
+        events: &[HistoryEvent],
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Cancels the park's task if a worker may still take it (available or locked).
+    fn cancel_task(
+        &mut self,
+        instance: &str,
+        park: ParkId,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Deletes the park's wait and its pending deliveries (timers among them).
+    fn delete_park_rows(
+        &mut self,
+        instance: &str,
+        park: ParkId,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Inserts a correlation alias unless the key is taken; whether this insert made it.
+    fn insert_wait(
+        &mut self,
+        instance: &InstanceInfo,
+        park: ParkId,
+        channel: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Deletes and returns the oldest live buffered message on the key, if any.
+    fn take_buffered(
+        &mut self,
+        tenant: &str,
+        channel: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<Value>>> + Send;
+
+    /// Inserts the park's task, available now, replacing an earlier, resolved row of the park.
+    fn insert_task(
+        &mut self,
+        instance: &InstanceInfo,
+        park: ParkId,
+        task: &TaskArm<'_>,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    fn insert_outbox(
+        &mut self,
+        instance: &InstanceInfo,
+        entries: &[OutboxEntry],
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Deletes the delivery the step applied.
+    fn take_delivery(
+        &mut self,
+        instance: &str,
+        delivery: DeliveryId,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Writes the answer to a consumed message over whatever inbox row it had.
+    fn record_consumed(
+        &mut self,
+        tenant: &str,
+        entry: &InboxEntry,
+    ) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// The statements of the pull surface's scripts ([`crate::tasks`]).
+pub trait TaskStatements: Statements {
+    /// Turns terminal every task of the topics whose last attempt's lock expired; returns them.
+    fn exhaust_expired(
+        &mut self,
+        tenant: &str,
+        topics: &[String],
+    ) -> impl Future<Output = Result<Vec<ExpiredRow>>> + Send;
+
+    /// Locks up to `poll.max` available or expired tasks, oldest first, each with a fresh token.
+    fn lock_tasks(
+        &mut self,
+        poll: &TaskPoll,
+    ) -> impl Future<Output = Result<Vec<LockedTask>>> + Send;
+
+    /// Reads the task, held until the transaction ends, and the store's clock to judge its lock
+    /// by.
+    fn held_task(
+        &mut self,
+        tenant: &str,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<(HeldRow, Timestamp)>>> + Send;
+
+    /// The lock ends: the task leaves `locked` for `state`.
+    fn end_lock(&mut self, id: &str, state: TaskState) -> impl Future<Output = Result<()>> + Send;
+
+    /// The lock ends with a failed attempt within the budget: the next attempt is available once
+    /// `backoff` has passed.
+    fn retry_task(
+        &mut self,
+        id: &str,
+        backoff: SignedDuration,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Moves the lock's deadline to `lock` from now; returns it.
+    fn extend_lock(
+        &mut self,
+        id: &str,
+        lock: SignedDuration,
+    ) -> impl Future<Output = Result<Timestamp>> + Send;
+}
+
+/// The statement of intake's script ([`crate::intake`]).
+pub trait IntakeStatements: Statements {
+    fn insert_buffered(
+        &mut self,
+        tenant: &str,
+        message: &BufferedMessage,
+    ) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// The statements of a deploy ([`crate::deployments`]).
+pub trait DeploymentStatements: Statements {
+    /// The active version of `name`, if any, becomes draining.
+    fn drain_active(&mut self, tenant: &str, name: &str)
+    -> impl Future<Output = Result<()>> + Send;
+
+    /// Inserts version n+1 of `name`, active.
+    fn insert_version(
+        &mut self,
+        tenant: &str,
+        name: &str,
+        source: &str,
+    ) -> impl Future<Output = Result<DeploymentRow>> + Send;
+
+    /// Tells the other processes on the store, once this transaction commits, that a version
+    /// was stored.
+    fn announce_deployment(&mut self) -> impl Future<Output = Result<()>> + Send;
+}
