@@ -1,5 +1,5 @@
-//! A step's commit on PostgreSQL: the shared script ([`sutra_store_sql::commit`]) over these
-//! statements, in one transaction scoped to the instance's tenant.
+//! A step's commit on PostgreSQL: the statements of the shared script, in one transaction scoped
+//! to the instance's tenant.
 //!
 //! Unlike SQLite, other writers run at the same time (READ COMMITTED). The fenced update
 //! ([`StepStatements::settle`]) holds the instance's row lock to the end, so no claim, sweep or
@@ -10,21 +10,11 @@ use serde_json::Value;
 use sqlx::types::Json;
 use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot};
 use sutra_core::step::HistoryEvent;
-use sutra_store::{
-    ClaimToken, Committed, DeliveryId, InboxEntry, OutboxEntry, Result, StepCommit, Steps,
-};
+use sutra_store::{ClaimToken, DeliveryId, InboxEntry, OutboxEntry, Result};
 use sutra_store_sql::{StepStatements, TaskArm, params};
 
-use crate::PostgresStore;
 use crate::codec::{db, history_kind, micros, park, signed};
 use crate::statements::Scoped;
-
-#[async_trait::async_trait]
-impl Steps for PostgresStore {
-    async fn commit(&self, step: &StepCommit) -> Result<Committed> {
-        sutra_store_sql::commit::commit(self, step).await
-    }
-}
 
 impl StepStatements for Scoped {
     /// The row lock this update takes is held until the commit.

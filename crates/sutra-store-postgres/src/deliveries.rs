@@ -1,76 +1,56 @@
 //! Deliveries (SPEC §5.6) on PostgreSQL: each operation one statement in a transaction of its
-//! own — the tenant's to ask, the system's to find, defer and discard (the dispatcher serves
-//! every tenant) — due times against the database's clock.
+//! own, due times against the database's clock. Inserting one is
+//! [`sutra_store_sql::Statements::insert_delivery`], which steps and the task scripts run too
+//! (see [`crate::statements`]).
 
 use jiff::Timestamp;
-use sutra_store::{Deliveries, Delivery, DeliveryId, NewDelivery, Result};
+use sutra_store::{DeliveryId, Result};
+use sutra_store_sql::DeliveryStatements;
 use sutra_store_sql::rows::DeliveryRow;
-use sutra_store_sql::{Backend, Scope, Statements};
 
-use crate::PostgresStore;
-use crate::codec::{db, micros, timestamp};
+use crate::codec::{db, micros};
+use crate::statements::Scoped;
 
-#[async_trait::async_trait]
-impl Deliveries for PostgresStore {
-    async fn ask(&self, delivery: &NewDelivery) -> Result<DeliveryId> {
-        let mut tx = self.begin(Scope::Tenant(&delivery.tenant)).await?;
-        let id = tx.insert_delivery(delivery.into()).await?;
-        tx.commit().await?;
-        Ok(id)
-    }
-
-    async fn due_deliveries(&self, limit: u32) -> Result<Vec<Delivery>> {
-        let mut tx = self.begin(Scope::System).await?;
-        let rows: Vec<DeliveryRow> = sqlx::query_as(
+impl DeliveryStatements for Scoped {
+    async fn due_deliveries(&mut self, limit: u32) -> Result<Vec<DeliveryRow>> {
+        sqlx::query_as(
             "SELECT id, tenant, instance, park, kind, payload, due_at, attempts FROM deliveries
              WHERE due_at <= sutra_now() ORDER BY due_at, id LIMIT $1",
         )
         .bind(i64::from(limit))
-        .fetch_all(tx.connection())
+        .fetch_all(self.connection())
         .await
-        .map_err(db)?;
-        tx.commit().await?;
-        rows.into_iter().map(DeliveryRow::decode).collect()
+        .map_err(db)
     }
 
-    async fn delivery(&self, id: DeliveryId) -> Result<Option<Delivery>> {
-        let mut tx = self.begin(Scope::System).await?;
-        let row: Option<DeliveryRow> = sqlx::query_as(
+    async fn delivery(&mut self, id: DeliveryId) -> Result<Option<DeliveryRow>> {
+        sqlx::query_as(
             "SELECT id, tenant, instance, park, kind, payload, due_at, attempts FROM deliveries
              WHERE id = $1",
         )
         .bind(id.0)
-        .fetch_optional(tx.connection())
+        .fetch_optional(self.connection())
         .await
-        .map_err(db)?;
-        tx.commit().await?;
-        row.map(DeliveryRow::decode).transpose()
+        .map_err(db)
     }
 
-    async fn defer(&self, id: DeliveryId, until: Timestamp) -> Result<()> {
-        let mut tx = self.begin(Scope::System).await?;
+    async fn defer(&mut self, id: DeliveryId, until: Timestamp) -> Result<()> {
         let query =
             sqlx::query("UPDATE deliveries SET due_at = $2, attempts = attempts + 1 WHERE id = $1")
                 .bind(id.0)
                 .bind(micros(until));
-        tx.execute(query).await?;
-        tx.commit().await
+        self.execute(query).await.map(drop)
     }
 
-    async fn discard(&self, id: DeliveryId) -> Result<()> {
-        let mut tx = self.begin(Scope::System).await?;
-        tx.execute(sqlx::query("DELETE FROM deliveries WHERE id = $1").bind(id.0))
-            .await?;
-        tx.commit().await
+    async fn discard(&mut self, id: DeliveryId) -> Result<()> {
+        let query = sqlx::query("DELETE FROM deliveries WHERE id = $1").bind(id.0);
+        self.execute(query).await.map(drop)
     }
 
-    async fn next_due(&self) -> Result<Option<Timestamp>> {
-        let mut tx = self.begin(Scope::System).await?;
-        let earliest: Option<i64> = sqlx::query_scalar("SELECT MIN(due_at) FROM deliveries")
-            .fetch_one(tx.connection())
+    async fn next_due(&mut self) -> Result<Option<i64>> {
+        sqlx::query_scalar("SELECT MIN(due_at) FROM deliveries")
+            .fetch_one(self.connection())
             .await
-            .map_err(db)?;
-        tx.commit().await?;
-        earliest.map(timestamp).transpose()
+            .map_err(db)
     }
 }

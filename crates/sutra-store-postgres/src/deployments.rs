@@ -1,51 +1,14 @@
-//! Deployments on PostgreSQL: the shared deploy script ([`sutra_store_sql::deployments`]), whose
-//! advisory lock on the name orders concurrent deploys of it, and which announces each stored
+//! Deployments on PostgreSQL: the statements of the shared deploy script, whose advisory lock on
+//! the name orders concurrent deploys of it, and which announces each stored
 //! version to every replica (see [`crate::notices`]).
 
-use sutra_store::{DeploymentRecord, Deployments, Result};
+use sutra_store::Result;
 use sutra_store_sql::rows::DeploymentRow;
-use sutra_store_sql::{Backend, DeploymentStatements, Scope, Statements, params};
+use sutra_store_sql::{DeploymentStatements, params};
 
-use crate::codec::{db, unsigned};
+use crate::codec::db;
+use crate::notices;
 use crate::statements::Scoped;
-use crate::{PostgresStore, notices};
-
-#[async_trait::async_trait]
-impl Deployments for PostgresStore {
-    async fn deploy(&self, tenant: &str, name: &str, source: &str) -> Result<DeploymentRecord> {
-        sutra_store_sql::deployments::deploy(self, tenant, name, source).await
-    }
-
-    async fn deployments(&self, tenant: Option<&str>) -> Result<Vec<DeploymentRecord>> {
-        let scope = tenant.map_or(Scope::System, Scope::Tenant);
-        let mut tx = self.begin(scope).await?;
-        let rows: Vec<DeploymentRow> = sqlx::query_as(
-            "SELECT tenant, name, version, status, source, created_at FROM deployments
-             WHERE $1::text IS NULL OR tenant = $1
-             ORDER BY created_at, tenant, name, version",
-        )
-        .bind(tenant)
-        .fetch_all(tx.connection())
-        .await
-        .map_err(db)?;
-        tx.commit().await?;
-        rows.into_iter().map(DeploymentRow::decode).collect()
-    }
-
-    async fn deployment_revision(&self) -> Result<u64> {
-        let mut tx = self.begin(Scope::System).await?;
-        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM deployments")
-            .fetch_one(tx.connection())
-            .await
-            .map_err(db)?;
-        tx.commit().await?;
-        unsigned(count, "a deployment count")
-    }
-
-    async fn deployment_notice(&self) -> Result<()> {
-        self.notices.next().await
-    }
-}
 
 impl DeploymentStatements for Scoped {
     async fn drain_active(&mut self, tenant: &str, name: &str) -> Result<()> {
@@ -78,5 +41,24 @@ impl DeploymentStatements for Scoped {
     async fn announce_deployment(&mut self) -> Result<()> {
         let query = sqlx::query("SELECT pg_notify($1, '')").bind(notices::CHANNEL);
         self.execute(query).await.map(drop)
+    }
+
+    async fn deployments(&mut self, tenant: Option<&str>) -> Result<Vec<DeploymentRow>> {
+        sqlx::query_as(
+            "SELECT tenant, name, version, status, source, created_at FROM deployments
+             WHERE $1::text IS NULL OR tenant = $1
+             ORDER BY created_at, tenant, name, version",
+        )
+        .bind(tenant)
+        .fetch_all(self.connection())
+        .await
+        .map_err(db)
+    }
+
+    async fn deployment_count(&mut self) -> Result<i64> {
+        sqlx::query_scalar("SELECT count(*) FROM deployments")
+            .fetch_one(self.connection())
+            .await
+            .map_err(db)
     }
 }

@@ -10,29 +10,21 @@
 //! 0003).
 
 use jiff::SignedDuration;
-use sutra_store::{Lease, Leases, Result};
+use sutra_store::Result;
+use sutra_store_sql::LeaseStatements;
 use sutra_store_sql::rows::LeaseRow;
-use sutra_store_sql::{Backend, Scope, Statements};
 
-use crate::PostgresStore;
 use crate::codec::{age, db};
+use crate::statements::Scoped;
 
-#[async_trait::async_trait]
-impl Leases for PostgresStore {
-    /// The one database of a fleet of replicas: its singleton roles are led by one replica at a
-    /// time.
-    fn shared_by_replicas(&self) -> bool {
-        true
-    }
-
+impl LeaseStatements for Scoped {
     async fn acquire_lease(
-        &self,
+        &mut self,
         role: &str,
         holder: &str,
         ttl: SignedDuration,
-    ) -> Result<Option<Lease>> {
-        let mut tx = self.begin(Scope::System).await?;
-        let row: Option<LeaseRow> = sqlx::query_as(
+    ) -> Result<Option<LeaseRow>> {
+        sqlx::query_as(
             "INSERT INTO leases (role, holder, expires_at, epoch)
              VALUES ($1, $2, sutra_after($3), 1)
              ON CONFLICT (role) DO UPDATE SET
@@ -45,35 +37,25 @@ impl Leases for PostgresStore {
         .bind(role)
         .bind(holder)
         .bind(age(ttl))
-        .fetch_optional(tx.connection())
+        .fetch_optional(self.connection())
         .await
-        .map_err(db)?;
-        tx.commit().await?;
-        row.map(LeaseRow::decode).transpose()
+        .map_err(db)
     }
 
-    async fn release_lease(&self, role: &str, holder: &str) -> Result<()> {
-        let mut tx = self.begin(Scope::System).await?;
-        sqlx::query(
+    async fn release_lease(&mut self, role: &str, holder: &str) -> Result<()> {
+        let query = sqlx::query(
             "UPDATE leases SET expires_at = LEAST(expires_at, sutra_now())
              WHERE role = $1 AND holder = $2",
         )
         .bind(role)
-        .bind(holder)
-        .execute(tx.connection())
-        .await
-        .map_err(db)?;
-        tx.commit().await
+        .bind(holder);
+        self.execute(query).await.map(drop)
     }
 
-    async fn leases(&self) -> Result<Vec<Lease>> {
-        let mut tx = self.begin(Scope::System).await?;
-        let rows: Vec<LeaseRow> =
-            sqlx::query_as("SELECT role, holder, expires_at, epoch FROM leases ORDER BY role")
-                .fetch_all(tx.connection())
-                .await
-                .map_err(db)?;
-        tx.commit().await?;
-        rows.into_iter().map(LeaseRow::decode).collect()
+    async fn leases(&mut self) -> Result<Vec<LeaseRow>> {
+        sqlx::query_as("SELECT role, holder, expires_at, epoch FROM leases ORDER BY role")
+            .fetch_all(self.connection())
+            .await
+            .map_err(db)
     }
 }

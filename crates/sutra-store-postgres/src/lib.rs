@@ -1,7 +1,10 @@
-//! Sutra's production store: the [`Store`] trait over one PostgreSQL database shared by every
-//! replica (`sutra serve --db postgres://…`).
+//! Sutra's production store: the store seam over one PostgreSQL database shared by every replica
+//! (`sutra serve --db postgres://…`).
 //!
-//! Each operation of the trait is one transaction, scoped to the tenant it acts for (see
+//! [`PostgresStore`] is `sutra_store_sql`'s [`SqlStore`], whose scripts implement every area of
+//! the seam once, over the statements of this crate: its SQL, its codec, its schema, its
+//! transaction ([`statements::Scoped`]), and what PostgreSQL adds — the tenant's scope, advisory
+//! locks, deployment notices. Each operation of the seam is one transaction, scoped to the tenant it acts for (see
 //! [`scope`]): row-level security, enabled and forced on every table, shows it no other tenant's
 //! rows. The claim, release, sweep and delivery updates are single conditional statements inside
 //! it; a step's commit is one transaction led by its fenced update (see [`commit`]). Every "now"
@@ -9,11 +12,9 @@
 //! reasoning — concurrency, the clock, row-level security, timeouts — is in
 //! docs/decisions/0015-postgres-store.md.
 //!
-//! One file per area of the seam, each implementing its trait: [`claim`] first, then
+//! One file per area of the seam, each with the statements of its area: [`claim`] first, then
 //! [`commit`], [`intake`], [`deliveries`], [`tasks`], [`outbox`], [`leases`], [`deployments`],
-//! [`reads`] and [`purge`]. The transaction scripts they share with the SQLite store (a step's
-//! commit, the task scripts, `buffer`, the deploy) are `sutra_store_sql`'s, run over the
-//! statements each area file implements on [`statements::Scoped`].
+//! [`reads`] and [`purge`].
 
 mod claim;
 mod codec;
@@ -37,6 +38,7 @@ use std::time::Duration;
 use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sutra_store::{Error, Result};
+use sutra_store_sql::SqlStore;
 
 use crate::schema::migrate_with;
 
@@ -60,7 +62,7 @@ const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 /// How long an operation waits for a pooled connection before reporting the store unavailable.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How [`PostgresStore::open`] connects.
+/// How [`open`] connects.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PostgresOptions {
     /// The most connections the pool opens.
@@ -83,47 +85,50 @@ impl Default for PostgresOptions {
     }
 }
 
-pub struct PostgresStore {
+/// The production store.
+pub type PostgresStore = SqlStore<Postgres>;
+
+/// The PostgreSQL backend: a pool of connections to one database, and the listener for
+/// deployment notices.
+pub struct Postgres {
     pool: PgPool,
     notices: notices::Notices,
 }
 
-impl PostgresStore {
-    /// Connects to `postgres://…` (or `postgresql://…`) with a pool of at most
-    /// `options.pool_size` connections, and brings the schema up to date unless told not to.
-    /// Connections are opened lazily, as work needs them, and reopened after the database comes
-    /// back; each connection prepares and caches the statements it runs.
-    pub async fn open(url: &str, options: &PostgresOptions) -> Result<PostgresStore> {
-        let connect = connect_options(url)?;
-        if options.migrate {
-            match &options.migrate_url {
-                Some(owner) => migrate(owner).await?,
-                None => migrate_with(&connect).await?,
-            }
+/// Connects to `postgres://…` (or `postgresql://…`) with a pool of at most `options.pool_size`
+/// connections, and brings the schema up to date unless told not to. Connections are opened
+/// lazily, as work needs them, and reopened after the database comes back; each connection
+/// prepares and caches the statements it runs.
+pub async fn open(url: &str, options: &PostgresOptions) -> Result<PostgresStore> {
+    let connect = connect_options(url)?;
+    if options.migrate {
+        match &options.migrate_url {
+            Some(owner) => migrate(owner).await?,
+            None => migrate_with(&connect).await?,
         }
-        let notices = notices::Notices::new(connect.clone());
-        let session = connect.options([
-            ("lock_timeout", millis(LOCK_TIMEOUT)),
-            (
-                "idle_in_transaction_session_timeout",
-                millis(IDLE_IN_TRANSACTION_TIMEOUT),
-            ),
-        ]);
-        let pool = PgPoolOptions::new()
-            .max_connections(options.pool_size)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .test_before_acquire(false)
-            .before_acquire(|connection, metadata| {
-                Box::pin(async move {
-                    if metadata.idle_for >= PING_AFTER_IDLE {
-                        connection.ping().await?;
-                    }
-                    Ok(true)
-                })
-            })
-            .connect_lazy_with(session);
-        Ok(PostgresStore { pool, notices })
     }
+    let notices = notices::Notices::new(connect.clone());
+    let session = connect.options([
+        ("lock_timeout", millis(LOCK_TIMEOUT)),
+        (
+            "idle_in_transaction_session_timeout",
+            millis(IDLE_IN_TRANSACTION_TIMEOUT),
+        ),
+    ]);
+    let pool = PgPoolOptions::new()
+        .max_connections(options.pool_size)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .test_before_acquire(false)
+        .before_acquire(|connection, metadata| {
+            Box::pin(async move {
+                if metadata.idle_for >= PING_AFTER_IDLE {
+                    connection.ping().await?;
+                }
+                Ok(true)
+            })
+        })
+        .connect_lazy_with(session);
+    Ok(SqlStore::new(Postgres { pool, notices }))
 }
 
 /// Applies every pending migration to the database at `url` (`sutra db migrate`). Safe to run

@@ -2,18 +2,18 @@
 //! runs, and the advisory locks that order the transactions SQLite's single writer orders for
 //! free.
 
+use sqlx::PgConnection;
 use sqlx::postgres::PgArguments;
-use sqlx::{PgConnection, Postgres};
 use sutra_store::{DeliveryId, InboxAnswer, InboxEntry, Result, WaitTarget};
 use sutra_store_sql::rows::{InboxRow, WaitRow};
 use sutra_store_sql::{Backend, LockOn, NewDeliveryRow, Scope, Statements, params};
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::PostgresStore;
+use crate::Postgres;
 use crate::codec::{db, micros};
 use crate::scope::{Tx, begin};
 
-pub type Query<'q> = sqlx::query::Query<'q, Postgres, PgArguments>;
+pub type Query<'q> = sqlx::query::Query<'q, sqlx::Postgres, PgArguments>;
 
 /// A transaction scoped to a tenant, or to the system (see [`crate::scope`]).
 pub struct Scoped {
@@ -32,12 +32,23 @@ impl Scoped {
     }
 }
 
-impl Backend for PostgresStore {
+impl Backend for Postgres {
     type Tx = Scoped;
 
     async fn begin(&self, scope: Scope<'_>) -> Result<Scoped> {
         let tx = begin(&self.pool, scope).await?;
         Ok(Scoped { tx })
+    }
+
+    /// The one database of a fleet of replicas: its singleton roles are led by one replica at a
+    /// time.
+    fn shared_by_replicas(&self) -> bool {
+        true
+    }
+
+    /// The next notice on the listener (see [`crate::notices`]).
+    async fn deployment_notice(&self) -> Result<()> {
+        self.notices.next().await
     }
 }
 

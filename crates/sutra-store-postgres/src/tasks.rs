@@ -1,5 +1,4 @@
-//! The pull surface (SPEC §5.5) on PostgreSQL: the shared scripts ([`sutra_store_sql::tasks`])
-//! over these statements. Steps write and cancel the task rows (see [`crate::commit`]).
+//! The pull surface (SPEC §5.5) on PostgreSQL: the statements of the shared scripts. Steps write and cancel the task rows (see [`crate::commit`]).
 //!
 //! Workers poll every replica at once. A poll picks its tasks `FOR UPDATE SKIP LOCKED`: a task
 //! another poll is taking right now is skipped rather than waited for, and one it took and
@@ -13,67 +12,12 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 use sqlx::types::Json;
 use sutra_store::codec::unsigned;
-use sutra_store::{LockedTask, Polled, Result, TaskFailure, TaskPoll, TaskState, Tasks};
+use sutra_store::{LockedTask, Result, TaskPoll, TaskState};
+use sutra_store_sql::TaskStatements;
 use sutra_store_sql::rows::{ExpiredRow, HeldRow};
-use sutra_store_sql::{Backend, Scope, Statements, TaskStatements};
 
-use crate::PostgresStore;
 use crate::codec::{db, duration_micros, timestamp};
 use crate::statements::Scoped;
-
-#[async_trait::async_trait]
-impl Tasks for PostgresStore {
-    async fn poll_tasks(&self, poll: &TaskPoll) -> Result<Polled> {
-        sutra_store_sql::tasks::poll(self, poll).await
-    }
-
-    async fn next_task_at(&self, tenant: &str, topics: &[String]) -> Result<Option<Timestamp>> {
-        let mut tx = self.begin(Scope::Tenant(tenant)).await?;
-        let earliest: Option<i64> = sqlx::query_scalar(
-            "SELECT MIN(CASE state WHEN $4 THEN locked_until ELSE available_at END) FROM tasks
-             WHERE tenant = $1 AND topic = ANY($2) AND state IN ($3, $4)",
-        )
-        .bind(tenant)
-        .bind(topics)
-        .bind(TaskState::Available.as_str())
-        .bind(TaskState::Locked.as_str())
-        .fetch_one(tx.connection())
-        .await
-        .map_err(db)?;
-        tx.commit().await?;
-        earliest.map(timestamp).transpose()
-    }
-
-    async fn complete_task(
-        &self,
-        tenant: &str,
-        id: &str,
-        lock_token: &str,
-        output: &Value,
-    ) -> Result<()> {
-        sutra_store_sql::tasks::complete(self, tenant, id, lock_token, output).await
-    }
-
-    async fn fail_task(
-        &self,
-        tenant: &str,
-        id: &str,
-        lock_token: &str,
-        failure: &TaskFailure,
-    ) -> Result<TaskState> {
-        sutra_store_sql::tasks::fail(self, tenant, id, lock_token, failure).await
-    }
-
-    async fn extend_task(
-        &self,
-        tenant: &str,
-        id: &str,
-        lock_token: &str,
-        lock: SignedDuration,
-    ) -> Result<Timestamp> {
-        sutra_store_sql::tasks::extend(self, tenant, id, lock_token, lock).await
-    }
-}
 
 /// A task as a poll locked it.
 #[derive(sqlx::FromRow)]
@@ -110,6 +54,20 @@ struct HeldNow {
 }
 
 impl TaskStatements for Scoped {
+    async fn next_task_at(&mut self, tenant: &str, topics: &[String]) -> Result<Option<i64>> {
+        sqlx::query_scalar(
+            "SELECT MIN(CASE state WHEN $4 THEN locked_until ELSE available_at END) FROM tasks
+             WHERE tenant = $1 AND topic = ANY($2) AND state IN ($3, $4)",
+        )
+        .bind(tenant)
+        .bind(topics)
+        .bind(TaskState::Available.as_str())
+        .bind(TaskState::Locked.as_str())
+        .fetch_one(self.connection())
+        .await
+        .map_err(db)
+    }
+
     /// A task another poll is exhausting right now is skipped: that poll records its delivery.
     async fn exhaust_expired(
         &mut self,

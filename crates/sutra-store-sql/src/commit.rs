@@ -13,45 +13,49 @@ use sutra_core::step::Message;
 use sutra_store::codec::corrupt;
 use sutra_store::{
     Arm, ClaimToken, Committed, DeliveryId, DeliveryKind, Error, InboxAnswer, InboxEntry, Result,
-    StepCommit,
+    StepCommit, Steps,
 };
 
 use crate::statements::{
     Backend, LockOn, NewDeliveryRow, Scope, Statements, StepStatements, TaskArm,
 };
+use crate::store::SqlStore;
 
-pub async fn commit<B: Backend>(backend: &B, step: &StepCommit) -> Result<Committed> {
-    let instance = &step.snapshot.instance;
-    let mut writer = StepWriter {
-        tx: backend.begin(Scope::Tenant(&instance.tenant)).await?,
-        step,
-        instance,
-    };
-    match &step.claim {
-        Some(token) => writer.settle(token).await?,
-        None => writer.insert_start().await?,
+#[async_trait::async_trait]
+impl<B: Backend> Steps for SqlStore<B> {
+    async fn commit(&self, step: &StepCommit) -> Result<Committed> {
+        let instance = &step.snapshot.instance;
+        let mut writer = StepWriter {
+            tx: self.begin(Scope::Tenant(&instance.tenant)).await?,
+            step,
+            instance,
+        };
+        match &step.claim {
+            Some(token) => writer.settle(token).await?,
+            None => writer.insert_start().await?,
+        }
+        lock_waits(&mut writer.tx, step).await?;
+        writer.tx.insert_history(instance, &step.history).await?;
+        for park in &step.disarms {
+            writer.disarm(*park).await?;
+        }
+        let mut due_now = Vec::new();
+        for arm in &step.arms {
+            due_now.extend(writer.arm(arm).await?);
+        }
+        writer.tx.insert_outbox(instance, &step.outbox).await?;
+        if let Some(taken) = step.taken {
+            writer.tx.take_delivery(&instance.id, taken).await?;
+        }
+        // A start's inbox row was written first, by `insert_start`.
+        if step.claim.is_some()
+            && let Some(entry) = &step.inbox
+        {
+            writer.tx.record_consumed(&instance.tenant, entry).await?;
+        }
+        writer.tx.commit().await?;
+        Ok(Committed { due_now })
     }
-    lock_waits(&mut writer.tx, step).await?;
-    writer.tx.insert_history(instance, &step.history).await?;
-    for park in &step.disarms {
-        writer.disarm(*park).await?;
-    }
-    let mut due_now = Vec::new();
-    for arm in &step.arms {
-        due_now.extend(writer.arm(arm).await?);
-    }
-    writer.tx.insert_outbox(instance, &step.outbox).await?;
-    if let Some(taken) = step.taken {
-        writer.tx.take_delivery(&instance.id, taken).await?;
-    }
-    // A start's inbox row was written first, by `insert_start`.
-    if step.claim.is_some()
-        && let Some(entry) = &step.inbox
-    {
-        writer.tx.record_consumed(&instance.tenant, entry).await?;
-    }
-    writer.tx.commit().await?;
-    Ok(Committed { due_now })
 }
 
 /// Inserts the inbox row of a message unless one exists: whoever's insert produced the row owns

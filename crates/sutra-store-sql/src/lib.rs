@@ -19,18 +19,27 @@ macro_rules! task_columns {
     };
 }
 
-pub mod commit;
-pub mod deployments;
+mod claim;
+mod commit;
+mod deliveries;
+mod deployments;
 mod error;
-pub mod intake;
+mod intake;
+mod leases;
 pub mod listings;
+mod outbox;
 pub mod params;
+mod purge;
+mod reads;
 pub mod rows;
 pub mod statements;
-pub mod tasks;
+mod store;
+mod tasks;
 
 pub use error::driver_error;
 pub use statements::{
-    Backend, DeploymentStatements, IntakeStatements, LockOn, NewDeliveryRow, Scope, Statements,
-    StepStatements, TaskArm, TaskStatements,
+    Backend, ClaimStatements, DeliveryStatements, DeploymentStatements, IntakeStatements,
+    LeaseStatements, LockOn, NewDeliveryRow, OutboxStatements, PurgeStatements, ReadStatements,
+    Scope, Statements, StepStatements, TaskArm, TaskStatements,
 };
+pub use store::SqlStore;

@@ -10,7 +10,8 @@ use sqlx::{Database, Encode, Type};
 use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot};
 use sutra_store::codec::{duration_micros, micros, park};
 use sutra_store::{
-    BufferedMessage, ClaimToken, DeploymentStatus, InboxEntry, OutboxEntry, Result, TaskState,
+    BufferedMessage, ClaimToken, DeploymentStatus, InboxEntry, OutboxEntry, OutboxId, OutboxRetry,
+    Result, TaskState,
 };
 
 use crate::statements::{NewDeliveryRow, TaskArm};
@@ -20,6 +21,8 @@ pub trait Bind<'q>: Sized {
     fn text(self, value: &'q str) -> Self;
     fn maybe_text(self, value: Option<&'q str>) -> Self;
     fn int(self, value: i64) -> Self;
+    fn maybe_int(self, value: Option<i64>) -> Self;
+    fn flag(self, value: bool) -> Self;
     fn json(self, value: Value) -> Self;
     fn json_ref(self, value: &'q Value) -> Self;
 }
@@ -33,6 +36,8 @@ macro_rules! bind_for {
             for<'t> &'t str: Encode<'t, DB> + Type<DB>,
             for<'t> Option<&'t str>: Encode<'t, DB> + Type<DB>,
             for<'t> i64: Encode<'t, DB> + Type<DB>,
+            for<'t> Option<i64>: Encode<'t, DB> + Type<DB>,
+            for<'t> bool: Encode<'t, DB> + Type<DB>,
             for<'t> Json<Value>: Encode<'t, DB> + Type<DB>,
             for<'t> Json<&'t Value>: Encode<'t, DB> + Type<DB>,
         {
@@ -45,6 +50,14 @@ macro_rules! bind_for {
             }
 
             fn int(self, value: i64) -> Self {
+                self.bind(value)
+            }
+
+            fn maybe_int(self, value: Option<i64>) -> Self {
+                self.bind(value)
+            }
+
+            fn flag(self, value: bool) -> Self {
                 self.bind(value)
             }
 
@@ -221,4 +234,23 @@ pub fn release<'q, Q: Bind<'q>>(
         .text(instance)
         .text(&token.owner.0)
         .int(token.fence)
+}
+
+/// A failed send: the row's id, the error, when to send again (`NULL`: never), whether the row
+/// is poisoned.
+pub fn outbox_failure<'q, Q: Bind<'q>>(
+    query: Q,
+    id: OutboxId,
+    error: &'q str,
+    retry: OutboxRetry,
+) -> Q {
+    let (next_attempt_at, poisoned) = match retry {
+        OutboxRetry::At(at) => (Some(micros(at)), false),
+        OutboxRetry::Poison => (None, true),
+    };
+    query
+        .int(id.0)
+        .text(error)
+        .maybe_int(next_attempt_at)
+        .flag(poisoned)
 }

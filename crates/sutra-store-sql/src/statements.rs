@@ -20,11 +20,15 @@ use serde_json::Value;
 use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot};
 use sutra_core::step::HistoryEvent;
 use sutra_store::{
-    BufferedMessage, ClaimToken, DeliveryId, DeliveryKind, InboxAnswer, InboxEntry, LockedTask,
-    NewDelivery, OutboxEntry, Result, TaskPoll, TaskState, WaitTarget,
+    BufferedMessage, ClaimToken, DeliveryId, DeliveryKind, InboxAnswer, InboxEntry, InstanceFilter,
+    LockedTask, NewDelivery, OutboxEntry, OutboxId, OutboxRetry, Owner, Result, TaskFilter,
+    TaskPoll, TaskState, WaitTarget,
 };
 
-use crate::rows::{DeploymentRow, ExpiredRow, HeldRow};
+use crate::rows::{
+    ClaimedOutboxRow, ClaimedRow, DeliveryRow, DeploymentRow, ExpiredRow, HeldRow, HistoryRow,
+    InstanceRow, LeaseRow, OutboxRow, SweptRow, TaskRow,
+};
 
 /// Whose rows a transaction may touch. SQLite keeps no tenants apart by itself and ignores it;
 /// PostgreSQL's row-level security shows a transaction only the rows of its scope.
@@ -87,12 +91,32 @@ pub struct TaskArm<'a> {
     pub lock: SignedDuration,
 }
 
-/// A backend the scripts can begin transactions on.
-pub trait Backend: Sync {
-    type Tx: StepStatements + TaskStatements + IntakeStatements + DeploymentStatements;
+/// A backend the scripts can begin transactions on, and what the store does on it that is not
+/// a statement.
+pub trait Backend: Send + Sync + 'static {
+    type Tx: ClaimStatements
+        + StepStatements
+        + DeliveryStatements
+        + TaskStatements
+        + IntakeStatements
+        + OutboxStatements
+        + LeaseStatements
+        + DeploymentStatements
+        + ReadStatements
+        + PurgeStatements;
 
-    /// Begins a transaction scoped to `scope`, ready to write.
+    /// Begins a unit of work scoped to `scope`: a transaction, or (where a backend need not
+    /// open one for a statement atomic on its own) whatever its statements begin when they run.
     fn begin(&self, scope: Scope<'_>) -> impl Future<Output = Result<Self::Tx>> + Send;
+
+    /// [`sutra_store::Leases::shared_by_replicas`].
+    fn shared_by_replicas(&self) -> bool;
+
+    /// [`sutra_store::Deployments::deployment_notice`]: a backend that cannot tell never
+    /// returns.
+    fn deployment_notice(&self) -> impl Future<Output = Result<()>> + Send {
+        std::future::pending()
+    }
 }
 
 /// The statements more than one script runs, and the transaction's end.
@@ -128,6 +152,40 @@ pub trait Statements: Send + Sized {
         channel: &str,
         key: &str,
     ) -> impl Future<Output = Result<Option<WaitTarget>>> + Send;
+}
+
+/// The statements of the claim ([`crate::claim`]).
+pub trait ClaimStatements: Statements {
+    /// Takes the instance's claim for `owner` if it is free, already `owner`'s, or older than
+    /// `claim_timeout` by the store's clock, and grows the fence; `None`, having written
+    /// nothing, otherwise.
+    fn claim(
+        &mut self,
+        tenant: &str,
+        instance: &str,
+        owner: &Owner,
+        claim_timeout: SignedDuration,
+    ) -> impl Future<Output = Result<Option<ClaimedRow>>> + Send;
+
+    fn instance_exists(
+        &mut self,
+        tenant: &str,
+        instance: &str,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Clears the claim if `token` still holds it.
+    fn release(
+        &mut self,
+        tenant: &str,
+        instance: &str,
+        token: &ClaimToken,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Clears every claim older than `claim_timeout`, counting a recovery on each; returns them.
+    fn sweep(
+        &mut self,
+        claim_timeout: SignedDuration,
+    ) -> impl Future<Output = Result<Vec<SweptRow>>> + Send;
 }
 
 /// The statements of a step's commit ([`crate::commit`]).
@@ -208,8 +266,42 @@ pub trait StepStatements: Statements {
     ) -> impl Future<Output = Result<()>> + Send;
 }
 
+/// The statements of the deliveries ([`crate::deliveries`]); steps and the task scripts insert
+/// them ([`Statements::insert_delivery`]).
+pub trait DeliveryStatements: Statements {
+    /// Deliveries due by the store's clock, oldest due first.
+    fn due_deliveries(
+        &mut self,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<DeliveryRow>>> + Send;
+
+    fn delivery(
+        &mut self,
+        id: DeliveryId,
+    ) -> impl Future<Output = Result<Option<DeliveryRow>>> + Send;
+
+    /// Moves the delivery's due time to `until`, counting a refused attempt.
+    fn defer(
+        &mut self,
+        id: DeliveryId,
+        until: Timestamp,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    fn discard(&mut self, id: DeliveryId) -> impl Future<Output = Result<()>> + Send;
+
+    /// The earliest due time, in microseconds.
+    fn next_due(&mut self) -> impl Future<Output = Result<Option<i64>>> + Send;
+}
+
 /// The statements of the pull surface's scripts ([`crate::tasks`]).
 pub trait TaskStatements: Statements {
+    /// When the next task of the topics is available or its lock expires, in microseconds.
+    fn next_task_at(
+        &mut self,
+        tenant: &str,
+        topics: &[String],
+    ) -> impl Future<Output = Result<Option<i64>>> + Send;
+
     /// Turns terminal every task of the topics whose last attempt's lock expired; returns them.
     fn exhaust_expired(
         &mut self,
@@ -276,4 +368,127 @@ pub trait DeploymentStatements: Statements {
     /// Tells the other processes on the store, once this transaction commits, that a version
     /// was stored.
     fn announce_deployment(&mut self) -> impl Future<Output = Result<()>> + Send;
+
+    /// Every version of the tenant's deployments (every tenant's when `None`), oldest first.
+    fn deployments(
+        &mut self,
+        tenant: Option<&str>,
+    ) -> impl Future<Output = Result<Vec<DeploymentRow>>> + Send;
+
+    /// How many deployment versions are stored, of every tenant.
+    fn deployment_count(&mut self) -> impl Future<Output = Result<i64>> + Send;
+}
+
+/// The statements of the outbox worker's side ([`crate::outbox`]); steps write the rows
+/// ([`StepStatements::insert_outbox`]).
+pub trait OutboxStatements: Statements {
+    /// Stamps up to `batch` rows due for sending whose claim is missing or older than
+    /// `stale_after`; returns them in the order they are handed out: oldest due first, then in
+    /// the order they were written.
+    fn claim_outbox(
+        &mut self,
+        batch: u32,
+        stale_after: SignedDuration,
+    ) -> impl Future<Output = Result<Vec<ClaimedOutboxRow>>> + Send;
+
+    fn outbox_sent(&mut self, id: OutboxId) -> impl Future<Output = Result<()>> + Send;
+
+    /// Records a failed send of a row neither sent nor poisoned.
+    fn outbox_failed(
+        &mut self,
+        id: OutboxId,
+        error: &str,
+        retry: OutboxRetry,
+    ) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// The statements of the lease rows ([`crate::leases`]).
+pub trait LeaseStatements: Statements {
+    /// Inserts or takes over the role's row for `holder` until `ttl` from now, unless another
+    /// holder's lease is live; the row, or `None` having written nothing.
+    fn acquire_lease(
+        &mut self,
+        role: &str,
+        holder: &str,
+        ttl: SignedDuration,
+    ) -> impl Future<Output = Result<Option<LeaseRow>>> + Send;
+
+    /// Ends `holder`'s lease on `role` now, unless it ended already.
+    fn release_lease(
+        &mut self,
+        role: &str,
+        holder: &str,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    fn leases(&mut self) -> impl Future<Output = Result<Vec<LeaseRow>>> + Send;
+}
+
+/// The reads of the API ([`crate::reads`]).
+pub trait ReadStatements: Statements {
+    fn instance_row(
+        &mut self,
+        tenant: &str,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<InstanceRow>>> + Send;
+
+    /// The listing [`crate::listings::instances`] builds.
+    fn instance_rows(
+        &mut self,
+        tenant: &str,
+        filter: &InstanceFilter,
+    ) -> impl Future<Output = Result<Vec<InstanceRow>>> + Send;
+
+    /// An instance's history, in sequence order.
+    fn history_rows(
+        &mut self,
+        tenant: &str,
+        instance: &str,
+    ) -> impl Future<Output = Result<Vec<HistoryRow>>> + Send;
+
+    /// An instance's tasks, in park order.
+    fn task_rows(
+        &mut self,
+        tenant: &str,
+        instance: &str,
+    ) -> impl Future<Output = Result<Vec<TaskRow>>> + Send;
+
+    /// The listing [`crate::listings::tasks`] builds.
+    fn listed_task_rows(
+        &mut self,
+        tenant: &str,
+        filter: &TaskFilter,
+    ) -> impl Future<Output = Result<Vec<TaskRow>>> + Send;
+
+    /// An instance's outbox rows, in the order they were written.
+    fn outbox_rows(
+        &mut self,
+        tenant: &str,
+        instance: &str,
+    ) -> impl Future<Output = Result<Vec<OutboxRow>>> + Send;
+
+    /// Fails unless the store would accept a commit now.
+    fn ping(&mut self) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// The purger's deletions ([`crate::purge`]), each of at most `batch` rows; each returns how many
+/// it deleted.
+pub trait PurgeStatements: Statements {
+    /// Terminal instances last updated longer ago than `retention` (never `failed` ones), with
+    /// the inbox rows of the messages they consumed.
+    fn purge_instances(
+        &mut self,
+        retention: SignedDuration,
+        batch: u32,
+    ) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Expired buffered messages, and their inbox rows while those say only that the message was
+    /// buffered.
+    fn purge_buffered(&mut self, batch: u32) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Outbox rows sent longer ago than `retention`; pending and poisoned rows stay.
+    fn purge_outbox(
+        &mut self,
+        retention: SignedDuration,
+        batch: u32,
+    ) -> impl Future<Output = Result<u64>> + Send;
 }

@@ -1,47 +1,39 @@
-//! A step's commit on SQLite: the shared script ([`sutra_store_sql::commit`]) over these
-//! statements, in one `BEGIN IMMEDIATE` transaction. Nothing else writes while it holds the write
+//! A step's commit on SQLite: the statements of the shared script, in one `BEGIN IMMEDIATE`
+//! transaction. Nothing else writes while it holds the write
 //! lock, so no statement here needs to be ordered with another transaction's.
 
 use serde_json::Value;
 use sqlx::types::Json;
 use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot};
 use sutra_core::step::HistoryEvent;
-use sutra_store::{
-    ClaimToken, Committed, DeliveryId, InboxEntry, OutboxEntry, Result, StepCommit, Steps,
-};
+use sutra_store::{ClaimToken, DeliveryId, InboxEntry, OutboxEntry, Result};
 use sutra_store_sql::{StepStatements, TaskArm, params};
 
-use crate::SqliteStore;
 use crate::codec::{db, history_kind, micros, park, signed};
-use crate::statements::Write;
+use crate::statements::Session;
 
-#[async_trait::async_trait]
-impl Steps for SqliteStore {
-    async fn commit(&self, step: &StepCommit) -> Result<Committed> {
-        sutra_store_sql::commit::commit(self, step).await
-    }
-}
-
-impl StepStatements for Write {
+impl StepStatements for Session {
     async fn settle(&mut self, token: &ClaimToken, snapshot: &Snapshot) -> Result<bool> {
+        let tx = self.write().await?;
         let query = sqlx::query(
             "UPDATE instances
              SET snapshot = ?1, status = ?2, owner = NULL, claimed_at = NULL, recoveries = 0,
                  updated_at = ?7
              WHERE tenant = ?3 AND id = ?4 AND owner = ?5 AND fence = ?6",
         );
-        let query = params::settle(query, token, snapshot).bind(micros(self.now()));
-        Ok(self.execute(query).await? == 1)
+        let query = params::settle(query, token, snapshot).bind(micros(tx.now()));
+        Ok(tx.execute(query).await? == 1)
     }
 
     async fn insert_instance(&mut self, snapshot: &Snapshot) -> Result<()> {
+        let tx = self.write().await?;
         let query = sqlx::query(
             "INSERT INTO instances
                  (id, tenant, deployment, version, flow, status, snapshot, created_at, updated_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)",
         );
-        let query = params::instance(query, snapshot).bind(micros(self.now()));
-        self.execute(query).await.map(drop)
+        let query = params::instance(query, snapshot).bind(micros(tx.now()));
+        tx.execute(query).await.map(drop)
     }
 
     /// One statement per event. The primary key `(instance, seq)` refuses a repeated sequence,
@@ -51,6 +43,7 @@ impl StepStatements for Write {
         instance: &InstanceInfo,
         events: &[HistoryEvent],
     ) -> Result<()> {
+        let tx = self.write().await?;
         for event in events {
             let token = event
                 .token
@@ -68,27 +61,29 @@ impl StepStatements for Write {
             .bind(&event.node)
             .bind(token)
             .bind(Json(&event.detail));
-            self.execute(query).await?;
+            tx.execute(query).await?;
         }
         Ok(())
     }
 
     async fn cancel_task(&mut self, instance: &str, park_id: ParkId) -> Result<()> {
+        let tx = self.write().await?;
         let query = sqlx::query(
             "UPDATE tasks SET state = ?3, updated_at = ?6
              WHERE instance = ?1 AND park = ?2 AND state IN (?4, ?5)",
         );
-        let query = params::cancel_task(query, instance, park_id)?.bind(micros(self.now()));
-        self.execute(query).await.map(drop)
+        let query = params::cancel_task(query, instance, park_id)?.bind(micros(tx.now()));
+        tx.execute(query).await.map(drop)
     }
 
     async fn delete_park_rows(&mut self, instance: &str, park_id: ParkId) -> Result<()> {
+        let tx = self.write().await?;
         for resolve in [
             "DELETE FROM waits WHERE instance = ?1 AND park = ?2",
             "DELETE FROM deliveries WHERE instance = ?1 AND park = ?2",
         ] {
             let query = sqlx::query(resolve).bind(instance).bind(park(park_id)?);
-            self.execute(query).await?;
+            tx.execute(query).await?;
         }
         Ok(())
     }
@@ -100,12 +95,13 @@ impl StepStatements for Write {
         channel: &str,
         key: &str,
     ) -> Result<bool> {
+        let tx = self.write().await?;
         let query = sqlx::query(
             "INSERT INTO waits (tenant, channel, key, instance, park) VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT DO NOTHING",
         );
         let query = params::wait(query, instance, park_id, channel, key)?;
-        Ok(self.execute(query).await? == 1)
+        Ok(tx.execute(query).await? == 1)
     }
 
     async fn take_buffered(
@@ -114,7 +110,8 @@ impl StepStatements for Write {
         channel: &str,
         key: &str,
     ) -> Result<Option<Value>> {
-        let now = micros(self.now());
+        let tx = self.write().await?;
+        let now = micros(tx.now());
         let query = sqlx::query_scalar(
             "DELETE FROM buffered WHERE id = (
                  SELECT id FROM buffered
@@ -124,7 +121,7 @@ impl StepStatements for Write {
         );
         let early: Option<Json<Value>> = params::correlation(query, tenant, channel, key)
             .bind(now)
-            .fetch_optional(self.connection())
+            .fetch_optional(tx.connection())
             .await
             .map_err(db)?;
         Ok(early.map(|Json(message)| message))
@@ -136,6 +133,7 @@ impl StepStatements for Write {
         park_id: ParkId,
         task: &TaskArm<'_>,
     ) -> Result<()> {
+        let tx = self.write().await?;
         let query = sqlx::query(
             "INSERT INTO tasks (id, tenant, instance, park, topic, input, state, attempt, retries,
                                 backoff_us, lock_us, available_at, created_at, updated_at)
@@ -146,8 +144,8 @@ impl StepStatements for Write {
                  lock_us = excluded.lock_us, lock_token = NULL, locked_until = NULL,
                  available_at = excluded.available_at, updated_at = excluded.updated_at",
         );
-        let query = params::task(query, instance, park_id, task)?.bind(micros(self.now()));
-        self.execute(query).await.map(drop)
+        let query = params::task(query, instance, park_id, task)?.bind(micros(tx.now()));
+        tx.execute(query).await.map(drop)
     }
 
     /// One statement per row.
@@ -156,33 +154,36 @@ impl StepStatements for Write {
         instance: &InstanceInfo,
         entries: &[OutboxEntry],
     ) -> Result<()> {
+        let tx = self.write().await?;
         for entry in entries {
             let query = sqlx::query(
                 "INSERT INTO outbox (tenant, instance, deployment, version, channel, payload,
                                      message_key, idempotency_key, next_attempt_at, created_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
             );
-            let query = params::outbox(query, instance, entry).bind(micros(self.now()));
-            self.execute(query).await?;
+            let query = params::outbox(query, instance, entry).bind(micros(tx.now()));
+            tx.execute(query).await?;
         }
         Ok(())
     }
 
     async fn take_delivery(&mut self, instance: &str, delivery: DeliveryId) -> Result<()> {
+        let tx = self.write().await?;
         let query = sqlx::query("DELETE FROM deliveries WHERE id = ?1 AND instance = ?2")
             .bind(delivery.0)
             .bind(instance);
-        self.execute(query).await.map(drop)
+        tx.execute(query).await.map(drop)
     }
 
     async fn record_consumed(&mut self, tenant: &str, entry: &InboxEntry) -> Result<()> {
+        let tx = self.write().await?;
         let query = sqlx::query(
             "INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)
              ON CONFLICT (tenant, channel, event_id)
              DO UPDATE SET instance = excluded.instance, status = excluded.status",
         );
-        let query = params::inbox(query, tenant, entry).bind(micros(self.now()));
-        self.execute(query).await.map(drop)
+        let query = params::inbox(query, tenant, entry).bind(micros(tx.now()));
+        tx.execute(query).await.map(drop)
     }
 }

@@ -1,70 +1,57 @@
-//! Deliveries (SPEC §5.6) on SQLite: each operation one statement on the pool, due times against
-//! the process's clock.
+//! Deliveries (SPEC §5.6) on SQLite: each operation one statement alone, due times against the
+//! process's clock. Inserting one is [`sutra_store_sql::Statements::insert_delivery`], which
+//! steps and the task scripts run too (see [`crate::statements`]).
 
 use jiff::Timestamp;
-use sutra_store::{Deliveries, Delivery, DeliveryId, NewDelivery, Result};
+use sutra_store::{DeliveryId, Result};
+use sutra_store_sql::DeliveryStatements;
 use sutra_store_sql::rows::DeliveryRow;
 
-use crate::SqliteStore;
-use crate::codec::{db, micros, now, timestamp};
-use crate::statements::insert_delivery;
+use crate::codec::{db, micros};
+use crate::statements::Session;
 
-#[async_trait::async_trait]
-impl Deliveries for SqliteStore {
-    async fn ask(&self, delivery: &NewDelivery) -> Result<DeliveryId> {
-        let mut conn = self.pool.acquire().await.map_err(db)?;
-        insert_delivery(&mut conn, delivery.into(), now()).await
-    }
-
-    async fn due_deliveries(&self, limit: u32) -> Result<Vec<Delivery>> {
-        let rows: Vec<DeliveryRow> = sqlx::query_as(
+impl DeliveryStatements for Session {
+    async fn due_deliveries(&mut self, limit: u32) -> Result<Vec<DeliveryRow>> {
+        let now = micros(self.now());
+        sqlx::query_as(
             "SELECT id, tenant, instance, park, kind, payload, due_at, attempts FROM deliveries
              WHERE due_at <= ?1 ORDER BY due_at, id LIMIT ?2",
         )
-        .bind(micros(now()))
+        .bind(now)
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(self.connection().await?)
         .await
-        .map_err(db)?;
-        rows.into_iter().map(DeliveryRow::decode).collect()
+        .map_err(db)
     }
 
-    async fn delivery(&self, id: DeliveryId) -> Result<Option<Delivery>> {
-        let row: Option<DeliveryRow> = sqlx::query_as(
+    async fn delivery(&mut self, id: DeliveryId) -> Result<Option<DeliveryRow>> {
+        sqlx::query_as(
             "SELECT id, tenant, instance, park, kind, payload, due_at, attempts FROM deliveries
              WHERE id = ?1",
         )
         .bind(id.0)
-        .fetch_optional(&self.pool)
+        .fetch_optional(self.connection().await?)
         .await
-        .map_err(db)?;
-        row.map(DeliveryRow::decode).transpose()
+        .map_err(db)
     }
 
-    async fn defer(&self, id: DeliveryId, until: Timestamp) -> Result<()> {
-        sqlx::query("UPDATE deliveries SET due_at = ?2, attempts = attempts + 1 WHERE id = ?1")
-            .bind(id.0)
-            .bind(micros(until))
-            .execute(&self.pool)
-            .await
-            .map_err(db)?;
-        Ok(())
+    async fn defer(&mut self, id: DeliveryId, until: Timestamp) -> Result<()> {
+        let query =
+            sqlx::query("UPDATE deliveries SET due_at = ?2, attempts = attempts + 1 WHERE id = ?1")
+                .bind(id.0)
+                .bind(micros(until));
+        self.execute(query).await.map(drop)
     }
 
-    async fn discard(&self, id: DeliveryId) -> Result<()> {
-        sqlx::query("DELETE FROM deliveries WHERE id = ?1")
-            .bind(id.0)
-            .execute(&self.pool)
-            .await
-            .map_err(db)?;
-        Ok(())
+    async fn discard(&mut self, id: DeliveryId) -> Result<()> {
+        let query = sqlx::query("DELETE FROM deliveries WHERE id = ?1").bind(id.0);
+        self.execute(query).await.map(drop)
     }
 
-    async fn next_due(&self) -> Result<Option<Timestamp>> {
-        let earliest: Option<i64> = sqlx::query_scalar("SELECT MIN(due_at) FROM deliveries")
-            .fetch_one(&self.pool)
+    async fn next_due(&mut self) -> Result<Option<i64>> {
+        sqlx::query_scalar("SELECT MIN(due_at) FROM deliveries")
+            .fetch_one(self.connection().await?)
             .await
-            .map_err(db)?;
-        earliest.map(timestamp).transpose()
+            .map_err(db)
     }
 }

@@ -1,17 +1,18 @@
-//! Sutra's embedded store: the [`Store`] trait over one SQLite file (`sutra serve`'s default),
-//! or over a throwaway in-memory database (`sqlite::memory:`).
+//! Sutra's embedded store: the store seam over one SQLite file (`sutra serve`'s default), or over
+//! a throwaway in-memory database (`sqlite::memory:`).
 //!
-//! Each operation of the trait is one statement or one transaction. SQLite has one writer at a
-//! time, so every write transaction takes the write lock up front (`BEGIN IMMEDIATE`, see
-//! [`statements::Write`]) and waits up to the busy timeout for it; the claim, release, sweep and
-//! delivery updates are single conditional statements, atomic on their own. Times are INTEGER
-//! microseconds and JSON is TEXT (see [`codec`]), as the PostgreSQL store keeps them.
+//! [`SqliteStore`] is `sutra_store_sql`'s [`SqlStore`], whose scripts implement every area of the
+//! seam once, over the statements of this crate: its SQL, its codec, its schema and its unit of
+//! work ([`statements::Session`]). Each operation is one statement or one transaction. SQLite has
+//! one writer at a time, so every write transaction takes the write lock up front (`BEGIN
+//! IMMEDIATE`, see [`statements::Session::write`]) and waits up to the busy timeout for it; the
+//! claim, release, sweep and delivery updates are single conditional statements, atomic on their
+//! own, and run outside any transaction. Times are INTEGER microseconds and JSON is TEXT (see
+//! [`codec`]), as the PostgreSQL store keeps them.
 //!
-//! One file per area of the seam, each implementing its trait: [`claim`] first, then
+//! One file per area of the seam, each with the statements of its area: [`claim`] first, then
 //! [`commit`], [`intake`], [`deliveries`], [`tasks`], [`outbox`], [`leases`], [`deployments`],
-//! [`reads`] and [`purge`]. The transaction scripts they share with the PostgreSQL store
-//! (a step's commit, the task scripts, `buffer`, the deploy) are `sutra_store_sql`'s, run over
-//! the statements each area file implements on [`statements::Write`].
+//! [`reads`] and [`purge`].
 
 mod claim;
 mod codec;
@@ -34,38 +35,42 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 use sutra_store::{Error, Result};
+use sutra_store_sql::SqlStore;
 
 use crate::codec::db;
 
-/// The schema, embedded in the binary and applied by [`SqliteStore::open`].
+/// The schema, embedded in the binary and applied by [`open`].
 static MIGRATOR: Migrator = sqlx::migrate!();
 
 /// How long a writer waits for another's transaction before the store reports itself
 /// unavailable. Steps take milliseconds; this is far beyond any healthy wait.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub struct SqliteStore {
+/// The embedded store.
+pub type SqliteStore = SqlStore<Sqlite>;
+
+/// The SQLite backend: a pool of connections to one database.
+pub struct Sqlite {
     pool: SqlitePool,
 }
 
-impl SqliteStore {
-    /// Opens `sqlite://path.db` or `sqlite:path.db` (creating the file if missing), or a new,
-    /// empty database for `sqlite::memory:` (each call its own), and brings the schema up to
-    /// date.
-    pub async fn open(url: &str) -> Result<SqliteStore> {
-        let options = SqliteConnectOptions::from_str(url)
-            .map_err(|e| Error::Unavailable(format!("`{url}` is not a SQLite URL: {e}")))?
-            .foreign_keys(true);
-        let pool = if is_in_memory(url) {
-            memory_pool(options).await
-        } else {
-            file_pool(options).await
-        }
-        .map_err(db)?;
-        MIGRATOR.run(&pool).await.map_err(migration_failed)?;
-        Ok(SqliteStore { pool })
+/// Opens `sqlite://path.db` or `sqlite:path.db` (creating the file if missing), or a new, empty
+/// database for `sqlite::memory:` (each call its own), and brings the schema up to date.
+pub async fn open(url: &str) -> Result<SqliteStore> {
+    let options = SqliteConnectOptions::from_str(url)
+        .map_err(|e| Error::Unavailable(format!("`{url}` is not a SQLite URL: {e}")))?
+        .foreign_keys(true);
+    let pool = if is_in_memory(url) {
+        memory_pool(options).await
+    } else {
+        file_pool(options).await
     }
+    .map_err(db)?;
+    MIGRATOR.run(&pool).await.map_err(migration_failed)?;
+    Ok(SqlStore::new(Sqlite { pool }))
+}
 
+impl Sqlite {
     /// Waits for every connection to close. An in-memory database is gone after.
     pub async fn close(&self) {
         self.pool.close().await;

@@ -1,5 +1,4 @@
-//! The pull surface (SPEC §5.5) on SQLite: the shared scripts ([`sutra_store_sql::tasks`]) over
-//! these statements. Steps write and cancel the task rows (see [`crate::commit`]).
+//! The pull surface (SPEC §5.5) on SQLite: the statements of the shared scripts. Steps write and cancel the task rows (see [`crate::commit`]).
 //!
 //! PostgreSQL polls with `FOR UPDATE SKIP LOCKED`; here SQLite's single writer plays that role:
 //! every operation is one `BEGIN IMMEDIATE` transaction, so two pollers (two replicas on one
@@ -9,66 +8,12 @@
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 use sqlx::types::Json;
-use sutra_store::{LockedTask, Polled, Result, TaskFailure, TaskPoll, TaskState, Tasks};
+use sutra_store::{LockedTask, Result, TaskPoll, TaskState};
 use sutra_store_sql::TaskStatements;
 use sutra_store_sql::rows::{ExpiredRow, HeldRow};
 
-use crate::SqliteStore;
-use crate::codec::{db, later, micros, timestamp, unsigned};
-use crate::statements::Write;
-
-#[async_trait::async_trait]
-impl Tasks for SqliteStore {
-    async fn poll_tasks(&self, poll: &TaskPoll) -> Result<Polled> {
-        sutra_store_sql::tasks::poll(self, poll).await
-    }
-
-    async fn next_task_at(&self, tenant: &str, topics: &[String]) -> Result<Option<Timestamp>> {
-        let earliest: Option<i64> = sqlx::query_scalar(
-            "SELECT MIN(CASE state WHEN ?4 THEN locked_until ELSE available_at END) FROM tasks
-             WHERE tenant = ?1 AND topic IN (SELECT value FROM json_each(?2))
-               AND state IN (?3, ?4)",
-        )
-        .bind(tenant)
-        .bind(Json(topics))
-        .bind(TaskState::Available.as_str())
-        .bind(TaskState::Locked.as_str())
-        .fetch_one(&self.pool)
-        .await
-        .map_err(db)?;
-        earliest.map(timestamp).transpose()
-    }
-
-    async fn complete_task(
-        &self,
-        tenant: &str,
-        id: &str,
-        lock_token: &str,
-        output: &Value,
-    ) -> Result<()> {
-        sutra_store_sql::tasks::complete(self, tenant, id, lock_token, output).await
-    }
-
-    async fn fail_task(
-        &self,
-        tenant: &str,
-        id: &str,
-        lock_token: &str,
-        failure: &TaskFailure,
-    ) -> Result<TaskState> {
-        sutra_store_sql::tasks::fail(self, tenant, id, lock_token, failure).await
-    }
-
-    async fn extend_task(
-        &self,
-        tenant: &str,
-        id: &str,
-        lock_token: &str,
-        lock: SignedDuration,
-    ) -> Result<Timestamp> {
-        sutra_store_sql::tasks::extend(self, tenant, id, lock_token, lock).await
-    }
-}
+use crate::codec::{db, later, micros, unsigned};
+use crate::statements::{Session, Write};
 
 /// A task a poll may lock.
 #[derive(sqlx::FromRow)]
@@ -82,13 +27,29 @@ struct Candidate {
     lock_us: i64,
 }
 
-impl TaskStatements for Write {
+impl TaskStatements for Session {
+    async fn next_task_at(&mut self, tenant: &str, topics: &[String]) -> Result<Option<i64>> {
+        sqlx::query_scalar(
+            "SELECT MIN(CASE state WHEN ?4 THEN locked_until ELSE available_at END) FROM tasks
+             WHERE tenant = ?1 AND topic IN (SELECT value FROM json_each(?2))
+               AND state IN (?3, ?4)",
+        )
+        .bind(tenant)
+        .bind(Json(topics))
+        .bind(TaskState::Available.as_str())
+        .bind(TaskState::Locked.as_str())
+        .fetch_one(self.connection().await?)
+        .await
+        .map_err(db)
+    }
+
     async fn exhaust_expired(
         &mut self,
         tenant: &str,
         topics: &[String],
     ) -> Result<Vec<ExpiredRow>> {
-        let now = micros(self.now());
+        let tx = self.write().await?;
+        let now = micros(tx.now());
         sqlx::query_as(
             "UPDATE tasks SET state = ?3, lock_token = NULL, locked_until = NULL, updated_at = ?5
              WHERE tenant = ?1 AND topic IN (SELECT value FROM json_each(?2))
@@ -100,7 +61,7 @@ impl TaskStatements for Write {
         .bind(TaskState::Terminal.as_str())
         .bind(TaskState::Locked.as_str())
         .bind(now)
-        .fetch_all(self.connection())
+        .fetch_all(tx.connection())
         .await
         .map_err(db)
     }
@@ -108,7 +69,8 @@ impl TaskStatements for Write {
     /// The candidates in the order they are handed out, then one update each: a lock token is
     /// minted here, not by the database.
     async fn lock_tasks(&mut self, poll: &TaskPoll) -> Result<Vec<LockedTask>> {
-        let now = self.now();
+        let tx = self.write().await?;
+        let now = tx.now();
         let candidates: Vec<Candidate> = sqlx::query_as(
             "SELECT id, instance, topic, input, state, attempt, lock_us FROM tasks
              WHERE tenant = ?1 AND topic IN (SELECT value FROM json_each(?2))
@@ -122,42 +84,45 @@ impl TaskStatements for Write {
         .bind(TaskState::Locked.as_str())
         .bind(micros(now))
         .bind(poll.max)
-        .fetch_all(self.connection())
+        .fetch_all(tx.connection())
         .await
         .map_err(db)?;
         let mut tasks = Vec::with_capacity(candidates.len());
         for candidate in candidates {
-            tasks.push(self.lock(candidate, poll, now).await?);
+            tasks.push(tx.lock(candidate, poll, now).await?);
         }
         Ok(tasks)
     }
 
     async fn held_task(&mut self, tenant: &str, id: &str) -> Result<Option<(HeldRow, Timestamp)>> {
-        let now = self.now();
+        let tx = self.write().await?;
+        let now = tx.now();
         let row: Option<HeldRow> = sqlx::query_as(
             "SELECT instance, park, state, lock_token, locked_until, attempt, retries, backoff_us
              FROM tasks WHERE tenant = ?1 AND id = ?2",
         )
         .bind(tenant)
         .bind(id)
-        .fetch_optional(self.connection())
+        .fetch_optional(tx.connection())
         .await
         .map_err(db)?;
         Ok(row.map(|row| (row, now)))
     }
 
     async fn end_lock(&mut self, id: &str, state: TaskState) -> Result<()> {
+        let tx = self.write().await?;
         let query = sqlx::query(
             "UPDATE tasks SET state = ?2, lock_token = NULL, locked_until = NULL, updated_at = ?3
              WHERE id = ?1",
         )
         .bind(id)
         .bind(state.as_str())
-        .bind(micros(self.now()));
-        self.execute(query).await.map(drop)
+        .bind(micros(tx.now()));
+        tx.execute(query).await.map(drop)
     }
 
     async fn retry_task(&mut self, id: &str, backoff: SignedDuration) -> Result<()> {
+        let tx = self.write().await?;
         let query = sqlx::query(
             "UPDATE tasks
              SET state = ?2, lock_token = NULL, locked_until = NULL, attempt = attempt + 1,
@@ -166,19 +131,20 @@ impl TaskStatements for Write {
         )
         .bind(id)
         .bind(TaskState::Available.as_str())
-        .bind(micros(later(self.now(), backoff)?))
-        .bind(micros(self.now()));
-        self.execute(query).await.map(drop)
+        .bind(micros(later(tx.now(), backoff)?))
+        .bind(micros(tx.now()));
+        tx.execute(query).await.map(drop)
     }
 
     async fn extend_lock(&mut self, id: &str, lock: SignedDuration) -> Result<Timestamp> {
-        let until = later(self.now(), lock)?;
+        let tx = self.write().await?;
+        let until = later(tx.now(), lock)?;
         let query =
             sqlx::query("UPDATE tasks SET locked_until = ?2, updated_at = ?3 WHERE id = ?1")
                 .bind(id)
                 .bind(micros(until))
-                .bind(micros(self.now()));
-        self.execute(query).await?;
+                .bind(micros(tx.now()));
+        tx.execute(query).await?;
         Ok(until)
     }
 }

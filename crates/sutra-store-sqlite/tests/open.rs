@@ -1,4 +1,4 @@
-//! What `SqliteStore::open` promises beyond the store trait: the URL forms `sutra serve`
+//! What `open` promises beyond the store trait: the URL forms `sutra serve`
 //! accepts, a file database that survives the process, migrations that apply once, and
 //! in-memory databases that are each their own.
 
@@ -37,20 +37,20 @@ async fn a_file_database_survives_reopening_and_migrates_once() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nested-name.db");
     let url = format!("sqlite://{}", path.display());
-    let store = SqliteStore::open(&url).await.unwrap();
+    let store = sutra_store_sqlite::open(&url).await.unwrap();
     store.commit(&start("i-1")).await.unwrap();
     store
         .deploy(TENANT, "payments", "name: payments")
         .await
         .unwrap();
-    store.close().await;
+    store.backend().close().await;
 
     // Opening again runs the migrator over an up-to-date schema: it must change nothing.
-    let reopened = SqliteStore::open(&url).await.unwrap();
+    let reopened = sutra_store_sqlite::open(&url).await.unwrap();
 
     assert!(has_instance(&reopened, "i-1").await);
     assert_eq!(reopened.deployments(Some(TENANT)).await.unwrap().len(), 1);
-    reopened.close().await;
+    reopened.backend().close().await;
 }
 
 #[tokio::test]
@@ -59,14 +59,14 @@ async fn both_url_forms_name_a_file_created_if_missing() {
     let path = dir.path().join("short-form.db");
     assert!(!path.exists());
 
-    let store = SqliteStore::open(&format!("sqlite:{}", path.display()))
+    let store = sutra_store_sqlite::open(&format!("sqlite:{}", path.display()))
         .await
         .unwrap();
     store.commit(&start("i-1")).await.unwrap();
-    store.close().await;
+    store.backend().close().await;
 
     assert!(path.exists());
-    let long_form = SqliteStore::open(&format!("sqlite://{}", path.display()))
+    let long_form = sutra_store_sqlite::open(&format!("sqlite://{}", path.display()))
         .await
         .unwrap();
     assert!(has_instance(&long_form, "i-1").await);
@@ -74,8 +74,8 @@ async fn both_url_forms_name_a_file_created_if_missing() {
 
 #[tokio::test]
 async fn every_memory_database_is_its_own() {
-    let first = SqliteStore::open("sqlite::memory:").await.unwrap();
-    let second = SqliteStore::open("sqlite::memory:").await.unwrap();
+    let first = sutra_store_sqlite::open("sqlite::memory:").await.unwrap();
+    let second = sutra_store_sqlite::open("sqlite::memory:").await.unwrap();
 
     first.commit(&start("i-1")).await.unwrap();
 
@@ -85,7 +85,7 @@ async fn every_memory_database_is_its_own() {
 
 #[tokio::test]
 async fn a_malformed_url_is_refused() {
-    let outcome = SqliteStore::open("sqlite://db?mode=bogus").await;
+    let outcome = sutra_store_sqlite::open("sqlite://db?mode=bogus").await;
     assert!(matches!(outcome, Err(sutra_store::Error::Unavailable(_))));
 }
 
@@ -95,10 +95,10 @@ async fn a_malformed_url_is_refused() {
 async fn json_columns_keep_the_text_earlier_builds_wrote() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("sutra.db").display());
-    let store = SqliteStore::open(&url).await.unwrap();
+    let store = sutra_store_sqlite::open(&url).await.unwrap();
     let step = start("i-1");
     store.commit(&step).await.unwrap();
-    store.close().await;
+    store.backend().close().await;
 
     let raw = sqlx::SqlitePool::connect(&url).await.unwrap();
     let (kind, text): (String, String) =
@@ -124,7 +124,7 @@ async fn json_columns_keep_the_text_earlier_builds_wrote() {
     .unwrap();
     raw.close().await;
 
-    let reopened = SqliteStore::open(&url).await.unwrap();
+    let reopened = sutra_store_sqlite::open(&url).await.unwrap();
     let record = reopened.instance(TENANT, "i-2").await.unwrap().unwrap();
     assert_eq!(record.snapshot, earlier);
 }

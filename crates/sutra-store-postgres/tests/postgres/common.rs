@@ -20,7 +20,7 @@ pub const HOUR: SignedDuration = SignedDuration::from_hours(1);
 
 /// A store on `database`, as one replica opens it.
 pub async fn replica(database: &TestDatabase) -> PostgresStore {
-    PostgresStore::open(database.url(), &PostgresOptions::default())
+    sutra_store_postgres::open(database.url(), &PostgresOptions::default())
         .await
         .expect("the test database opens")
 }

@@ -24,7 +24,9 @@ async fn replicas(database: &TestDatabase, count: usize) -> Vec<PostgresStore> {
     };
     let mut replicas = Vec::with_capacity(count);
     for _ in 0..count {
-        let store = PostgresStore::open(database.url(), &options).await.unwrap();
+        let store = sutra_store_postgres::open(database.url(), &options)
+            .await
+            .unwrap();
         replicas.push(store);
     }
     replicas
