@@ -3,31 +3,25 @@
 //! replicas never compare claims across clocks.
 
 use jiff::SignedDuration;
-use sutra_store::{ClaimToken, Error, Owner, Result};
+use sutra_store::{ClaimToken, Error, Result};
 use sutra_store_sql::rows::{ClaimedRow, SweptRow};
-use sutra_store_sql::{ClaimStatements, params};
+use sutra_store_sql::{ClaimStatements, NewClaim, params};
 
 use crate::codec::{age, db, is_lock_timeout};
 use crate::statements::Scoped;
 
 impl ClaimStatements for Scoped {
-    async fn claim(
-        &mut self,
-        tenant: &str,
-        instance: &str,
-        owner: &Owner,
-        claim_timeout: SignedDuration,
-    ) -> Result<Option<ClaimedRow>> {
+    async fn claim(&mut self, claim: &NewClaim<'_>) -> Result<Option<ClaimedRow>> {
         sqlx::query_as(
             "UPDATE instances SET owner = $1, claimed_at = sutra_now(), fence = fence + 1
              WHERE tenant = $2 AND id = $3
                AND (owner IS NULL OR owner = $1 OR claimed_at < sutra_now() - $4)
              RETURNING fence, snapshot",
         )
-        .bind(&owner.0)
-        .bind(tenant)
-        .bind(instance)
-        .bind(age(claim_timeout))
+        .bind(&claim.owner.0)
+        .bind(claim.tenant)
+        .bind(claim.instance)
+        .bind(age(claim.timeout))
         .fetch_optional(self.connection())
         .await
         .map_err(|e| {

@@ -11,7 +11,7 @@ use sqlx::types::Json;
 use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot};
 use sutra_core::step::HistoryEvent;
 use sutra_store::{ClaimToken, DeliveryId, InboxEntry, OutboxEntry, Result};
-use sutra_store_sql::{StepStatements, TaskArm, params};
+use sutra_store_sql::{Correlation, StepStatements, TaskArm, WaitArm, params};
 
 use crate::codec::{db, history_kind, micros, park, signed};
 use crate::statements::Scoped;
@@ -107,27 +107,16 @@ impl StepStatements for Scoped {
         Ok(())
     }
 
-    async fn insert_wait(
-        &mut self,
-        instance: &InstanceInfo,
-        park_id: ParkId,
-        channel: &str,
-        key: &str,
-    ) -> Result<bool> {
+    async fn insert_wait(&mut self, wait: &WaitArm<'_>) -> Result<bool> {
         let query = sqlx::query(
             "INSERT INTO waits (tenant, channel, key, instance, park) VALUES ($1, $2, $3, $4, $5)
              ON CONFLICT DO NOTHING",
         );
-        let query = params::wait(query, instance, park_id, channel, key)?;
+        let query = params::wait(query, wait)?;
         Ok(self.execute(query).await? == 1)
     }
 
-    async fn take_buffered(
-        &mut self,
-        tenant: &str,
-        channel: &str,
-        key: &str,
-    ) -> Result<Option<Value>> {
+    async fn take_buffered(&mut self, on: Correlation<'_>) -> Result<Option<Value>> {
         let query = sqlx::query_scalar(
             "DELETE FROM buffered WHERE id = (
                  SELECT id FROM buffered
@@ -135,19 +124,14 @@ impl StepStatements for Scoped {
                  ORDER BY id LIMIT 1)
              RETURNING message",
         );
-        let early: Option<Json<Value>> = params::correlation(query, tenant, channel, key)
+        let early: Option<Json<Value>> = params::correlation(query, on)
             .fetch_optional(self.connection())
             .await
             .map_err(db)?;
         Ok(early.map(|Json(message)| message))
     }
 
-    async fn insert_task(
-        &mut self,
-        instance: &InstanceInfo,
-        park_id: ParkId,
-        task: &TaskArm<'_>,
-    ) -> Result<()> {
+    async fn insert_task(&mut self, task: &TaskArm<'_>) -> Result<()> {
         let query = sqlx::query(
             "INSERT INTO tasks (id, tenant, instance, park, topic, input, state, attempt, retries,
                                 backoff_us, lock_us, available_at, created_at, updated_at)
@@ -159,7 +143,7 @@ impl StepStatements for Scoped {
                  lock_us = excluded.lock_us, lock_token = NULL, locked_until = NULL,
                  available_at = excluded.available_at, updated_at = excluded.updated_at",
         );
-        let query = params::task(query, instance, park_id, task)?;
+        let query = params::task(query, task)?;
         self.execute(query).await.map(drop)
     }
 

@@ -4,7 +4,7 @@
 
 use sutra_store::Result;
 use sutra_store_sql::rows::DeploymentRow;
-use sutra_store_sql::{DeploymentStatements, params};
+use sutra_store_sql::{DeploymentStatements, NewVersion, params};
 
 use crate::codec::db;
 use crate::notices;
@@ -19,19 +19,14 @@ impl DeploymentStatements for Scoped {
         self.execute(query).await.map(drop)
     }
 
-    async fn insert_version(
-        &mut self,
-        tenant: &str,
-        name: &str,
-        source: &str,
-    ) -> Result<DeploymentRow> {
+    async fn insert_version(&mut self, version: &NewVersion<'_>) -> Result<DeploymentRow> {
         let query = sqlx::query_as(
             "INSERT INTO deployments (tenant, name, version, status, source, created_at)
              SELECT $1, $2, COALESCE(MAX(version), 0) + 1, $3, $4, sutra_now()
              FROM deployments WHERE tenant = $1 AND name = $2
              RETURNING tenant, name, version, status, source, created_at",
         );
-        params::version(query, tenant, name, source)
+        params::version(query, version)
             .fetch_one(self.connection())
             .await
             .map_err(db)

@@ -9,21 +9,15 @@
 //! Every statement runs in the system scope: leases are the fleet's, not a tenant's (migration
 //! 0003).
 
-use jiff::SignedDuration;
 use sutra_store::Result;
-use sutra_store_sql::LeaseStatements;
 use sutra_store_sql::rows::LeaseRow;
+use sutra_store_sql::{LeaseStatements, NewLease};
 
 use crate::codec::{age, db};
 use crate::statements::Scoped;
 
 impl LeaseStatements for Scoped {
-    async fn acquire_lease(
-        &mut self,
-        role: &str,
-        holder: &str,
-        ttl: SignedDuration,
-    ) -> Result<Option<LeaseRow>> {
+    async fn acquire_lease(&mut self, lease: &NewLease<'_>) -> Result<Option<LeaseRow>> {
         sqlx::query_as(
             "INSERT INTO leases (role, holder, expires_at, epoch)
              VALUES ($1, $2, sutra_after($3), 1)
@@ -34,9 +28,9 @@ impl LeaseStatements for Scoped {
              WHERE leases.holder = EXCLUDED.holder OR leases.expires_at <= sutra_now()
              RETURNING role, holder, expires_at, epoch",
         )
-        .bind(role)
-        .bind(holder)
-        .bind(age(ttl))
+        .bind(lease.role)
+        .bind(lease.holder)
+        .bind(age(lease.ttl))
         .fetch_optional(self.connection())
         .await
         .map_err(db)

@@ -28,8 +28,10 @@ impl ReadStatements for Scoped {
         filter: &InstanceFilter,
     ) -> Result<Vec<InstanceRow>> {
         let mut sql = listings::instances(tenant, filter);
-        let listed = sql.build_query_as().fetch_all(self.connection());
-        listed.await.map_err(db)
+        sql.build_query_as()
+            .fetch_all(self.connection())
+            .await
+            .map_err(db)
     }
 
     async fn history_rows(&mut self, tenant: &str, instance: &str) -> Result<Vec<HistoryRow>> {
@@ -63,8 +65,10 @@ impl ReadStatements for Scoped {
         filter: &TaskFilter,
     ) -> Result<Vec<TaskRow>> {
         let mut sql = listings::tasks(tenant, filter);
-        let listed = sql.build_query_as().fetch_all(self.connection());
-        listed.await.map_err(db)
+        sql.build_query_as()
+            .fetch_all(self.connection())
+            .await
+            .map_err(db)
     }
 
     async fn outbox_rows(&mut self, tenant: &str, instance: &str) -> Result<Vec<OutboxRow>> {

@@ -6,7 +6,9 @@ use sqlx::PgConnection;
 use sqlx::postgres::PgArguments;
 use sutra_store::{DeliveryId, InboxAnswer, InboxEntry, Result, WaitTarget};
 use sutra_store_sql::rows::{InboxRow, WaitRow};
-use sutra_store_sql::{Backend, LockOn, NewDeliveryRow, Scope, Statements, params};
+use sutra_store_sql::{
+    Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements, params,
+};
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::Postgres;
@@ -102,32 +104,22 @@ impl Statements for Scoped {
         Ok(self.execute(query).await? == 1)
     }
 
-    async fn inbox_answer(
-        &mut self,
-        tenant: &str,
-        channel: &str,
-        event_id: &str,
-    ) -> Result<Option<InboxAnswer>> {
+    async fn inbox_answer(&mut self, key: InboxKey<'_>) -> Result<Option<InboxAnswer>> {
         let query = sqlx::query_as::<_, InboxRow>(
             "SELECT instance, status FROM inbox WHERE tenant = $1 AND channel = $2 AND event_id = $3",
         );
-        let row = params::inbox_key(query, tenant, channel, event_id)
+        let row = params::inbox_key(query, key)
             .fetch_optional(self.connection())
             .await
             .map_err(db)?;
         Ok(row.map(InboxRow::decode))
     }
 
-    async fn find_wait(
-        &mut self,
-        tenant: &str,
-        channel: &str,
-        key: &str,
-    ) -> Result<Option<WaitTarget>> {
+    async fn find_wait(&mut self, on: Correlation<'_>) -> Result<Option<WaitTarget>> {
         let query = sqlx::query_as::<_, WaitRow>(
             "SELECT instance, park FROM waits WHERE tenant = $1 AND channel = $2 AND key = $3",
         );
-        params::correlation(query, tenant, channel, key)
+        params::correlation(query, on)
             .fetch_optional(self.connection())
             .await
             .map_err(db)?
@@ -142,11 +134,11 @@ impl Statements for Scoped {
 /// unrelated transactions.
 fn advisory_key(lock: LockOn<'_>) -> i64 {
     let (purpose, parts) = match lock {
-        LockOn::Correlation {
+        LockOn::Correlation(Correlation {
             tenant,
             channel,
             key,
-        } => ("correlation", vec![tenant, channel, key]),
+        }) => ("correlation", vec![tenant, channel, key]),
         LockOn::Deployment { tenant, name } => ("deployment", vec![tenant, name]),
     };
     let mut bytes = Vec::new();

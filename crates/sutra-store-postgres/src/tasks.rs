@@ -54,20 +54,6 @@ struct HeldNow {
 }
 
 impl TaskStatements for Scoped {
-    async fn next_task_at(&mut self, tenant: &str, topics: &[String]) -> Result<Option<i64>> {
-        sqlx::query_scalar(
-            "SELECT MIN(CASE state WHEN $4 THEN locked_until ELSE available_at END) FROM tasks
-             WHERE tenant = $1 AND topic = ANY($2) AND state IN ($3, $4)",
-        )
-        .bind(tenant)
-        .bind(topics)
-        .bind(TaskState::Available.as_str())
-        .bind(TaskState::Locked.as_str())
-        .fetch_one(self.connection())
-        .await
-        .map_err(db)
-    }
-
     /// A task another poll is exhausting right now is skipped: that poll records its delivery.
     async fn exhaust_expired(
         &mut self,
@@ -184,5 +170,19 @@ impl TaskStatements for Scoped {
         .await
         .map_err(db)?;
         timestamp(until)
+    }
+
+    async fn next_task_at(&mut self, tenant: &str, topics: &[String]) -> Result<Option<i64>> {
+        sqlx::query_scalar(
+            "SELECT MIN(CASE state WHEN $4 THEN locked_until ELSE available_at END) FROM tasks
+             WHERE tenant = $1 AND topic = ANY($2) AND state IN ($3, $4)",
+        )
+        .bind(tenant)
+        .bind(topics)
+        .bind(TaskState::Available.as_str())
+        .bind(TaskState::Locked.as_str())
+        .fetch_one(self.connection())
+        .await
+        .map_err(db)
     }
 }

@@ -5,7 +5,7 @@ use jiff::SignedDuration;
 use sutra_store::{ClaimToken, Claimed, Claims, Error, Owner, Result, SweepOutcome};
 
 use crate::rows::SweptRow;
-use crate::statements::{Backend, ClaimStatements, Scope, Statements};
+use crate::statements::{Backend, ClaimStatements, NewClaim, Scope, Statements};
 use crate::store::SqlStore;
 
 #[async_trait::async_trait]
@@ -18,7 +18,13 @@ impl<B: Backend> Claims for SqlStore<B> {
         claim_timeout: SignedDuration,
     ) -> Result<Claimed> {
         let mut tx = self.begin(Scope::Tenant(tenant)).await?;
-        match tx.claim(tenant, instance, owner, claim_timeout).await? {
+        let claim = NewClaim {
+            tenant,
+            instance,
+            owner,
+            timeout: claim_timeout,
+        };
+        match tx.claim(&claim).await? {
             Some(row) => {
                 tx.commit().await?;
                 row.decode(owner)

@@ -17,7 +17,8 @@ use sutra_store::{
 };
 
 use crate::statements::{
-    Backend, LockOn, NewDeliveryRow, Scope, Statements, StepStatements, TaskArm,
+    Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements, StepStatements,
+    TaskArm, WaitArm,
 };
 use crate::store::SqlStore;
 
@@ -69,7 +70,11 @@ pub async fn insert_inbox_unless_consumed<T: Statements>(
         return Ok(None);
     }
     match tx
-        .inbox_answer(tenant, &entry.channel, &entry.event_id)
+        .inbox_answer(InboxKey {
+            tenant,
+            channel: &entry.channel,
+            event_id: &entry.event_id,
+        })
         .await?
     {
         Some(first) => Ok(Some(first)),
@@ -92,11 +97,11 @@ async fn lock_waits<T: Statements>(tx: &mut T, step: &StepCommit) -> Result<()> 
         .arms
         .iter()
         .filter_map(|arm| match arm {
-            Arm::Wait { channel, key, .. } => Some(LockOn::Correlation {
+            Arm::Wait { channel, key, .. } => Some(LockOn::Correlation(Correlation {
                 tenant,
                 channel,
                 key,
-            }),
+            })),
             _ => None,
         })
         .collect();
@@ -160,6 +165,8 @@ impl<T: StepStatements> StepWriter<'_, T> {
                 lock,
             } => {
                 let task = TaskArm {
+                    instance: self.instance,
+                    park: *park,
                     id: format!("{}:{park}", self.instance.id),
                     topic,
                     input,
@@ -167,7 +174,7 @@ impl<T: StepStatements> StepWriter<'_, T> {
                     backoff: *backoff,
                     lock: *lock,
                 };
-                self.tx.insert_task(self.instance, *park, &task).await?;
+                self.tx.insert_task(&task).await?;
                 Ok(None)
             }
         }
@@ -182,21 +189,23 @@ impl<T: StepStatements> StepWriter<'_, T> {
         channel: &str,
         key: &str,
     ) -> Result<Option<DeliveryId>> {
-        if !self
-            .tx
-            .insert_wait(self.instance, park, channel, key)
-            .await?
-        {
+        let on = Correlation {
+            tenant: &self.instance.tenant,
+            channel,
+            key,
+        };
+        let wait = WaitArm {
+            instance: self.instance,
+            park,
+            on,
+        };
+        if !self.tx.insert_wait(&wait).await? {
             return Err(Error::AliasTaken {
                 channel: channel.to_owned(),
                 key: key.to_owned(),
             });
         }
-        let early = self
-            .tx
-            .take_buffered(&self.instance.tenant, channel, key)
-            .await?;
-        let Some(early) = early else {
+        let Some(early) = self.tx.take_buffered(on).await? else {
             return Ok(None);
         };
         let message: Message =

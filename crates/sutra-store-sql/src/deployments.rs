@@ -5,7 +5,7 @@ use sutra_store::codec::unsigned;
 use sutra_store::{DeploymentRecord, Deployments, Result};
 
 use crate::rows::DeploymentRow;
-use crate::statements::{Backend, DeploymentStatements, LockOn, Scope, Statements};
+use crate::statements::{Backend, DeploymentStatements, LockOn, NewVersion, Scope, Statements};
 use crate::store::SqlStore;
 
 #[async_trait::async_trait]
@@ -15,7 +15,12 @@ impl<B: Backend> Deployments for SqlStore<B> {
         // Two deploys of one name would both read version n and both insert n+1.
         tx.serialize(&[LockOn::Deployment { tenant, name }]).await?;
         tx.drain_active(tenant, name).await?;
-        let row = tx.insert_version(tenant, name, source).await?;
+        let version = NewVersion {
+            tenant,
+            name,
+            source,
+        };
+        let row = tx.insert_version(&version).await?;
         tx.announce_deployment().await?;
         tx.commit().await?;
         row.decode()

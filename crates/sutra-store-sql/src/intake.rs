@@ -5,7 +5,9 @@ use sutra_store::{
 };
 
 use crate::commit::insert_inbox_unless_consumed;
-use crate::statements::{Backend, IntakeStatements, LockOn, NewDeliveryRow, Scope, Statements};
+use crate::statements::{
+    Backend, Correlation, InboxKey, IntakeStatements, LockOn, NewDeliveryRow, Scope, Statements,
+};
 use crate::store::SqlStore;
 
 #[async_trait::async_trait]
@@ -17,7 +19,12 @@ impl<B: Backend> Intake for SqlStore<B> {
         key: &str,
     ) -> Result<Option<WaitTarget>> {
         self.once(Scope::Tenant(tenant), async |tx| {
-            tx.find_wait(tenant, channel, key).await
+            tx.find_wait(Correlation {
+                tenant,
+                channel,
+                key,
+            })
+            .await
         })
         .await
     }
@@ -29,7 +36,12 @@ impl<B: Backend> Intake for SqlStore<B> {
         event_id: &str,
     ) -> Result<Option<InboxAnswer>> {
         self.once(Scope::Tenant(tenant), async |tx| {
-            tx.inbox_answer(tenant, channel, event_id).await
+            tx.inbox_answer(InboxKey {
+                tenant,
+                channel,
+                event_id,
+            })
+            .await
         })
         .await
     }
@@ -42,12 +54,12 @@ impl<B: Backend> Intake for SqlStore<B> {
         // before this is seen below; a park after it sees the buffered row. Taken before any row is
         // written, so that this transaction never holds a row a park's commit (which is ordered
         // first) could wait for.
-        let correlation = LockOn::Correlation {
+        let on = Correlation {
             tenant,
             channel: &message.channel,
             key: &message.key,
         };
-        tx.serialize(&[correlation]).await?;
+        tx.serialize(&[LockOn::Correlation(on)]).await?;
         let entry = InboxEntry {
             channel: message.channel.clone(),
             event_id: message.message.id.clone(),
@@ -58,7 +70,7 @@ impl<B: Backend> Intake for SqlStore<B> {
         }
         // The caller found no wait, but one may have been armed since: the park's transaction
         // looked for buffered messages before this one existed, so relay to it here instead.
-        match tx.find_wait(tenant, &message.channel, &message.key).await? {
+        match tx.find_wait(on).await? {
             Some(wait) => {
                 let relay = DeliveryKind::Relay {
                     message: message.message.clone(),

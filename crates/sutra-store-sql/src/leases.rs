@@ -5,7 +5,7 @@ use jiff::SignedDuration;
 use sutra_store::{Lease, Leases, Result};
 
 use crate::rows::LeaseRow;
-use crate::statements::{Backend, LeaseStatements, Scope};
+use crate::statements::{Backend, LeaseStatements, NewLease, Scope};
 use crate::store::SqlStore;
 
 #[async_trait::async_trait]
@@ -22,7 +22,7 @@ impl<B: Backend> Leases for SqlStore<B> {
     ) -> Result<Option<Lease>> {
         let row = self
             .once(Scope::System, async |tx| {
-                tx.acquire_lease(role, holder, ttl).await
+                tx.acquire_lease(&NewLease { role, holder, ttl }).await
             })
             .await?;
         row.map(LeaseRow::decode).transpose()

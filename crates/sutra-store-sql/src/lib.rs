@@ -38,8 +38,9 @@ mod tasks;
 
 pub use error::driver_error;
 pub use statements::{
-    Backend, ClaimStatements, DeliveryStatements, DeploymentStatements, IntakeStatements,
-    LeaseStatements, LockOn, NewDeliveryRow, OutboxStatements, PurgeStatements, ReadStatements,
-    Scope, Statements, StepStatements, TaskArm, TaskStatements,
+    Backend, ClaimStatements, Correlation, DeliveryStatements, DeploymentStatements, InboxKey,
+    IntakeStatements, LeaseStatements, LockOn, NewClaim, NewDeliveryRow, NewLease, NewVersion,
+    OutboxStatements, PurgeStatements, ReadStatements, Scope, Statements, StepStatements, TaskArm,
+    TaskStatements, WaitArm,
 };
 pub use store::SqlStore;

@@ -14,7 +14,7 @@ use sutra_store::{
     Result, TaskState,
 };
 
-use crate::statements::{NewDeliveryRow, TaskArm};
+use crate::statements::{Correlation, InboxKey, NewDeliveryRow, NewVersion, TaskArm, WaitArm};
 
 /// Binding the kinds of value the store's statements take, on any of sqlx's query types.
 pub trait Bind<'q>: Sized {
@@ -75,28 +75,23 @@ macro_rules! bind_for {
 bind_for!(Query[], QueryAs[O], QueryScalar[O]);
 
 /// A correlation key: tenant, channel, key.
-pub fn correlation<'q, Q: Bind<'q>>(
-    query: Q,
-    tenant: &'q str,
-    channel: &'q str,
-    key: &'q str,
-) -> Q {
-    query.text(tenant).text(channel).text(key)
+pub fn correlation<'q, Q: Bind<'q>>(query: Q, on: Correlation<'q>) -> Q {
+    query.text(on.tenant).text(on.channel).text(on.key)
 }
 
 /// A message's inbox key: tenant, channel, event id.
-pub fn inbox_key<'q, Q: Bind<'q>>(
-    query: Q,
-    tenant: &'q str,
-    channel: &'q str,
-    event_id: &'q str,
-) -> Q {
-    query.text(tenant).text(channel).text(event_id)
+pub fn inbox_key<'q, Q: Bind<'q>>(query: Q, key: InboxKey<'q>) -> Q {
+    query.text(key.tenant).text(key.channel).text(key.event_id)
 }
 
 /// An inbox row: tenant, channel, event id, instance, status.
 pub fn inbox<'q, Q: Bind<'q>>(query: Q, tenant: &'q str, entry: &'q InboxEntry) -> Q {
-    inbox_key(query, tenant, &entry.channel, &entry.event_id)
+    let key = InboxKey {
+        tenant,
+        channel: &entry.channel,
+        event_id: &entry.event_id,
+    };
+    inbox_key(query, key)
         .maybe_text(entry.answer.instance.as_deref())
         .text(&entry.answer.status)
 }
@@ -137,31 +132,20 @@ pub fn cancel_task<'q, Q: Bind<'q>>(query: Q, instance: &'q str, park_id: ParkId
 }
 
 /// A correlation alias: tenant, channel, key, instance, park.
-pub fn wait<'q, Q: Bind<'q>>(
-    query: Q,
-    instance: &'q InstanceInfo,
-    park_id: ParkId,
-    channel: &'q str,
-    key: &'q str,
-) -> Result<Q> {
-    Ok(correlation(query, &instance.tenant, channel, key)
-        .text(&instance.id)
-        .int(park(park_id)?))
+pub fn wait<'q, Q: Bind<'q>>(query: Q, wait: &WaitArm<'q>) -> Result<Q> {
+    Ok(correlation(query, wait.on)
+        .text(&wait.instance.id)
+        .int(park(wait.park)?))
 }
 
 /// A park's task, available: id, tenant, instance, park, topic, input, state, retries, backoff,
 /// lock.
-pub fn task<'q, Q: Bind<'q>>(
-    query: Q,
-    instance: &'q InstanceInfo,
-    park_id: ParkId,
-    task: &'q TaskArm<'q>,
-) -> Result<Q> {
+pub fn task<'q, Q: Bind<'q>>(query: Q, task: &'q TaskArm<'q>) -> Result<Q> {
     Ok(query
         .text(&task.id)
-        .text(&instance.tenant)
-        .text(&instance.id)
-        .int(park(park_id)?)
+        .text(&task.instance.tenant)
+        .text(&task.instance.id)
+        .int(park(task.park)?)
         .text(task.topic)
         .json_ref(task.input)
         .text(TaskState::Available.as_str())
@@ -197,7 +181,12 @@ pub fn delivery<'q, Q: Bind<'q>>(query: Q, delivery: &NewDeliveryRow<'q>) -> Res
 
 /// A buffered message: tenant, channel, key, event id, message, expiry.
 pub fn buffered<'q, Q: Bind<'q>>(query: Q, tenant: &'q str, message: &'q BufferedMessage) -> Q {
-    correlation(query, tenant, &message.channel, &message.key)
+    let on = Correlation {
+        tenant,
+        channel: &message.channel,
+        key: &message.key,
+    };
+    correlation(query, on)
         .text(&message.message.id)
         .json(message.message.to_json())
         .int(micros(message.expires_at))
@@ -214,12 +203,12 @@ pub fn drain<'q, Q: Bind<'q>>(query: Q, tenant: &'q str, name: &'q str) -> Q {
 }
 
 /// A new deployment version: tenant, name, the active state, source.
-pub fn version<'q, Q: Bind<'q>>(query: Q, tenant: &'q str, name: &'q str, source: &'q str) -> Q {
+pub fn version<'q, Q: Bind<'q>>(query: Q, version: &NewVersion<'q>) -> Q {
     query
-        .text(tenant)
-        .text(name)
+        .text(version.tenant)
+        .text(version.name)
         .text(DeploymentStatus::Active.as_str())
-        .text(source)
+        .text(version.source)
 }
 
 /// A claim to give back: tenant, instance, owner, fence.

@@ -46,15 +46,50 @@ pub enum Scope<'a> {
 /// before or after it, never interleaved with it.
 #[derive(Debug, Clone, Copy)]
 pub enum LockOn<'a> {
-    /// `buffer` and a park's commit on the same `(tenant, channel, key)`: whichever goes second
-    /// sees what the first wrote (docs/decisions/0015).
-    Correlation {
-        tenant: &'a str,
-        channel: &'a str,
-        key: &'a str,
-    },
+    /// `buffer` and a park's commit on the same correlation key: whichever goes second sees
+    /// what the first wrote (docs/decisions/0015).
+    Correlation(Correlation<'a>),
     /// Deploys of one deployment name: version n+1 is computed from version n.
     Deployment { tenant: &'a str, name: &'a str },
+}
+
+/// A correlation key: what a wait parks on and an early message is buffered under.
+#[derive(Debug, Clone, Copy)]
+pub struct Correlation<'a> {
+    pub tenant: &'a str,
+    pub channel: &'a str,
+    pub key: &'a str,
+}
+
+/// A message's key in the inbox.
+#[derive(Debug, Clone, Copy)]
+pub struct InboxKey<'a> {
+    pub tenant: &'a str,
+    pub channel: &'a str,
+    pub event_id: &'a str,
+}
+
+/// A claim to take: `owner`'s, on the instance, unless another owner's claim younger than
+/// `timeout` holds it.
+pub struct NewClaim<'a> {
+    pub tenant: &'a str,
+    pub instance: &'a str,
+    pub owner: &'a Owner,
+    pub timeout: SignedDuration,
+}
+
+/// A lease to take: `role` for `holder`, until `ttl` from now.
+pub struct NewLease<'a> {
+    pub role: &'a str,
+    pub holder: &'a str,
+    pub ttl: SignedDuration,
+}
+
+/// Version n+1 of a deployment.
+pub struct NewVersion<'a> {
+    pub tenant: &'a str,
+    pub name: &'a str,
+    pub source: &'a str,
 }
 
 /// A delivery to write: due at `due_at`, or at once by the store's clock when `None`.
@@ -79,8 +114,17 @@ impl<'a> From<&'a NewDelivery> for NewDeliveryRow<'a> {
     }
 }
 
+/// The fields of an [`sutra_store::Arm::Wait`]: the park's correlation alias.
+pub struct WaitArm<'a> {
+    pub instance: &'a InstanceInfo,
+    pub park: ParkId,
+    pub on: Correlation<'a>,
+}
+
 /// The fields of an [`sutra_store::Arm::Task`], and the id of its task.
 pub struct TaskArm<'a> {
+    pub instance: &'a InstanceInfo,
+    pub park: ParkId,
     /// `{instance}:{park}`: a park has at most one task, and re-arming it (a restore) replaces
     /// its earlier, resolved row.
     pub id: String,
@@ -141,30 +185,23 @@ pub trait Statements: Send + Sized {
 
     fn inbox_answer(
         &mut self,
-        tenant: &str,
-        channel: &str,
-        event_id: &str,
+        key: InboxKey<'_>,
     ) -> impl Future<Output = Result<Option<InboxAnswer>>> + Send;
 
     fn find_wait(
         &mut self,
-        tenant: &str,
-        channel: &str,
-        key: &str,
+        on: Correlation<'_>,
     ) -> impl Future<Output = Result<Option<WaitTarget>>> + Send;
 }
 
 /// The statements of the claim ([`crate::claim`]).
 pub trait ClaimStatements: Statements {
-    /// Takes the instance's claim for `owner` if it is free, already `owner`'s, or older than
-    /// `claim_timeout` by the store's clock, and grows the fence; `None`, having written
+    /// Takes the instance's claim for its owner if it is free, already the owner's, or older than
+    /// the timeout by the store's clock, and grows the fence; `None`, having written
     /// nothing, otherwise.
     fn claim(
         &mut self,
-        tenant: &str,
-        instance: &str,
-        owner: &Owner,
-        claim_timeout: SignedDuration,
+        claim: &NewClaim<'_>,
     ) -> impl Future<Output = Result<Option<ClaimedRow>>> + Send;
 
     fn instance_exists(
@@ -221,29 +258,16 @@ pub trait StepStatements: Statements {
     ) -> impl Future<Output = Result<()>> + Send;
 
     /// Inserts a correlation alias unless the key is taken; whether this insert made it.
-    fn insert_wait(
-        &mut self,
-        instance: &InstanceInfo,
-        park: ParkId,
-        channel: &str,
-        key: &str,
-    ) -> impl Future<Output = Result<bool>> + Send;
+    fn insert_wait(&mut self, wait: &WaitArm<'_>) -> impl Future<Output = Result<bool>> + Send;
 
     /// Deletes and returns the oldest live buffered message on the key, if any.
     fn take_buffered(
         &mut self,
-        tenant: &str,
-        channel: &str,
-        key: &str,
+        on: Correlation<'_>,
     ) -> impl Future<Output = Result<Option<Value>>> + Send;
 
     /// Inserts the park's task, available now, replacing an earlier, resolved row of the park.
-    fn insert_task(
-        &mut self,
-        instance: &InstanceInfo,
-        park: ParkId,
-        task: &TaskArm<'_>,
-    ) -> impl Future<Output = Result<()>> + Send;
+    fn insert_task(&mut self, task: &TaskArm<'_>) -> impl Future<Output = Result<()>> + Send;
 
     fn insert_outbox(
         &mut self,
@@ -360,9 +384,7 @@ pub trait DeploymentStatements: Statements {
     /// Inserts version n+1 of `name`, active.
     fn insert_version(
         &mut self,
-        tenant: &str,
-        name: &str,
-        source: &str,
+        version: &NewVersion<'_>,
     ) -> impl Future<Output = Result<DeploymentRow>> + Send;
 
     /// Tells the other processes on the store, once this transaction commits, that a version
@@ -404,13 +426,11 @@ pub trait OutboxStatements: Statements {
 
 /// The statements of the lease rows ([`crate::leases`]).
 pub trait LeaseStatements: Statements {
-    /// Inserts or takes over the role's row for `holder` until `ttl` from now, unless another
-    /// holder's lease is live; the row, or `None` having written nothing.
+    /// Inserts or takes over the role's row for the holder, unless another holder's lease is
+    /// live; the row, or `None` having written nothing.
     fn acquire_lease(
         &mut self,
-        role: &str,
-        holder: &str,
-        ttl: SignedDuration,
+        lease: &NewLease<'_>,
     ) -> impl Future<Output = Result<Option<LeaseRow>>> + Send;
 
     /// Ends `holder`'s lease on `role` now, unless it ended already.

@@ -4,21 +4,15 @@
 //! on one file runs on one machine's.
 
 use jiff::SignedDuration;
-use sutra_store::{ClaimToken, Owner, Result};
+use sutra_store::{ClaimToken, Result};
 use sutra_store_sql::rows::{ClaimedRow, SweptRow};
-use sutra_store_sql::{ClaimStatements, params};
+use sutra_store_sql::{ClaimStatements, NewClaim, params};
 
 use crate::codec::{db, micros, micros_before};
 use crate::statements::Session;
 
 impl ClaimStatements for Session {
-    async fn claim(
-        &mut self,
-        tenant: &str,
-        instance: &str,
-        owner: &Owner,
-        claim_timeout: SignedDuration,
-    ) -> Result<Option<ClaimedRow>> {
+    async fn claim(&mut self, claim: &NewClaim<'_>) -> Result<Option<ClaimedRow>> {
         let now = self.now();
         sqlx::query_as(
             "UPDATE instances SET owner = ?1, claimed_at = ?2, fence = fence + 1
@@ -26,11 +20,11 @@ impl ClaimStatements for Session {
                AND (owner IS NULL OR owner = ?1 OR claimed_at < ?5)
              RETURNING fence, snapshot",
         )
-        .bind(&owner.0)
+        .bind(&claim.owner.0)
         .bind(micros(now))
-        .bind(tenant)
-        .bind(instance)
-        .bind(micros_before(now, claim_timeout))
+        .bind(claim.tenant)
+        .bind(claim.instance)
+        .bind(micros_before(now, claim.timeout))
         .fetch_optional(self.connection().await?)
         .await
         .map_err(db)

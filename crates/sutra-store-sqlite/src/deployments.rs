@@ -4,7 +4,7 @@
 
 use sutra_store::Result;
 use sutra_store_sql::rows::DeploymentRow;
-use sutra_store_sql::{DeploymentStatements, params};
+use sutra_store_sql::{DeploymentStatements, NewVersion, params};
 
 use crate::codec::{db, micros};
 use crate::statements::Session;
@@ -19,12 +19,7 @@ impl DeploymentStatements for Session {
         tx.execute(query).await.map(drop)
     }
 
-    async fn insert_version(
-        &mut self,
-        tenant: &str,
-        name: &str,
-        source: &str,
-    ) -> Result<DeploymentRow> {
+    async fn insert_version(&mut self, version: &NewVersion<'_>) -> Result<DeploymentRow> {
         let tx = self.write().await?;
         let now = micros(tx.now());
         let query = sqlx::query_as(
@@ -33,7 +28,7 @@ impl DeploymentStatements for Session {
              FROM deployments WHERE tenant = ?1 AND name = ?2
              RETURNING tenant, name, version, status, source, created_at",
         );
-        params::version(query, tenant, name, source)
+        params::version(query, version)
             .bind(now)
             .fetch_one(tx.connection())
             .await

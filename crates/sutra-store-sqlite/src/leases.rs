@@ -7,23 +7,17 @@
 //! row, or updates the row only when the lease is the holder's own or has expired — otherwise it
 //! matches nothing and returns no row.
 
-use jiff::SignedDuration;
 use sutra_store::Result;
-use sutra_store_sql::LeaseStatements;
 use sutra_store_sql::rows::LeaseRow;
+use sutra_store_sql::{LeaseStatements, NewLease};
 
 use crate::codec::{db, duration_micros, micros};
 use crate::statements::Session;
 
 impl LeaseStatements for Session {
-    async fn acquire_lease(
-        &mut self,
-        role: &str,
-        holder: &str,
-        ttl: SignedDuration,
-    ) -> Result<Option<LeaseRow>> {
+    async fn acquire_lease(&mut self, lease: &NewLease<'_>) -> Result<Option<LeaseRow>> {
         let now = micros(self.now());
-        let expires_at = now.saturating_add(duration_micros(ttl).max(0));
+        let expires_at = now.saturating_add(duration_micros(lease.ttl).max(0));
         sqlx::query_as(
             "INSERT INTO leases (role, holder, expires_at, epoch) VALUES (?1, ?2, ?3, 1)
              ON CONFLICT (role) DO UPDATE SET
@@ -34,8 +28,8 @@ impl LeaseStatements for Session {
              WHERE leases.holder = excluded.holder OR leases.expires_at <= ?4
              RETURNING role, holder, expires_at, epoch",
         )
-        .bind(role)
-        .bind(holder)
+        .bind(lease.role)
+        .bind(lease.holder)
         .bind(expires_at)
         .bind(now)
         .fetch_optional(self.connection().await?)

@@ -6,20 +6,15 @@ use sutra_store::{InstanceFilter, Result, TaskFilter};
 use sutra_store_sql::rows::{HistoryRow, InstanceRow, OutboxRow, TaskRow};
 use sutra_store_sql::{ReadStatements, listings};
 
-use crate::codec::db;
 use crate::statements::Session;
 
 impl ReadStatements for Session {
     async fn instance_row(&mut self, tenant: &str, id: &str) -> Result<Option<InstanceRow>> {
-        sqlx::query_as(
+        let query = sqlx::query_as(
             "SELECT snapshot, owner, fence, recoveries, created_at, updated_at FROM instances
              WHERE tenant = ?1 AND id = ?2",
-        )
-        .bind(tenant)
-        .bind(id)
-        .fetch_optional(self.connection().await?)
-        .await
-        .map_err(db)
+        );
+        self.fetch_optional(query.bind(tenant).bind(id)).await
     }
 
     async fn instance_rows(
@@ -27,34 +22,25 @@ impl ReadStatements for Session {
         tenant: &str,
         filter: &InstanceFilter,
     ) -> Result<Vec<InstanceRow>> {
-        let mut sql = listings::instances(tenant, filter);
-        let listed = sql.build_query_as().fetch_all(self.connection().await?);
-        listed.await.map_err(db)
+        self.fetch_all(listings::instances(tenant, filter).build_query_as())
+            .await
     }
 
     async fn history_rows(&mut self, tenant: &str, instance: &str) -> Result<Vec<HistoryRow>> {
-        sqlx::query_as(
+        let query = sqlx::query_as(
             "SELECT seq, at, kind, node, token, detail FROM history
              WHERE tenant = ?1 AND instance = ?2 ORDER BY seq",
-        )
-        .bind(tenant)
-        .bind(instance)
-        .fetch_all(self.connection().await?)
-        .await
-        .map_err(db)
+        );
+        self.fetch_all(query.bind(tenant).bind(instance)).await
     }
 
     async fn task_rows(&mut self, tenant: &str, instance: &str) -> Result<Vec<TaskRow>> {
-        sqlx::query_as(concat!(
+        let query = sqlx::query_as(concat!(
             "SELECT ",
             sutra_store_sql::task_columns!(),
             " FROM tasks WHERE tenant = ?1 AND instance = ?2 ORDER BY park"
-        ))
-        .bind(tenant)
-        .bind(instance)
-        .fetch_all(self.connection().await?)
-        .await
-        .map_err(db)
+        ));
+        self.fetch_all(query.bind(tenant).bind(instance)).await
     }
 
     async fn listed_task_rows(
@@ -62,22 +48,17 @@ impl ReadStatements for Session {
         tenant: &str,
         filter: &TaskFilter,
     ) -> Result<Vec<TaskRow>> {
-        let mut sql = listings::tasks(tenant, filter);
-        let listed = sql.build_query_as().fetch_all(self.connection().await?);
-        listed.await.map_err(db)
+        self.fetch_all(listings::tasks(tenant, filter).build_query_as())
+            .await
     }
 
     async fn outbox_rows(&mut self, tenant: &str, instance: &str) -> Result<Vec<OutboxRow>> {
-        sqlx::query_as(
+        let query = sqlx::query_as(
             "SELECT channel, payload, message_key, idempotency_key, instance, deployment, version,
                     attempts, sent_at, poisoned, last_error, next_attempt_at
              FROM outbox WHERE tenant = ?1 AND instance = ?2 ORDER BY id",
-        )
-        .bind(tenant)
-        .bind(instance)
-        .fetch_all(self.connection().await?)
-        .await
-        .map_err(db)
+        );
+        self.fetch_all(query.bind(tenant).bind(instance)).await
     }
 
     /// Readiness means the store accepts a commit, so this takes the write lock and lets go.

@@ -3,16 +3,19 @@
 
 use jiff::Timestamp;
 use sqlx::pool::PoolConnection;
-use sqlx::sqlite::{SqliteArguments, SqlitePool};
-use sqlx::{SqliteConnection, Transaction};
+use sqlx::sqlite::{SqliteArguments, SqlitePool, SqliteRow};
+use sqlx::{FromRow, SqliteConnection, Transaction};
 use sutra_store::{DeliveryId, InboxAnswer, InboxEntry, Result, WaitTarget};
 use sutra_store_sql::rows::{InboxRow, WaitRow};
-use sutra_store_sql::{Backend, LockOn, NewDeliveryRow, Scope, Statements, params};
+use sutra_store_sql::{
+    Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements, params,
+};
 
 use crate::Sqlite;
 use crate::codec::{db, micros, now};
 
 pub type Query<'q> = sqlx::query::Query<'q, sqlx::Sqlite, SqliteArguments>;
+pub type QueryAs<'q, O> = sqlx::query::QueryAs<'q, sqlx::Sqlite, O, SqliteArguments>;
 
 /// A unit of work on SQLite. The statements that write (and the reads a write must see
 /// unchanged) run in one write transaction, begun by the first of them ([`Session::write`]). A
@@ -62,6 +65,25 @@ impl Session {
             Some(alone) => Ok(alone),
             none @ None => Ok(none.insert(self.pool.acquire().await.map_err(db)?)),
         }
+    }
+
+    /// Reads rows with a statement run alone, or in the write transaction once it is begun.
+    pub async fn fetch_all<O>(&mut self, query: QueryAs<'_, O>) -> Result<Vec<O>>
+    where
+        O: for<'r> FromRow<'r, SqliteRow> + Send + Unpin,
+    {
+        query.fetch_all(self.connection().await?).await.map_err(db)
+    }
+
+    /// Reads a row, if any, like [`Session::fetch_all`].
+    pub async fn fetch_optional<O>(&mut self, query: QueryAs<'_, O>) -> Result<Option<O>>
+    where
+        O: for<'r> FromRow<'r, SqliteRow> + Send + Unpin,
+    {
+        query
+            .fetch_optional(self.connection().await?)
+            .await
+            .map_err(db)
     }
 
     /// The write transaction's "now", or the clock's for a statement alone.
@@ -158,32 +180,22 @@ impl Statements for Session {
         Ok(tx.execute(query).await? == 1)
     }
 
-    async fn inbox_answer(
-        &mut self,
-        tenant: &str,
-        channel: &str,
-        event_id: &str,
-    ) -> Result<Option<InboxAnswer>> {
+    async fn inbox_answer(&mut self, key: InboxKey<'_>) -> Result<Option<InboxAnswer>> {
         let query = sqlx::query_as::<_, InboxRow>(
             "SELECT instance, status FROM inbox WHERE tenant = ?1 AND channel = ?2 AND event_id = ?3",
         );
-        let row = params::inbox_key(query, tenant, channel, event_id)
+        let row = params::inbox_key(query, key)
             .fetch_optional(self.connection().await?)
             .await
             .map_err(db)?;
         Ok(row.map(InboxRow::decode))
     }
 
-    async fn find_wait(
-        &mut self,
-        tenant: &str,
-        channel: &str,
-        key: &str,
-    ) -> Result<Option<WaitTarget>> {
+    async fn find_wait(&mut self, on: Correlation<'_>) -> Result<Option<WaitTarget>> {
         let query = sqlx::query_as::<_, WaitRow>(
             "SELECT instance, park FROM waits WHERE tenant = ?1 AND channel = ?2 AND key = ?3",
         );
-        params::correlation(query, tenant, channel, key)
+        params::correlation(query, on)
             .fetch_optional(self.connection().await?)
             .await
             .map_err(db)?

@@ -28,21 +28,6 @@ struct Candidate {
 }
 
 impl TaskStatements for Session {
-    async fn next_task_at(&mut self, tenant: &str, topics: &[String]) -> Result<Option<i64>> {
-        sqlx::query_scalar(
-            "SELECT MIN(CASE state WHEN ?4 THEN locked_until ELSE available_at END) FROM tasks
-             WHERE tenant = ?1 AND topic IN (SELECT value FROM json_each(?2))
-               AND state IN (?3, ?4)",
-        )
-        .bind(tenant)
-        .bind(Json(topics))
-        .bind(TaskState::Available.as_str())
-        .bind(TaskState::Locked.as_str())
-        .fetch_one(self.connection().await?)
-        .await
-        .map_err(db)
-    }
-
     async fn exhaust_expired(
         &mut self,
         tenant: &str,
@@ -146,6 +131,21 @@ impl TaskStatements for Session {
                 .bind(micros(tx.now()));
         tx.execute(query).await?;
         Ok(until)
+    }
+
+    async fn next_task_at(&mut self, tenant: &str, topics: &[String]) -> Result<Option<i64>> {
+        sqlx::query_scalar(
+            "SELECT MIN(CASE state WHEN ?4 THEN locked_until ELSE available_at END) FROM tasks
+             WHERE tenant = ?1 AND topic IN (SELECT value FROM json_each(?2))
+               AND state IN (?3, ?4)",
+        )
+        .bind(tenant)
+        .bind(Json(topics))
+        .bind(TaskState::Available.as_str())
+        .bind(TaskState::Locked.as_str())
+        .fetch_one(self.connection().await?)
+        .await
+        .map_err(db)
     }
 }
 
