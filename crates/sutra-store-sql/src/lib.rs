@@ -1,9 +1,11 @@
-//! What Sutra's SQL stores share, written once: the row structs and their decoding into the
-//! store's records ([`rows`]), the API's listings ([`listings`]), and the transaction scripts —
-//! the order of a step's writes ([`commit`]), the task poll, complete, fail and extend
-//! ([`tasks`]), intake's `buffer` ([`intake`]) and the deploy ([`deployments`]) — generic over a
-//! small statement layer ([`statements`]) that each backend implements once on its transaction,
-//! in its own dialect.
+//! Sutra's SQL store, written once: [`SqlStore`] implements every area of the store seam over a
+//! backend's small statement layer ([`statements`]), which each backend implements on its unit
+//! of work, in its own dialect. Each area's scripts are in a module named after it: the claim
+//! (`claim`), the order of a step's writes (`commit`), intake and `buffer` (`intake`), the
+//! deliveries, the task poll, complete, fail and extend (`tasks`), the outbox, the leases, the
+//! deploy (`deployments`), the reads and the purge. Beside them: the row structs and their
+//! decoding into the store's records ([`rows`]), the parameters both dialects bind alike
+//! ([`params`]) and the API's listings ([`listings`]).
 //!
 //! A script decides which statements run, in what order, and what is checked between them; a
 //! statement is the backend's SQL. A reason that holds for every backend (why a park's task is

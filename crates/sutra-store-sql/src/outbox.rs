@@ -1,6 +1,6 @@
 //! The outbox worker's side of the outbox (SPEC §5.4): claim a batch, then mark each row sent or
 //! failed, in the system scope (a sender serves every tenant). Steps write the rows (see
-//! [`crate::commit`]). A claim is a timestamp on the store's clock, not an owner: it goes stale by
+//! `commit`). A claim is a timestamp on the store's clock, not an owner: it goes stale by
 //! age, and whoever scans next takes the row over.
 
 use jiff::SignedDuration;

@@ -1,7 +1,10 @@
 //! The statement layer: each method one statement (or, where a dialect needs several, one
 //! step of a script), its SQL text the backend's. A backend implements these traits once, on its
-//! transaction; the scripts of this crate decide the order the statements run in and check what
-//! each returns, so that order and those checks exist once.
+//! unit of work ([`Backend::Tx`]); the scripts of this crate decide the order the statements run
+//! in and check what each returns, so that order and those checks exist once. How a statement
+//! runs is the backend's: on PostgreSQL every unit of work is a transaction scoped to its tenant;
+//! on SQLite a statement that writes begins the write transaction, and one atomic on its own (a
+//! claim, a read) runs alone unless the write transaction is already begun.
 //!
 //! What differs between dialects stays behind a method: placeholders, how a list is bound
 //! (`json_each` on SQLite, arrays and `unnest` on PostgreSQL), whose clock "now" is (the
@@ -194,7 +197,7 @@ pub trait Statements: Send + Sized {
     ) -> impl Future<Output = Result<Option<WaitTarget>>> + Send;
 }
 
-/// The statements of the claim ([`crate::claim`]).
+/// The statements of the claim (`claim`).
 pub trait ClaimStatements: Statements {
     /// Takes the instance's claim for its owner if it is free, already the owner's, or older than
     /// the timeout by the store's clock, and grows the fence; `None`, having written
@@ -225,7 +228,7 @@ pub trait ClaimStatements: Statements {
     ) -> impl Future<Output = Result<Vec<SweptRow>>> + Send;
 }
 
-/// The statements of a step's commit ([`crate::commit`]).
+/// The statements of a step's commit (`commit`).
 pub trait StepStatements: Statements {
     /// Writes the snapshot and clears the owner if `token` still holds the claim; whether it did.
     fn settle(
@@ -290,7 +293,7 @@ pub trait StepStatements: Statements {
     ) -> impl Future<Output = Result<()>> + Send;
 }
 
-/// The statements of the deliveries ([`crate::deliveries`]); steps and the task scripts insert
+/// The statements of the deliveries (`deliveries`); steps and the task scripts insert
 /// them ([`Statements::insert_delivery`]).
 pub trait DeliveryStatements: Statements {
     /// Deliveries due by the store's clock, oldest due first.
@@ -317,7 +320,7 @@ pub trait DeliveryStatements: Statements {
     fn next_due(&mut self) -> impl Future<Output = Result<Option<i64>>> + Send;
 }
 
-/// The statements of the pull surface's scripts ([`crate::tasks`]).
+/// The statements of the pull surface's scripts (`tasks`).
 pub trait TaskStatements: Statements {
     /// When the next task of the topics is available or its lock expires, in microseconds.
     fn next_task_at(
@@ -366,7 +369,7 @@ pub trait TaskStatements: Statements {
     ) -> impl Future<Output = Result<Timestamp>> + Send;
 }
 
-/// The statement of intake's script ([`crate::intake`]).
+/// The statement of intake's script (`intake`).
 pub trait IntakeStatements: Statements {
     fn insert_buffered(
         &mut self,
@@ -375,7 +378,7 @@ pub trait IntakeStatements: Statements {
     ) -> impl Future<Output = Result<()>> + Send;
 }
 
-/// The statements of a deploy ([`crate::deployments`]).
+/// The statements of a deploy (`deployments`).
 pub trait DeploymentStatements: Statements {
     /// The active version of `name`, if any, becomes draining.
     fn drain_active(&mut self, tenant: &str, name: &str)
@@ -401,7 +404,7 @@ pub trait DeploymentStatements: Statements {
     fn deployment_count(&mut self) -> impl Future<Output = Result<i64>> + Send;
 }
 
-/// The statements of the outbox worker's side ([`crate::outbox`]); steps write the rows
+/// The statements of the outbox worker's side (`outbox`); steps write the rows
 /// ([`StepStatements::insert_outbox`]).
 pub trait OutboxStatements: Statements {
     /// Stamps up to `batch` rows due for sending whose claim is missing or older than
@@ -424,7 +427,7 @@ pub trait OutboxStatements: Statements {
     ) -> impl Future<Output = Result<()>> + Send;
 }
 
-/// The statements of the lease rows ([`crate::leases`]).
+/// The statements of the lease rows (`leases`).
 pub trait LeaseStatements: Statements {
     /// Inserts or takes over the role's row for the holder, unless another holder's lease is
     /// live; the row, or `None` having written nothing.
@@ -443,7 +446,7 @@ pub trait LeaseStatements: Statements {
     fn leases(&mut self) -> impl Future<Output = Result<Vec<LeaseRow>>> + Send;
 }
 
-/// The reads of the API ([`crate::reads`]).
+/// The reads of the API (`reads`).
 pub trait ReadStatements: Statements {
     fn instance_row(
         &mut self,
@@ -490,7 +493,7 @@ pub trait ReadStatements: Statements {
     fn ping(&mut self) -> impl Future<Output = Result<()>> + Send;
 }
 
-/// The purger's deletions ([`crate::purge`]), each of at most `batch` rows; each returns how many
+/// The purger's deletions (`purge`), each of at most `batch` rows; each returns how many
 /// it deleted.
 pub trait PurgeStatements: Statements {
     /// Terminal instances last updated longer ago than `retention` (never `failed` ones), with

@@ -3,7 +3,7 @@
 //! judged by the rules `sutra_store` gives every backend ([`HeldRow::check`], [`after_failure`],
 //! [`retry_backoff`]) against the store's clock, and written together with the delivery that
 //! carries its outcome to the instance — a completion and its delivery are one fact. Steps write
-//! and cancel the task rows ([`crate::commit`]).
+//! and cancel the task rows (`commit`).
 
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
