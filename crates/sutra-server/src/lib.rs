@@ -79,7 +79,7 @@ pub async fn open_store(settings: &Settings) -> Result<Arc<dyn Store>, ServeErro
     let url = settings.datasource.as_str();
     let store: Arc<dyn Store> = match Datasource::of(url)? {
         Datasource::Sqlite => Arc::new(
-            sutra_store_sqlite::SqliteStore::open(url)
+            sutra_store_sqlite::open(url)
                 .await
                 .map_err(|e| store_error(url, e))?,
         ),
@@ -89,7 +89,7 @@ pub async fn open_store(settings: &Settings) -> Result<Arc<dyn Store>, ServeErro
                 migrate: settings.store_migrate,
                 migrate_url: settings.store_migrate_url.clone(),
             };
-            let store = sutra_store_postgres::PostgresStore::open(url, &options)
+            let store = sutra_store_postgres::open(url, &options)
                 .await
                 .map_err(|e| store_error(url, e))?;
             warn_of_row_security_gaps(url).await;
@@ -121,10 +121,10 @@ async fn warn_of_row_security_gaps(url: &str) {
 pub async fn migrate_store(url: &str) -> Result<(), ServeError> {
     match Datasource::of(url)? {
         Datasource::Sqlite => {
-            let store = sutra_store_sqlite::SqliteStore::open(url)
+            let store = sutra_store_sqlite::open(url)
                 .await
                 .map_err(|e| store_error(url, e))?;
-            store.close().await;
+            store.backend().close().await;
             Ok(())
         }
         Datasource::Postgres => sutra_store_postgres::migrate(url)

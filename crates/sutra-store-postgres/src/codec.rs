@@ -1,25 +1,20 @@
-//! How values cross into PostgreSQL and back: times as BIGINT microseconds and unsigned counters
-//! as BIGINT, as every SQL backend keeps them ([`sutra_store::codec`], re-exported here), JSON as
-//! JSONB, and sqlx's errors as the store's — a retry-safe [`Error::Unavailable`] kept apart from
-//! [`Error::Corrupt`] bugs, decided by the SQLSTATE class rather than by reading messages.
+//! How values cross into PostgreSQL and back: times as BIGINT microseconds and unsigned counters as
+//! BIGINT, as every SQL backend keeps them ([`sutra_store::codec`], re-exported here), JSON as
+//! JSONB (through `sqlx::types::Json`, see `sutra_store_sql::rows`), and sqlx's errors as the
+//! store's — a retry-safe [`Error::Unavailable`] kept apart from [`Error::Corrupt`] bugs, decided
+//! by the SQLSTATE class rather than by reading messages.
 
 use jiff::SignedDuration;
-use serde_json::Value;
-use sutra_core::snapshot::Snapshot;
+use sutra_store::Error;
 pub use sutra_store::codec::{
-    corrupt, duration_micros, history_kind, micros, park, park_id, parse_history_kind, signed,
-    timestamp, unsigned,
+    duration_micros, history_kind, micros, park, signed, timestamp, unsigned,
 };
-use sutra_store::{Error, Result};
+use sutra_store_sql::driver_error;
 
 /// A duration as a non-negative age in microseconds, for `sutra_now() - age`: a negative
 /// timeout would make every claim stale at once, and the subtraction must not overflow.
 pub fn age(duration: SignedDuration) -> i64 {
     duration_micros(duration).max(0)
-}
-
-pub fn snapshot(json: Value) -> Result<Snapshot> {
-    Snapshot::from_json(json).map_err(|e| corrupt("a snapshot", e))
 }
 
 /// SQLSTATE classes that say the database could not do the work now, not that the work is wrong:
@@ -50,14 +45,7 @@ pub fn db(error: sqlx::Error) -> Error {
                 Error::Corrupt(format!("{e} (SQLSTATE {code})"))
             }
         }
-        sqlx::Error::RowNotFound
-        | sqlx::Error::TypeNotFound { .. }
-        | sqlx::Error::ColumnIndexOutOfBounds { .. }
-        | sqlx::Error::ColumnNotFound(_)
-        | sqlx::Error::ColumnDecode { .. }
-        | sqlx::Error::Encode(_)
-        | sqlx::Error::Decode(_) => Error::Corrupt(error.to_string()),
-        other => Error::Unavailable(other.to_string()),
+        other => driver_error(other),
     }
 }
 

@@ -9,61 +9,47 @@
 //! Every statement runs in the system scope: leases are the fleet's, not a tenant's (migration
 //! 0003).
 
-use jiff::SignedDuration;
-use sqlx::PgPool;
-use sutra_store::{Lease, Result};
+use sutra_store::Result;
+use sutra_store_sql::rows::LeaseRow;
+use sutra_store_sql::{LeaseStatements, NewLease};
 
 use crate::codec::{age, db};
-use crate::rows::LeaseRow;
-use crate::scope::{Scope, begin};
+use crate::statements::Scoped;
 
-pub async fn acquire(
-    pool: &PgPool,
-    role: &str,
-    holder: &str,
-    ttl: SignedDuration,
-) -> Result<Option<Lease>> {
-    let mut tx = begin(pool, Scope::System).await?;
-    let row: Option<LeaseRow> = sqlx::query_as(
-        "INSERT INTO leases (role, holder, expires_at, epoch) VALUES ($1, $2, sutra_after($3), 1)
-         ON CONFLICT (role) DO UPDATE SET
-             epoch = leases.epoch + CASE WHEN leases.holder = EXCLUDED.holder THEN 0 ELSE 1 END,
-             holder = EXCLUDED.holder,
-             expires_at = EXCLUDED.expires_at
-         WHERE leases.holder = EXCLUDED.holder OR leases.expires_at <= sutra_now()
-         RETURNING role, holder, expires_at, epoch",
-    )
-    .bind(role)
-    .bind(holder)
-    .bind(age(ttl))
-    .fetch_optional(&mut *tx)
-    .await
-    .map_err(db)?;
-    tx.commit().await.map_err(db)?;
-    row.map(LeaseRow::decode).transpose()
-}
+impl LeaseStatements for Scoped {
+    async fn acquire_lease(&mut self, lease: &NewLease<'_>) -> Result<Option<LeaseRow>> {
+        sqlx::query_as(
+            "INSERT INTO leases (role, holder, expires_at, epoch)
+             VALUES ($1, $2, sutra_after($3), 1)
+             ON CONFLICT (role) DO UPDATE SET
+                 epoch = leases.epoch + CASE WHEN leases.holder = EXCLUDED.holder THEN 0 ELSE 1 END,
+                 holder = EXCLUDED.holder,
+                 expires_at = EXCLUDED.expires_at
+             WHERE leases.holder = EXCLUDED.holder OR leases.expires_at <= sutra_now()
+             RETURNING role, holder, expires_at, epoch",
+        )
+        .bind(lease.role)
+        .bind(lease.holder)
+        .bind(age(lease.ttl))
+        .fetch_optional(self.connection())
+        .await
+        .map_err(db)
+    }
 
-pub async fn release(pool: &PgPool, role: &str, holder: &str) -> Result<()> {
-    let mut tx = begin(pool, Scope::System).await?;
-    sqlx::query(
-        "UPDATE leases SET expires_at = LEAST(expires_at, sutra_now())
-         WHERE role = $1 AND holder = $2",
-    )
-    .bind(role)
-    .bind(holder)
-    .execute(&mut *tx)
-    .await
-    .map_err(db)?;
-    tx.commit().await.map_err(db)
-}
+    async fn release_lease(&mut self, role: &str, holder: &str) -> Result<()> {
+        let query = sqlx::query(
+            "UPDATE leases SET expires_at = LEAST(expires_at, sutra_now())
+             WHERE role = $1 AND holder = $2",
+        )
+        .bind(role)
+        .bind(holder);
+        self.execute(query).await.map(drop)
+    }
 
-pub async fn all(pool: &PgPool) -> Result<Vec<Lease>> {
-    let mut tx = begin(pool, Scope::System).await?;
-    let rows: Vec<LeaseRow> =
+    async fn leases(&mut self) -> Result<Vec<LeaseRow>> {
         sqlx::query_as("SELECT role, holder, expires_at, epoch FROM leases ORDER BY role")
-            .fetch_all(&mut *tx)
+            .fetch_all(self.connection())
             .await
-            .map_err(db)?;
-    tx.commit().await.map_err(db)?;
-    rows.into_iter().map(LeaseRow::decode).collect()
+            .map_err(db)
+    }
 }

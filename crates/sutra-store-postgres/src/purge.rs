@@ -9,81 +9,67 @@
 //! migration 0003 serve them.
 
 use jiff::SignedDuration;
-use sqlx::PgPool;
-use sutra_store::{Purged, Result};
+use sutra_store::Result;
+use sutra_store_sql::PurgeStatements;
 
-use crate::codec::{age, db};
-use crate::scope::{Scope, Tx, begin};
+use crate::codec::{age, db, unsigned};
+use crate::statements::Scoped;
 
-pub async fn purge(pool: &PgPool, retention: SignedDuration, batch: u32) -> Result<Purged> {
-    let mut tx = begin(pool, Scope::System).await?;
-    let purged = Purged {
-        instances: instances(&mut tx, retention, batch).await?,
-        buffered: buffered(&mut tx, batch).await?,
-        outbox: outbox(&mut tx, retention, batch).await?,
-    };
-    tx.commit().await.map_err(db)?;
-    Ok(purged)
-}
+impl PurgeStatements for Scoped {
+    /// Old terminal instances, never `failed` ones, and the inbox rows of the messages they
+    /// consumed.
+    async fn purge_instances(&mut self, retention: SignedDuration, batch: u32) -> Result<u64> {
+        let query = sqlx::query(
+            "WITH doomed AS (
+                 SELECT tenant, id FROM instances
+                 WHERE status IN ('completed', 'cancelled') AND updated_at < sutra_now() - $1
+                 ORDER BY updated_at, id LIMIT $2
+                 FOR UPDATE SKIP LOCKED
+             ), consumed AS (
+                 DELETE FROM inbox USING doomed
+                 WHERE inbox.tenant = doomed.tenant AND inbox.instance = doomed.id
+             )
+             DELETE FROM instances USING doomed WHERE instances.id = doomed.id",
+        )
+        .bind(age(retention))
+        .bind(i64::from(batch));
+        self.execute(query).await
+    }
 
-/// Old terminal instances, never `failed` ones, and the inbox rows of the messages they consumed.
-async fn instances(tx: &mut Tx, retention: SignedDuration, batch: u32) -> Result<u64> {
-    let deleted = sqlx::query(
-        "WITH doomed AS (
-             SELECT tenant, id FROM instances
-             WHERE status IN ('completed', 'cancelled') AND updated_at < sutra_now() - $1
-             ORDER BY updated_at, id LIMIT $2
-             FOR UPDATE SKIP LOCKED
-         ), consumed AS (
-             DELETE FROM inbox USING doomed
-             WHERE inbox.tenant = doomed.tenant AND inbox.instance = doomed.id
-         )
-         DELETE FROM instances USING doomed WHERE instances.id = doomed.id",
-    )
-    .bind(age(retention))
-    .bind(i64::from(batch))
-    .execute(&mut **tx)
-    .await
-    .map_err(db)?;
-    Ok(deleted.rows_affected())
-}
+    /// Expired buffered messages, and their inbox rows while those say only that the message was
+    /// buffered: no step will consume it now.
+    async fn purge_buffered(&mut self, batch: u32) -> Result<u64> {
+        let deleted: i64 = sqlx::query_scalar(
+            "WITH expired AS (
+                 DELETE FROM buffered WHERE id IN (
+                     SELECT id FROM buffered WHERE expires_at < sutra_now()
+                     ORDER BY expires_at, id LIMIT $1
+                     FOR UPDATE SKIP LOCKED)
+                 RETURNING tenant, channel, event_id
+             ), forgotten AS (
+                 DELETE FROM inbox USING expired
+                 WHERE inbox.tenant = expired.tenant AND inbox.channel = expired.channel
+                   AND inbox.event_id = expired.event_id AND inbox.instance IS NULL
+             )
+             SELECT count(*) FROM expired",
+        )
+        .bind(i64::from(batch))
+        .fetch_one(self.connection())
+        .await
+        .map_err(db)?;
+        unsigned(deleted, "a count")
+    }
 
-/// Expired buffered messages, and their inbox rows while those say only that the message was
-/// buffered: no step will consume it now.
-async fn buffered(tx: &mut Tx, batch: u32) -> Result<u64> {
-    let deleted: i64 = sqlx::query_scalar(
-        "WITH expired AS (
-             DELETE FROM buffered WHERE id IN (
-                 SELECT id FROM buffered WHERE expires_at < sutra_now()
-                 ORDER BY expires_at, id LIMIT $1
-                 FOR UPDATE SKIP LOCKED)
-             RETURNING tenant, channel, event_id
-         ), forgotten AS (
-             DELETE FROM inbox USING expired
-             WHERE inbox.tenant = expired.tenant AND inbox.channel = expired.channel
-               AND inbox.event_id = expired.event_id AND inbox.instance IS NULL
-         )
-         SELECT count(*) FROM expired",
-    )
-    .bind(i64::from(batch))
-    .fetch_one(&mut **tx)
-    .await
-    .map_err(db)?;
-    crate::codec::unsigned(deleted, "a count")
-}
-
-/// Outbox rows sent longer ago than the retention; pending and poisoned rows stay.
-async fn outbox(tx: &mut Tx, retention: SignedDuration, batch: u32) -> Result<u64> {
-    let deleted = sqlx::query(
-        "DELETE FROM outbox WHERE id IN (
-             SELECT id FROM outbox WHERE sent_at < sutra_now() - $1
-             ORDER BY sent_at, id LIMIT $2
-             FOR UPDATE SKIP LOCKED)",
-    )
-    .bind(age(retention))
-    .bind(i64::from(batch))
-    .execute(&mut **tx)
-    .await
-    .map_err(db)?;
-    Ok(deleted.rows_affected())
+    /// Outbox rows sent longer ago than the retention; pending and poisoned rows stay.
+    async fn purge_outbox(&mut self, retention: SignedDuration, batch: u32) -> Result<u64> {
+        let query = sqlx::query(
+            "DELETE FROM outbox WHERE id IN (
+                 SELECT id FROM outbox WHERE sent_at < sutra_now() - $1
+                 ORDER BY sent_at, id LIMIT $2
+                 FOR UPDATE SKIP LOCKED)",
+        )
+        .bind(age(retention))
+        .bind(i64::from(batch));
+        self.execute(query).await
+    }
 }

@@ -15,7 +15,7 @@ use sutra_store::{Error, Result};
 
 use crate::codec::db;
 
-/// The schema, embedded in the binary: applied by [`crate::PostgresStore::open`] unless disabled,
+/// The schema, embedded in the binary: applied by [`crate::open`] unless disabled,
 /// and by [`crate::migrate`] (`sutra db migrate`).
 static MIGRATOR: Migrator = sqlx::migrate!();
 

@@ -6,22 +6,16 @@
 //! The declaration rides in the `BEGIN` itself (one simple-protocol message, two statements), so
 //! a scoped transaction costs no more round trips than a bare one. That message cannot carry bind
 //! parameters, so the tenant travels as a literal, quoted by [`literal`].
+//!
+//! [`Scope::System`] is the store's own cross-tenant work (sweep, due deliveries, outbox
+//! sending), whose trait methods name no tenant: it may read, update and delete every tenant's
+//! rows, never insert.
 
 use sqlx::{AssertSqlSafe, PgPool, Postgres, Transaction};
 use sutra_store::{Error, Result};
+pub use sutra_store_sql::Scope;
 
 use crate::codec::db;
-
-/// Whose rows a transaction may touch.
-#[derive(Debug, Clone, Copy)]
-pub enum Scope<'a> {
-    /// One tenant's rows: everything a request on behalf of a tenant does.
-    Tenant(&'a str),
-    /// Every tenant's rows, to read, update and delete, never to insert: the store's own
-    /// cross-tenant work (sweep, due deliveries, outbox sending), whose trait methods name no
-    /// tenant.
-    System,
-}
 
 /// The value of `sutra.tenant` that [`Scope::System`] declares. The schema refuses it as a
 /// tenant name.

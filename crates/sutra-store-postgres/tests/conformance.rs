@@ -23,7 +23,7 @@ impl Deref for Fixture {
 
 async fn fresh() -> Fixture {
     let database = TestDatabase::create().await;
-    let store = PostgresStore::open(database.url(), &PostgresOptions::default())
+    let store = sutra_store_postgres::open(database.url(), &PostgresOptions::default())
         .await
         .expect("a fresh database opens and migrates");
     Fixture {

@@ -1,266 +1,124 @@
-//! A step's commit (SPEC §5.2): one `BEGIN IMMEDIATE` transaction whose first statement decides
-//! whether the step may land at all — the fenced release of the claim, or a start's inbox row —
-//! followed by every row of the step. Any error returns before the commit, and dropping the
-//! transaction rolls back: a refused step has written nothing.
+//! A step's commit on SQLite: the statements of the shared script, in one `BEGIN IMMEDIATE`
+//! transaction. Nothing else writes while it holds the write
+//! lock, so no statement here needs to be ordered with another transaction's.
 
-use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
-use sqlx::{Sqlite, SqlitePool, Transaction};
-use sutra_core::snapshot::{InstanceInfo, ParkId};
-use sutra_core::step::Message;
-use sutra_store::{
-    Arm, ClaimToken, Committed, DeliveryId, DeliveryKind, Error, InboxEntry, NewDelivery, Result,
-    StepCommit, TaskState,
-};
+use sqlx::types::Json;
+use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot};
+use sutra_core::step::HistoryEvent;
+use sutra_store::{ClaimToken, DeliveryId, InboxEntry, OutboxEntry, Result};
+use sutra_store_sql::{Correlation, StepStatements, TaskArm, WaitArm, params};
 
-use crate::codec::{corrupt, db, duration_micros, history_kind, micros, now, park, signed};
-use crate::statements::{begin_write, insert_delivery, insert_inbox_unless_consumed};
+use crate::codec::{db, history_kind, micros, park, signed};
+use crate::statements::Session;
 
-pub async fn commit(pool: &SqlitePool, step: &StepCommit) -> Result<Committed> {
-    let mut writer = StepWriter {
-        tx: begin_write(pool).await?,
-        step,
-        instance: &step.snapshot.instance,
-        now: now(),
-    };
-    match &step.claim {
-        Some(token) => writer.settle(token).await?,
-        None => writer.insert_start().await?,
-    }
-    writer.insert_history().await?;
-    for park in &step.disarms {
-        writer.disarm(*park).await?;
-    }
-    let mut due_now = Vec::new();
-    for arm in &step.arms {
-        due_now.extend(writer.arm(arm).await?);
-    }
-    writer.insert_outbox().await?;
-    if let Some(taken) = step.taken {
-        writer.take(taken).await?;
-    }
-    if step.claim.is_some()
-        && let Some(entry) = &step.inbox
-    {
-        writer.record_consumed(entry).await?;
-    }
-    writer.tx.commit().await.map_err(db)?;
-    Ok(Committed { due_now })
-}
-
-/// The fields of an [`Arm::Task`].
-struct TaskArm<'a> {
-    topic: &'a str,
-    input: &'a Value,
-    retries: u32,
-    backoff: SignedDuration,
-    lock: SignedDuration,
-}
-
-struct StepWriter<'s> {
-    tx: Transaction<'static, Sqlite>,
-    step: &'s StepCommit,
-    instance: &'s InstanceInfo,
-    now: Timestamp,
-}
-
-impl StepWriter<'_> {
-    /// Writes the snapshot and clears the owner, if and only if the claim is still ours: the
-    /// fence makes a holder whose claim lapsed (and was taken) unable to commit.
-    async fn settle(&mut self, token: &ClaimToken) -> Result<()> {
-        let settled = sqlx::query(
+impl StepStatements for Session {
+    async fn settle(&mut self, token: &ClaimToken, snapshot: &Snapshot) -> Result<bool> {
+        let tx = self.write().await?;
+        let query = sqlx::query(
             "UPDATE instances
              SET snapshot = ?1, status = ?2, owner = NULL, claimed_at = NULL, recoveries = 0,
-                 updated_at = ?3
-             WHERE tenant = ?4 AND id = ?5 AND owner = ?6 AND fence = ?7",
-        )
-        .bind(self.step.snapshot.to_json().to_string())
-        .bind(self.step.snapshot.status.as_str())
-        .bind(micros(self.now))
-        .bind(&self.instance.tenant)
-        .bind(&self.instance.id)
-        .bind(&token.owner.0)
-        .bind(token.fence)
-        .execute(&mut *self.tx)
-        .await
-        .map_err(db)?
-        .rows_affected();
-        if settled == 0 {
-            return Err(Error::ClaimLost);
-        }
-        Ok(())
+                 updated_at = ?7
+             WHERE tenant = ?3 AND id = ?4 AND owner = ?5 AND fence = ?6",
+        );
+        let query = params::settle(query, token, snapshot).bind(micros(tx.now()));
+        Ok(tx.execute(query).await? == 1)
     }
 
-    /// Inserts a new, unowned instance, unless another start already consumed its message.
-    async fn insert_start(&mut self) -> Result<()> {
-        if let Some(entry) = &self.step.inbox {
-            let consumed =
-                insert_inbox_unless_consumed(&mut self.tx, &self.instance.tenant, entry, self.now)
-                    .await?;
-            if let Some(first) = consumed {
-                return Err(Error::Duplicate(first));
-            }
-        }
-        sqlx::query(
+    async fn insert_instance(&mut self, snapshot: &Snapshot) -> Result<()> {
+        let tx = self.write().await?;
+        let query = sqlx::query(
             "INSERT INTO instances
                  (id, tenant, deployment, version, flow, status, snapshot, created_at, updated_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)",
-        )
-        .bind(&self.instance.id)
-        .bind(&self.instance.tenant)
-        .bind(&self.instance.deployment)
-        .bind(self.instance.version)
-        .bind(&self.instance.flow)
-        .bind(self.step.snapshot.status.as_str())
-        .bind(self.step.snapshot.to_json().to_string())
-        .bind(micros(self.now))
-        .execute(&mut *self.tx)
-        .await
-        .map_err(db)?;
-        Ok(())
+        );
+        let query = params::instance(query, snapshot).bind(micros(tx.now()));
+        tx.execute(query).await.map(drop)
     }
 
-    /// The primary key `(instance, seq)` refuses a repeated sequence, failing the whole step.
-    async fn insert_history(&mut self) -> Result<()> {
-        for event in &self.step.history {
+    /// One statement per event. The primary key `(instance, seq)` refuses a repeated sequence,
+    /// failing the whole step.
+    async fn insert_history(
+        &mut self,
+        instance: &InstanceInfo,
+        events: &[HistoryEvent],
+    ) -> Result<()> {
+        let tx = self.write().await?;
+        for event in events {
             let token = event
                 .token
                 .map(|token| signed(token.0, "a token id"))
                 .transpose()?;
-            sqlx::query(
+            let query = sqlx::query(
                 "INSERT INTO history (tenant, instance, seq, at, kind, node, token, detail)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )
-            .bind(&self.instance.tenant)
-            .bind(&self.instance.id)
+            .bind(&instance.tenant)
+            .bind(&instance.id)
             .bind(signed(event.seq, "a history sequence")?)
             .bind(micros(event.at))
             .bind(history_kind(event.kind))
             .bind(&event.node)
             .bind(token)
-            .bind(event.detail.to_string())
-            .execute(&mut *self.tx)
-            .await
-            .map_err(db)?;
+            .bind(Json(&event.detail));
+            tx.execute(query).await?;
         }
         Ok(())
     }
 
-    /// Resolves every row behind one park of this instance: its wait, its pending deliveries
-    /// (timers among them), and its task if a worker may still take it.
-    async fn disarm(&mut self, park_id: ParkId) -> Result<()> {
-        let park = park(park_id)?;
+    async fn cancel_task(&mut self, instance: &str, park_id: ParkId) -> Result<()> {
+        let tx = self.write().await?;
+        let query = sqlx::query(
+            "UPDATE tasks SET state = ?3, updated_at = ?6
+             WHERE instance = ?1 AND park = ?2 AND state IN (?4, ?5)",
+        );
+        let query = params::cancel_task(query, instance, park_id)?.bind(micros(tx.now()));
+        tx.execute(query).await.map(drop)
+    }
+
+    async fn delete_park_rows(&mut self, instance: &str, park_id: ParkId) -> Result<()> {
+        let tx = self.write().await?;
         for resolve in [
             "DELETE FROM waits WHERE instance = ?1 AND park = ?2",
             "DELETE FROM deliveries WHERE instance = ?1 AND park = ?2",
         ] {
-            sqlx::query(resolve)
-                .bind(&self.instance.id)
-                .bind(park)
-                .execute(&mut *self.tx)
-                .await
-                .map_err(db)?;
+            let query = sqlx::query(resolve).bind(instance).bind(park(park_id)?);
+            tx.execute(query).await?;
         }
-        sqlx::query(
-            "UPDATE tasks SET state = ?3, updated_at = ?4
-             WHERE instance = ?1 AND park = ?2 AND state IN (?5, ?6)",
-        )
-        .bind(&self.instance.id)
-        .bind(park)
-        .bind(TaskState::Cancelled.as_str())
-        .bind(micros(self.now))
-        .bind(TaskState::Available.as_str())
-        .bind(TaskState::Locked.as_str())
-        .execute(&mut *self.tx)
-        .await
-        .map_err(db)?;
         Ok(())
     }
 
-    /// Writes the row behind a park; returns the delivery of a buffered message it matched.
-    async fn arm(&mut self, arm: &Arm) -> Result<Option<DeliveryId>> {
-        match arm {
-            Arm::Wait { park, channel, key } => self.arm_wait(*park, channel, key).await,
-            Arm::Timer { park, due } => {
-                self.deliver(*park, DeliveryKind::Timer, *due).await?;
-                Ok(None)
-            }
-            Arm::Task {
-                park,
-                topic,
-                input,
-                retries,
-                backoff,
-                lock,
-            } => {
-                let task = TaskArm {
-                    topic,
-                    input,
-                    retries: *retries,
-                    backoff: *backoff,
-                    lock: *lock,
-                };
-                self.arm_task(*park, task).await?;
-                Ok(None)
-            }
-        }
-    }
-
-    /// Inserts the correlation alias, then takes the oldest live buffered message for it, in
-    /// this same transaction: an early message and the park cannot miss each other. The alias
-    /// stays: the relay delivery consumes it like any relay.
-    async fn arm_wait(
-        &mut self,
-        park_id: ParkId,
-        channel: &str,
-        key: &str,
-    ) -> Result<Option<DeliveryId>> {
-        let inserted = sqlx::query(
+    async fn insert_wait(&mut self, wait: &WaitArm<'_>) -> Result<bool> {
+        let tx = self.write().await?;
+        let query = sqlx::query(
             "INSERT INTO waits (tenant, channel, key, instance, park) VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT DO NOTHING",
-        )
-        .bind(&self.instance.tenant)
-        .bind(channel)
-        .bind(key)
-        .bind(&self.instance.id)
-        .bind(park(park_id)?)
-        .execute(&mut *self.tx)
-        .await
-        .map_err(db)?
-        .rows_affected();
-        if inserted == 0 {
-            return Err(Error::AliasTaken {
-                channel: channel.to_owned(),
-                key: key.to_owned(),
-            });
-        }
-        let early: Option<String> = sqlx::query_scalar(
+        );
+        let query = params::wait(query, wait)?;
+        Ok(tx.execute(query).await? == 1)
+    }
+
+    async fn take_buffered(&mut self, on: Correlation<'_>) -> Result<Option<Value>> {
+        let tx = self.write().await?;
+        let now = micros(tx.now());
+        let query = sqlx::query_scalar(
             "DELETE FROM buffered WHERE id = (
                  SELECT id FROM buffered
                  WHERE tenant = ?1 AND channel = ?2 AND key = ?3 AND expires_at > ?4
                  ORDER BY id LIMIT 1)
              RETURNING message",
-        )
-        .bind(&self.instance.tenant)
-        .bind(channel)
-        .bind(key)
-        .bind(micros(self.now))
-        .fetch_optional(&mut *self.tx)
-        .await
-        .map_err(db)?;
-        let Some(early) = early else {
-            return Ok(None);
-        };
-        let message: Message =
-            serde_json::from_str(&early).map_err(|e| corrupt("a buffered message", e))?;
-        let relay = DeliveryKind::Relay { message };
-        self.deliver(park_id, relay, self.now).await.map(Some)
+        );
+        let early: Option<Json<Value>> = params::correlation(query, on)
+            .bind(now)
+            .fetch_optional(tx.connection())
+            .await
+            .map_err(db)?;
+        Ok(early.map(|Json(message)| message))
     }
 
-    /// Re-arming a park (a restore) replaces its earlier, resolved task row: the task id is
-    /// `{instance}:{park}`.
-    async fn arm_task(&mut self, park_id: ParkId, task: TaskArm<'_>) -> Result<()> {
-        sqlx::query(
+    async fn insert_task(&mut self, task: &TaskArm<'_>) -> Result<()> {
+        let tx = self.write().await?;
+        let query = sqlx::query(
             "INSERT INTO tasks (id, tenant, instance, park, topic, input, state, attempt, retries,
                                 backoff_us, lock_us, available_at, created_at, updated_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, ?10, ?11, ?11, ?11)
@@ -269,92 +127,47 @@ impl StepWriter<'_> {
                  attempt = 1, retries = excluded.retries, backoff_us = excluded.backoff_us,
                  lock_us = excluded.lock_us, lock_token = NULL, locked_until = NULL,
                  available_at = excluded.available_at, updated_at = excluded.updated_at",
-        )
-        .bind(format!("{}:{park_id}", self.instance.id))
-        .bind(&self.instance.tenant)
-        .bind(&self.instance.id)
-        .bind(park(park_id)?)
-        .bind(task.topic)
-        .bind(task.input.to_string())
-        .bind(TaskState::Available.as_str())
-        .bind(task.retries)
-        .bind(duration_micros(task.backoff))
-        .bind(duration_micros(task.lock))
-        .bind(micros(self.now))
-        .execute(&mut *self.tx)
-        .await
-        .map_err(db)?;
-        Ok(())
+        );
+        let query = params::task(query, task)?.bind(micros(tx.now()));
+        tx.execute(query).await.map(drop)
     }
 
-    async fn deliver(
+    /// One statement per row.
+    async fn insert_outbox(
         &mut self,
-        park: ParkId,
-        kind: DeliveryKind,
-        due_at: Timestamp,
-    ) -> Result<DeliveryId> {
-        let delivery = NewDelivery {
-            tenant: self.instance.tenant.clone(),
-            instance: self.instance.id.clone(),
-            park,
-            kind,
-            due_at,
-        };
-        insert_delivery(&mut self.tx, &delivery, self.now).await
-    }
-
-    async fn insert_outbox(&mut self) -> Result<()> {
-        for entry in &self.step.outbox {
-            sqlx::query(
+        instance: &InstanceInfo,
+        entries: &[OutboxEntry],
+    ) -> Result<()> {
+        let tx = self.write().await?;
+        for entry in entries {
+            let query = sqlx::query(
                 "INSERT INTO outbox (tenant, instance, deployment, version, channel, payload,
                                      message_key, idempotency_key, next_attempt_at, created_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
-            )
-            .bind(&self.instance.tenant)
-            .bind(&self.instance.id)
-            .bind(&self.instance.deployment)
-            .bind(self.instance.version)
-            .bind(&entry.channel)
-            .bind(entry.payload.to_string())
-            .bind(&entry.message_key)
-            .bind(&entry.idempotency_key)
-            .bind(micros(self.now))
-            .execute(&mut *self.tx)
-            .await
-            .map_err(db)?;
+            );
+            let query = params::outbox(query, instance, entry).bind(micros(tx.now()));
+            tx.execute(query).await?;
         }
         Ok(())
     }
 
-    /// Consumes the delivery the step applied ("asked is taken").
-    async fn take(&mut self, taken: DeliveryId) -> Result<()> {
-        sqlx::query("DELETE FROM deliveries WHERE id = ?1 AND instance = ?2")
-            .bind(taken.0)
-            .bind(&self.instance.id)
-            .execute(&mut *self.tx)
-            .await
-            .map_err(db)?;
-        Ok(())
+    async fn take_delivery(&mut self, instance: &str, delivery: DeliveryId) -> Result<()> {
+        let tx = self.write().await?;
+        let query = sqlx::query("DELETE FROM deliveries WHERE id = ?1 AND instance = ?2")
+            .bind(delivery.0)
+            .bind(instance);
+        tx.execute(query).await.map(drop)
     }
 
-    /// Records the answer to the message a resumed step consumed, over the row a buffered
-    /// message left (which had no instance yet).
-    async fn record_consumed(&mut self, entry: &InboxEntry) -> Result<()> {
-        sqlx::query(
+    async fn record_consumed(&mut self, tenant: &str, entry: &InboxEntry) -> Result<()> {
+        let tx = self.write().await?;
+        let query = sqlx::query(
             "INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)
              ON CONFLICT (tenant, channel, event_id)
              DO UPDATE SET instance = excluded.instance, status = excluded.status",
-        )
-        .bind(&self.instance.tenant)
-        .bind(&entry.channel)
-        .bind(&entry.event_id)
-        .bind(&entry.answer.instance)
-        .bind(&entry.answer.status)
-        .bind(micros(self.now))
-        .execute(&mut *self.tx)
-        .await
-        .map_err(db)?;
-        Ok(())
+        );
+        let query = params::inbox(query, tenant, entry).bind(micros(tx.now()));
+        tx.execute(query).await.map(drop)
     }
 }

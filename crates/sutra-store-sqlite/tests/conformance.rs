@@ -24,7 +24,7 @@ impl Deref for Fixture {
 async fn file_store() -> Fixture {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let url = format!("sqlite://{}", dir.path().join("sutra.db").display());
-    let store = SqliteStore::open(&url)
+    let store = sutra_store_sqlite::open(&url)
         .await
         .expect("a file database opens");
     Fixture {
@@ -34,7 +34,7 @@ async fn file_store() -> Fixture {
 }
 
 async fn memory_store() -> Fixture {
-    let store = SqliteStore::open("sqlite::memory:")
+    let store = sutra_store_sqlite::open("sqlite::memory:")
         .await
         .expect("a memory database opens");
     Fixture { store, _dir: None }

@@ -2,10 +2,10 @@
 //! the process by. [`Sender`] lives here, beside the row it sends, so that a transport implements
 //! it knowing only this seam — not the runtime that drives it, nor any store behind it.
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 use sutra_core::model::Channel;
 
-use crate::OutboxEntry;
+use crate::{OutboxEntry, Result};
 
 /// An outbox row (SPEC §5.4), as listed.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,7 +28,7 @@ pub struct OutboxRecord {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct OutboxId(pub i64);
 
-/// An outbox row claimed for sending by [`Store::claim_outbox`]: what a sender needs to address
+/// An outbox row claimed for sending by [`Outbox::claim_outbox`]: what a sender needs to address
 /// and send it, and what the engine needs to decide what follows a failure.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutboxRow {
@@ -52,6 +52,25 @@ pub enum OutboxRetry {
     /// Never send again (past the channel's `max-attempts`): the row stays, visible, and no
     /// longer counts as pending.
     Poison,
+}
+
+/// The outbox worker's side: claiming rows for sending and recording how each send went.
+#[async_trait::async_trait]
+pub trait Outbox: Send + Sync {
+    /// Claims up to `batch` rows due for sending, oldest due first, in one transaction: rows
+    /// neither sent nor poisoned whose next attempt has come, and which are unclaimed or whose
+    /// claim is older than `stale_after` (their sender died). Stamps their claim, so that no
+    /// other sender takes them until it goes stale. Rows of every tenant.
+    async fn claim_outbox(&self, batch: u32, stale_after: SignedDuration)
+    -> Result<Vec<OutboxRow>>;
+
+    /// Marks a row sent, counts the attempt, clears its claim and its last error; never claimed
+    /// again.
+    async fn outbox_sent(&self, id: OutboxId) -> Result<()>;
+
+    /// Records a failed send: counts the attempt, keeps `error`, clears the claim, and either
+    /// schedules the next attempt or poisons the row.
+    async fn outbox_failed(&self, id: OutboxId, error: &str, retry: OutboxRetry) -> Result<()>;
 }
 
 /// Sends outbox rows over their channels' transports.

@@ -9,9 +9,10 @@
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 use sutra_core::codes;
+use sutra_core::snapshot::ParkId;
 use sutra_core::step::TaskError;
 
-use crate::{DeliveryId, Error, Result, TaskState};
+use crate::{DeliveryId, Error, Result};
 
 /// A worker's poll: lock up to `max` tasks of `topics`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +66,69 @@ pub struct TaskFilter {
     pub after: Option<String>,
     /// At most this many; `0` means no limit.
     pub limit: u32,
+}
+
+/// An external task row (SPEC §5.5), as listed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskRecord {
+    /// `{instance}:{park}`: a park has at most one task.
+    pub id: String,
+    pub instance: String,
+    pub park: ParkId,
+    pub topic: String,
+    pub input: Value,
+    pub state: TaskState,
+    /// The attempt the task is on while locked, or the one its next lock will be; from 1.
+    pub attempt: u32,
+    pub retries: u32,
+    /// Who took the last lock.
+    pub worker: Option<String>,
+    /// When the lock expires, while the task is locked.
+    pub locked_until: Option<Timestamp>,
+    /// When a poll may take it (later than its creation while a retry backs off).
+    pub available_at: Timestamp,
+    pub created_at: Timestamp,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskState {
+    /// Waiting for a worker to poll it.
+    Available,
+    /// Polled; the lock expires at `locked_until`.
+    Locked,
+    Completed,
+    /// A business error reported by the worker.
+    Failed,
+    /// Failed past its retry budget.
+    Terminal,
+    /// Its park was resolved (disarmed) while the task was still available or locked.
+    Cancelled,
+}
+
+impl TaskState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Available => "available",
+            TaskState::Locked => "locked",
+            TaskState::Completed => "completed",
+            TaskState::Failed => "failed",
+            TaskState::Terminal => "terminal",
+            TaskState::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<TaskState> {
+        [
+            TaskState::Available,
+            TaskState::Locked,
+            TaskState::Completed,
+            TaskState::Failed,
+            TaskState::Terminal,
+            TaskState::Cancelled,
+        ]
+        .into_iter()
+        .find(|state| state.as_str() == text)
+    }
 }
 
 /// A task's lock as stored, to check a worker's token against.
@@ -126,6 +190,53 @@ pub fn lock_expired(worker: Option<&str>, attempt: u32) -> TaskError {
         code: codes::TASK_LOCK_LOST.code.to_owned(),
         message: format!("the lock{worker} on attempt {attempt} expired without an answer"),
     }
+}
+
+/// The pull surface: polling, completing, failing and extending external tasks.
+#[async_trait::async_trait]
+pub trait Tasks: Send + Sync {
+    /// Locks up to `poll.max` tasks of `poll.topics` for `poll.worker` in one transaction, oldest
+    /// available first: available tasks whose `available_at` has come, and locked tasks whose lock
+    /// expired — an expired lock is a failed attempt, so the task is handed out as its next
+    /// attempt. An expired task already at its last attempt is not handed out: it turns terminal
+    /// with a [`crate::DeliveryKind::TaskExhausted`] delivery ([`lock_expired`]) due now. Each lock
+    /// gets a fresh random token.
+    async fn poll_tasks(&self, poll: &TaskPoll) -> Result<Polled>;
+
+    /// When a task of `topics` next becomes available to a poll (a retry's backoff ends, a lock
+    /// expires), if any will. A time already past means one is available now.
+    async fn next_task_at(&self, tenant: &str, topics: &[String]) -> Result<Option<Timestamp>>;
+
+    /// Completes a task `lock_token` holds ([`TaskLock::check`], else [`Error::LockLost`]) and
+    /// records a [`crate::DeliveryKind::TaskCompleted`] delivery due now, in one transaction.
+    async fn complete_task(
+        &self,
+        tenant: &str,
+        id: &str,
+        lock_token: &str,
+        output: &Value,
+    ) -> Result<()>;
+
+    /// Records a failed attempt of a task `lock_token` holds and returns where it left the task
+    /// ([`after_failure`]): available again after [`retry_backoff`], or failed or terminal with a
+    /// [`crate::DeliveryKind::TaskFailed`] or [`crate::DeliveryKind::TaskExhausted`] delivery due
+    /// now, written in the same transaction.
+    async fn fail_task(
+        &self,
+        tenant: &str,
+        id: &str,
+        lock_token: &str,
+        failure: &TaskFailure,
+    ) -> Result<TaskState>;
+
+    /// Moves the deadline of a lock `lock_token` holds to `lock` from now; returns it.
+    async fn extend_task(
+        &self,
+        tenant: &str,
+        id: &str,
+        lock_token: &str,
+        lock: SignedDuration,
+    ) -> Result<Timestamp>;
 }
 
 #[cfg(test)]

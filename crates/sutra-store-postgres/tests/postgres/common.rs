@@ -5,8 +5,9 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::json;
 use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot, Status};
 use sutra_core::step::{HistoryEvent, HistoryKind, Message};
+use sutra_store::prelude::*;
 use sutra_store::{
-    Arm, BufferedMessage, Claimed, InboxAnswer, InboxEntry, OutboxEntry, Owner, StepCommit, Store,
+    Arm, BufferedMessage, Claimed, InboxAnswer, InboxEntry, OutboxEntry, Owner, StepCommit,
 };
 use sutra_store_postgres::{PostgresOptions, PostgresStore};
 use sutra_testkit::postgres::TestDatabase;
@@ -19,7 +20,7 @@ pub const HOUR: SignedDuration = SignedDuration::from_hours(1);
 
 /// A store on `database`, as one replica opens it.
 pub async fn replica(database: &TestDatabase) -> PostgresStore {
-    PostgresStore::open(database.url(), &PostgresOptions::default())
+    sutra_store_postgres::open(database.url(), &PostgresOptions::default())
         .await
         .expect("the test database opens")
 }

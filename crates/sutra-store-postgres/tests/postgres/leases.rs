@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use sqlx::{Connection, PgConnection};
-use sutra_store::Store;
+use sutra_store::prelude::*;
 use sutra_testkit::postgres::TestDatabase;
 
 use crate::common::{HOUR, TENANT, replica};

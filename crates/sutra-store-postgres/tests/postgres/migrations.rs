@@ -3,8 +3,9 @@
 //! must keep — a tenant column and forced row-level security.
 
 use sqlx::{Connection, PgConnection};
-use sutra_store::{Error, InstanceFilter, Store};
-use sutra_store_postgres::{PostgresOptions, PostgresStore, migrate, row_security_gaps};
+use sutra_store::prelude::*;
+use sutra_store::{Error, InstanceFilter};
+use sutra_store_postgres::{PostgresOptions, migrate, row_security_gaps};
 use sutra_testkit::postgres::TestDatabase;
 
 use crate::common::{TENANT, replica, started};
@@ -56,7 +57,7 @@ async fn replicas_starting_together_apply_each_migration_once() {
     let options = migrating_as_owner(&database);
 
     let opened = futures_util::future::join_all(
-        (0..4).map(|_| PostgresStore::open(database.url(), &options)),
+        (0..4).map(|_| sutra_store_postgres::open(database.url(), &options)),
     )
     .await;
 
@@ -79,7 +80,7 @@ async fn a_store_that_does_not_migrate_works_on_the_schema_migrate_made() {
         migrate: false,
         ..PostgresOptions::default()
     };
-    let early = PostgresStore::open(database.url(), &unmigrated)
+    let early = sutra_store_postgres::open(database.url(), &unmigrated)
         .await
         .unwrap();
     let before = early.instances(TENANT, &InstanceFilter::default()).await;
@@ -90,7 +91,7 @@ async fn a_store_that_does_not_migrate_works_on_the_schema_migrate_made() {
 
     migrate(database.owner_url()).await.unwrap();
 
-    let store = PostgresStore::open(database.url(), &unmigrated)
+    let store = sutra_store_postgres::open(database.url(), &unmigrated)
         .await
         .unwrap();
     started(&store, TENANT, "i-1").await;
@@ -126,7 +127,8 @@ async fn every_table_carries_a_tenant_and_forces_row_security() {
 
 #[tokio::test]
 async fn a_url_that_is_not_postgres_is_refused() {
-    let outcome = PostgresStore::open("mysql://nowhere/db", &PostgresOptions::default()).await;
+    let outcome =
+        sutra_store_postgres::open("mysql://nowhere/db", &PostgresOptions::default()).await;
     assert!(matches!(outcome, Err(Error::Unavailable(_))));
     assert!(matches!(
         migrate("postgres://127.0.0.1:1/none").await,
@@ -138,7 +140,7 @@ async fn a_url_that_is_not_postgres_is_refused() {
 async fn a_serving_role_that_finds_migrations_pending_is_told_to_migrate_as_the_owner() {
     let database = TestDatabase::empty().await;
 
-    let refused = PostgresStore::open(database.url(), &PostgresOptions::default()).await;
+    let refused = sutra_store_postgres::open(database.url(), &PostgresOptions::default()).await;
 
     match refused {
         Err(Error::Unavailable(reason)) => assert!(
@@ -149,7 +151,7 @@ async fn a_serving_role_that_finds_migrations_pending_is_told_to_migrate_as_the_
         ),
         other => panic!("expected a refusal naming the fix: {:?}", other.err()),
     }
-    PostgresStore::open(database.url(), &migrating_as_owner(&database))
+    sutra_store_postgres::open(database.url(), &migrating_as_owner(&database))
         .await
         .expect("with the owner's URL to migrate through, it opens");
 }

@@ -7,7 +7,8 @@ use std::collections::HashSet;
 
 use futures_util::future::join_all;
 use sutra_core::snapshot::ParkId;
-use sutra_store::{DeliveryKind, Error, StepCommit, Store, TaskPoll};
+use sutra_store::prelude::*;
+use sutra_store::{DeliveryKind, Error, StepCommit, TaskPoll};
 use sutra_store_postgres::{PostgresOptions, PostgresStore};
 use sutra_testkit::postgres::TestDatabase;
 
@@ -23,7 +24,9 @@ async fn replicas(database: &TestDatabase, count: usize) -> Vec<PostgresStore> {
     };
     let mut replicas = Vec::with_capacity(count);
     for _ in 0..count {
-        let store = PostgresStore::open(database.url(), &options).await.unwrap();
+        let store = sutra_store_postgres::open(database.url(), &options)
+            .await
+            .unwrap();
         replicas.push(store);
     }
     replicas

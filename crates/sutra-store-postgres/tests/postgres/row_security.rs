@@ -7,7 +7,8 @@
 
 use sqlx::{Connection, PgConnection};
 use sutra_core::snapshot::ParkId;
-use sutra_store::{NewDelivery, StepCommit, Store};
+use sutra_store::prelude::*;
+use sutra_store::{NewDelivery, StepCommit};
 use sutra_store_postgres::PostgresStore;
 use sutra_testkit::postgres::TestDatabase;
 

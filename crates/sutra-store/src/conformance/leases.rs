@@ -7,7 +7,7 @@
 //! Leases meant to expire last [`LAPSE`] and the tests sleep past them; leases meant to hold last
 //! an hour.
 
-use super::{HOUR, LAPSE, lapse};
+use super::fixtures::{HOUR, LAPSE, lapse};
 use crate::{Lease, Store};
 
 const ROLE: &str = "timers";

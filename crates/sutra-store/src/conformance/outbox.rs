@@ -5,7 +5,7 @@
 //!
 //! The rows are written by a start step that emits, as a running flow writes them.
 
-use super::*;
+use super::fixtures::*;
 use crate::{OutboxId, OutboxRetry, OutboxRow};
 
 const LEDGER: &str = "ledger";

@@ -7,7 +7,7 @@
 //! "Old" is made by sleeping past [`LAPSE`] and purging with it as the retention; nothing is old
 //! under an hour's retention.
 
-use super::*;
+use super::fixtures::*;
 use crate::Purged;
 
 /// Ends instance `id` in `status` with a step that leaves a row of every kind behind (see

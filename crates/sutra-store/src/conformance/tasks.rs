@@ -13,7 +13,7 @@ use sutra_core::codes;
 use sutra_core::snapshot::ParkId;
 use sutra_core::step::TaskError;
 
-use super::{
+use super::fixtures::{
     HOUR, LANE_A, LAPSE, OTHER_TENANT, TENANT, arming, claimed, id, lapse, now, owner, started,
     step, task,
 };

@@ -1,15 +1,68 @@
-//! Rows as SQLite returns them, and their decoding into the store's records. Each `SELECT` in
-//! this crate names the columns of one of these structs, in any order (`FromRow` reads by name).
+//! Rows as the SQL backends return them, and their decoding into the store's records, written
+//! once for both. Each `SELECT` or `RETURNING` names the columns of one of these structs, in any
+//! order (`FromRow` reads by name, and is generic over the backend's row type). JSON columns are
+//! [`Json`]: TEXT on SQLite — the compact text `serde_json` writes, as it always was — and JSONB on
+//! PostgreSQL.
 
-use sutra_core::snapshot::TokenId;
+use jiff::{SignedDuration, Timestamp};
+use serde_json::Value;
+use sqlx::types::Json;
+use sutra_core::snapshot::{ParkId, Snapshot, TokenId};
 use sutra_core::step::HistoryEvent;
+use sutra_store::codec::{corrupt, park_id, parse_history_kind, timestamp, unsigned};
 use sutra_store::{
-    Delivery, DeliveryId, DeliveryKind, DeploymentRecord, DeploymentStatus, InboxAnswer,
-    InstanceRecord, Lease, OutboxEntry, OutboxId, OutboxRecord, Result, TaskRecord, TaskState,
-    WaitTarget,
+    ClaimToken, Claimed, Delivery, DeliveryId, DeliveryKind, DeploymentRecord, DeploymentStatus,
+    InboxAnswer, InstanceKey, InstanceRecord, Lease, OutboxEntry, OutboxId, OutboxRecord, Owner,
+    Result, SweepOutcome, TaskLock, TaskRecord, TaskState, WaitTarget,
 };
 
-use crate::codec::{self, corrupt, json, park_id, timestamp, unsigned};
+pub fn snapshot(json: Value) -> Result<Snapshot> {
+    Snapshot::from_json(json).map_err(|e| corrupt("a snapshot", e))
+}
+
+/// What a successful claim's `UPDATE … RETURNING fence, snapshot` returns.
+#[derive(sqlx::FromRow)]
+pub struct ClaimedRow {
+    fence: i64,
+    snapshot: Json<Value>,
+}
+
+impl ClaimedRow {
+    pub fn decode(self, owner: &Owner) -> Result<Claimed> {
+        Ok(Claimed {
+            token: ClaimToken {
+                owner: owner.clone(),
+                fence: self.fence,
+            },
+            snapshot: snapshot(self.snapshot.0)?,
+        })
+    }
+}
+
+/// An instance whose claim a sweep cleared: `RETURNING tenant, id, recoveries`.
+#[derive(sqlx::FromRow)]
+pub struct SweptRow {
+    tenant: String,
+    id: String,
+    recoveries: i64,
+}
+
+impl SweptRow {
+    /// What the sweep did: every cleared claim counts, and the instances cleared
+    /// `max_recoveries` times in a row are poisoned.
+    pub fn outcome(swept: Vec<SweptRow>, max_recoveries: u32) -> SweepOutcome {
+        let cleared = swept.len() as u64;
+        let poisoned = swept
+            .into_iter()
+            .filter(|row| row.recoveries >= i64::from(max_recoveries))
+            .map(|row| InstanceKey {
+                tenant: row.tenant,
+                id: row.id,
+            })
+            .collect();
+        SweepOutcome { cleared, poisoned }
+    }
+}
 
 #[derive(sqlx::FromRow)]
 pub struct DeploymentRow {
@@ -37,7 +90,7 @@ impl DeploymentRow {
 
 #[derive(sqlx::FromRow)]
 pub struct InstanceRow {
-    snapshot: String,
+    snapshot: Json<Value>,
     owner: Option<String>,
     fence: i64,
     recoveries: i64,
@@ -48,7 +101,7 @@ pub struct InstanceRow {
 impl InstanceRow {
     pub fn decode(self) -> Result<InstanceRecord> {
         Ok(InstanceRecord {
-            snapshot: codec::snapshot(&self.snapshot)?,
+            snapshot: snapshot(self.snapshot.0)?,
             owner: self.owner,
             fence: self.fence,
             recoveries: unsigned(self.recoveries, "a recovery count")?,
@@ -95,7 +148,7 @@ pub struct DeliveryRow {
     instance: String,
     park: i64,
     kind: String,
-    payload: String,
+    payload: Json<Value>,
     due_at: i64,
     attempts: i64,
 }
@@ -104,7 +157,7 @@ impl DeliveryRow {
     pub fn decode(self) -> Result<Delivery> {
         Ok(Delivery {
             id: DeliveryId(self.id),
-            kind: DeliveryKind::decode(&self.kind, json(&self.payload)?)?,
+            kind: DeliveryKind::decode(&self.kind, self.payload.0)?,
             tenant: self.tenant,
             instance: self.instance,
             park: park_id(self.park)?,
@@ -121,7 +174,7 @@ pub struct HistoryRow {
     kind: String,
     node: Option<String>,
     token: Option<i64>,
-    detail: String,
+    detail: Json<Value>,
 }
 
 impl HistoryRow {
@@ -129,13 +182,13 @@ impl HistoryRow {
         Ok(HistoryEvent {
             seq: unsigned(self.seq, "a history sequence")?,
             at: timestamp(self.at)?,
-            kind: codec::parse_history_kind(&self.kind)?,
+            kind: parse_history_kind(&self.kind)?,
             node: self.node,
             token: self
                 .token
                 .map(|token| unsigned(token, "a token id").map(TokenId))
                 .transpose()?,
-            detail: json(&self.detail)?,
+            detail: self.detail.0,
         })
     }
 }
@@ -146,7 +199,7 @@ pub struct TaskRow {
     instance: String,
     park: i64,
     topic: String,
-    input: String,
+    input: Json<Value>,
     state: String,
     attempt: i64,
     retries: i64,
@@ -165,7 +218,7 @@ impl TaskRow {
             instance: self.instance,
             park: park_id(self.park)?,
             topic: self.topic,
-            input: json(&self.input)?,
+            input: self.input.0,
             attempt: unsigned(self.attempt, "a task attempt")?,
             retries: unsigned(self.retries, "a task's retries")?,
             worker: self.worker,
@@ -179,7 +232,7 @@ impl TaskRow {
 #[derive(sqlx::FromRow)]
 pub struct OutboxRow {
     channel: String,
-    payload: String,
+    payload: Json<Value>,
     message_key: Option<String>,
     idempotency_key: String,
     instance: String,
@@ -197,7 +250,7 @@ impl OutboxRow {
         Ok(OutboxRecord {
             entry: OutboxEntry {
                 channel: self.channel,
-                payload: json(&self.payload)?,
+                payload: self.payload.0,
                 message_key: self.message_key,
                 idempotency_key: self.idempotency_key,
             },
@@ -221,7 +274,7 @@ pub struct ClaimedOutboxRow {
     deployment: String,
     version: i64,
     channel: String,
-    payload: String,
+    payload: Json<Value>,
     message_key: Option<String>,
     idempotency_key: String,
     attempts: i64,
@@ -238,7 +291,7 @@ impl ClaimedOutboxRow {
             version: unsigned(self.version, "a deployment version")?,
             entry: OutboxEntry {
                 channel: self.channel,
-                payload: json(&self.payload)?,
+                payload: self.payload.0,
                 message_key: self.message_key,
                 idempotency_key: self.idempotency_key,
             },
@@ -270,4 +323,56 @@ impl LeaseRow {
             epoch: self.epoch,
         })
     }
+}
+
+/// A task row as a worker's answer reads it, to check the worker's lock token against.
+#[derive(sqlx::FromRow)]
+pub struct HeldRow {
+    instance: String,
+    park: i64,
+    state: String,
+    lock_token: Option<String>,
+    locked_until: Option<i64>,
+    attempt: i64,
+    retries: i64,
+    backoff_us: i64,
+}
+
+/// A task whose lock a worker's token holds.
+pub struct Held {
+    pub instance: String,
+    pub park: ParkId,
+    pub attempt: u32,
+    pub retries: u32,
+    pub backoff: SignedDuration,
+}
+
+impl HeldRow {
+    /// The task, if `presented` holds its lock at `now` ([`TaskLock::check`]).
+    pub fn check(self, id: &str, presented: &str, now: Timestamp) -> Result<Held> {
+        let lock = TaskLock {
+            state: TaskState::parse(&self.state)
+                .ok_or_else(|| corrupt("a task state", &self.state))?,
+            token: self.lock_token.as_deref(),
+            until: self.locked_until.map(timestamp).transpose()?,
+        };
+        lock.check(id, presented, now)?;
+        Ok(Held {
+            park: park_id(self.park)?,
+            attempt: unsigned(self.attempt, "a task attempt")?,
+            retries: unsigned(self.retries, "a task's retries")?,
+            backoff: SignedDuration::from_micros(self.backoff_us),
+            instance: self.instance,
+        })
+    }
+}
+
+/// A task a poll turned terminal because its last attempt's lock expired:
+/// `RETURNING instance, park, worker, attempt`.
+#[derive(sqlx::FromRow)]
+pub struct ExpiredRow {
+    pub instance: String,
+    pub park: i64,
+    pub worker: Option<String>,
+    pub attempt: i64,
 }

@@ -1,0 +1,55 @@
+//! The claim (SPEC §5.2): claim, release and sweep, each one conditional statement compared
+//! against the store's clock.
+
+use jiff::SignedDuration;
+use sutra_store::{ClaimToken, Claimed, Claims, Error, Owner, Result, SweepOutcome};
+
+use crate::rows::SweptRow;
+use crate::statements::{Backend, ClaimStatements, NewClaim, Scope, Statements};
+use crate::store::SqlStore;
+
+#[async_trait::async_trait]
+impl<B: Backend> Claims for SqlStore<B> {
+    async fn claim(
+        &self,
+        tenant: &str,
+        instance: &str,
+        owner: &Owner,
+        claim_timeout: SignedDuration,
+    ) -> Result<Claimed> {
+        let mut tx = self.begin(Scope::Tenant(tenant)).await?;
+        let claim = NewClaim {
+            tenant,
+            instance,
+            owner,
+            timeout: claim_timeout,
+        };
+        match tx.claim(&claim).await? {
+            Some(row) => {
+                tx.commit().await?;
+                row.decode(owner)
+            }
+            // Nothing was written: dropping the transaction rolls it back.
+            None if tx.instance_exists(tenant, instance).await? => Err(Error::ClaimHeld),
+            None => Err(Error::InstanceNotFound(instance.to_owned())),
+        }
+    }
+
+    async fn release(&self, tenant: &str, instance: &str, token: &ClaimToken) -> Result<()> {
+        self.once(Scope::Tenant(tenant), async |tx| {
+            tx.release(tenant, instance, token).await
+        })
+        .await
+    }
+
+    async fn sweep(
+        &self,
+        claim_timeout: SignedDuration,
+        max_recoveries: u32,
+    ) -> Result<SweepOutcome> {
+        let swept = self
+            .once(Scope::System, async |tx| tx.sweep(claim_timeout).await)
+            .await?;
+        Ok(SweptRow::outcome(swept, max_recoveries))
+    }
+}

@@ -1,0 +1,232 @@
+//! A step's commit (SPEC §5.2): one transaction whose first statement decides whether the step
+//! may land at all — the fenced release of the claim, or a start's inbox row — followed by every
+//! row of the step. Any error returns before the commit, and dropping the transaction rolls it
+//! back: a refused step has written nothing.
+//!
+//! On a store with other writers running at the same time, the fenced update holds the
+//! instance's row lock to the end, so no claim, sweep or other commit interleaves with the step;
+//! the one race left between transactions on different rows — a park and an early message on the
+//! same correlation key — is ordered by [`Statements::serialize`] (see [`lock_waits`]).
+
+use sutra_core::snapshot::{InstanceInfo, ParkId};
+use sutra_core::step::Message;
+use sutra_store::codec::corrupt;
+use sutra_store::{
+    Arm, ClaimToken, Committed, DeliveryId, DeliveryKind, Error, InboxAnswer, InboxEntry, Result,
+    StepCommit, Steps,
+};
+
+use crate::statements::{
+    Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements, StepStatements,
+    TaskArm, WaitArm,
+};
+use crate::store::SqlStore;
+
+#[async_trait::async_trait]
+impl<B: Backend> Steps for SqlStore<B> {
+    async fn commit(&self, step: &StepCommit) -> Result<Committed> {
+        let instance = &step.snapshot.instance;
+        let mut writer = StepWriter {
+            tx: self.begin(Scope::Tenant(&instance.tenant)).await?,
+            step,
+            instance,
+        };
+        match &step.claim {
+            Some(token) => writer.settle(token).await?,
+            None => writer.insert_start().await?,
+        }
+        lock_waits(&mut writer.tx, step).await?;
+        writer.tx.insert_history(instance, &step.history).await?;
+        for park in &step.disarms {
+            writer.disarm(*park).await?;
+        }
+        let mut due_now = Vec::new();
+        for arm in &step.arms {
+            due_now.extend(writer.arm(arm).await?);
+        }
+        writer.tx.insert_outbox(instance, &step.outbox).await?;
+        if let Some(taken) = step.taken {
+            writer.tx.take_delivery(&instance.id, taken).await?;
+        }
+        // A start's inbox row was written first, by `insert_start`.
+        if step.claim.is_some()
+            && let Some(entry) = &step.inbox
+        {
+            writer.tx.record_consumed(&instance.tenant, entry).await?;
+        }
+        writer.tx.commit().await?;
+        Ok(Committed { due_now })
+    }
+}
+
+/// Inserts the inbox row of a message unless one exists: whoever's insert produced the row owns
+/// the message. Returns the first answer when the message was consumed already.
+pub async fn insert_inbox_unless_consumed<T: Statements>(
+    tx: &mut T,
+    tenant: &str,
+    entry: &InboxEntry,
+) -> Result<Option<InboxAnswer>> {
+    if tx.insert_inbox(tenant, entry).await? {
+        return Ok(None);
+    }
+    match tx
+        .inbox_answer(InboxKey {
+            tenant,
+            channel: &entry.channel,
+            event_id: &entry.event_id,
+        })
+        .await?
+    {
+        Some(first) => Ok(Some(first)),
+        // Only a purge between the two statements gets here: nothing was written, so try again.
+        None => Err(Error::Unavailable(format!(
+            "the inbox row of `{}` on `{}` vanished while it was read",
+            entry.event_id, entry.channel
+        ))),
+    }
+}
+
+/// Orders this commit with any `buffer` of a message on a key one of its waits parks on.
+/// Without it, under READ COMMITTED each could miss the other's uncommitted row — the park its
+/// buffered message, `buffer` the park's wait — and the message would sit unmatched. Taken
+/// before the wait is inserted or the buffer read, so whichever transaction comes second reads
+/// after the first committed.
+async fn lock_waits<T: Statements>(tx: &mut T, step: &StepCommit) -> Result<()> {
+    let tenant = &step.snapshot.instance.tenant;
+    let correlations: Vec<LockOn> = step
+        .arms
+        .iter()
+        .filter_map(|arm| match arm {
+            Arm::Wait { channel, key, .. } => Some(LockOn::Correlation(Correlation {
+                tenant,
+                channel,
+                key,
+            })),
+            _ => None,
+        })
+        .collect();
+    tx.serialize(&correlations).await
+}
+
+struct StepWriter<'s, T> {
+    tx: T,
+    step: &'s StepCommit,
+    instance: &'s InstanceInfo,
+}
+
+impl<T: StepStatements> StepWriter<'_, T> {
+    /// Writes the snapshot and clears the owner, if and only if the claim is still ours: the
+    /// fence makes a holder whose claim lapsed (and was taken) unable to commit. The row lock it
+    /// takes is held until the commit.
+    async fn settle(&mut self, token: &ClaimToken) -> Result<()> {
+        if !self.tx.settle(token, &self.step.snapshot).await? {
+            return Err(Error::ClaimLost);
+        }
+        Ok(())
+    }
+
+    /// Inserts a new, unowned instance, unless another start already consumed its message.
+    async fn insert_start(&mut self) -> Result<()> {
+        if let Some(entry) = &self.step.inbox {
+            let consumed =
+                insert_inbox_unless_consumed(&mut self.tx, &self.instance.tenant, entry).await?;
+            if let Some(first) = consumed {
+                return Err(Error::Duplicate(first));
+            }
+        }
+        self.tx.insert_instance(&self.step.snapshot).await
+    }
+
+    /// Resolves every row behind one park of this instance: its task if a worker may still take
+    /// it, its wait, and its pending deliveries (timers among them). The task goes first: a
+    /// worker completing it concurrently holds its row, so the update waits for that completion
+    /// to commit, and the delete that follows — a new statement — then sees and resolves the
+    /// delivery the completion wrote.
+    async fn disarm(&mut self, park: ParkId) -> Result<()> {
+        self.tx.cancel_task(&self.instance.id, park).await?;
+        self.tx.delete_park_rows(&self.instance.id, park).await
+    }
+
+    /// Writes the row behind a park; returns the delivery of a buffered message it matched.
+    async fn arm(&mut self, arm: &Arm) -> Result<Option<DeliveryId>> {
+        match arm {
+            Arm::Wait { park, channel, key } => self.arm_wait(*park, channel, key).await,
+            Arm::Timer { park, due } => {
+                self.deliver(*park, &DeliveryKind::Timer, Some(*due))
+                    .await?;
+                Ok(None)
+            }
+            Arm::Task {
+                park,
+                topic,
+                input,
+                retries,
+                backoff,
+                lock,
+            } => {
+                let task = TaskArm {
+                    instance: self.instance,
+                    park: *park,
+                    id: format!("{}:{park}", self.instance.id),
+                    topic,
+                    input,
+                    retries: *retries,
+                    backoff: *backoff,
+                    lock: *lock,
+                };
+                self.tx.insert_task(&task).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Inserts the correlation alias, then takes the oldest live buffered message for it, in
+    /// this same transaction: an early message and the park cannot miss each other. The alias
+    /// stays: the relay delivery consumes it like any relay.
+    async fn arm_wait(
+        &mut self,
+        park: ParkId,
+        channel: &str,
+        key: &str,
+    ) -> Result<Option<DeliveryId>> {
+        let on = Correlation {
+            tenant: &self.instance.tenant,
+            channel,
+            key,
+        };
+        let wait = WaitArm {
+            instance: self.instance,
+            park,
+            on,
+        };
+        if !self.tx.insert_wait(&wait).await? {
+            return Err(Error::AliasTaken {
+                channel: channel.to_owned(),
+                key: key.to_owned(),
+            });
+        }
+        let Some(early) = self.tx.take_buffered(on).await? else {
+            return Ok(None);
+        };
+        let message: Message =
+            serde_json::from_value(early).map_err(|e| corrupt("a buffered message", e))?;
+        let relay = DeliveryKind::Relay { message };
+        self.deliver(park, &relay, None).await.map(Some)
+    }
+
+    async fn deliver(
+        &mut self,
+        park: ParkId,
+        kind: &DeliveryKind,
+        due_at: Option<jiff::Timestamp>,
+    ) -> Result<DeliveryId> {
+        let row = NewDeliveryRow {
+            tenant: &self.instance.tenant,
+            instance: &self.instance.id,
+            park,
+            kind,
+            due_at,
+        };
+        self.tx.insert_delivery(row).await
+    }
+}

@@ -1,0 +1,47 @@
+//! Deployments: the deploy script — version n+1 of a deployment becomes active, the previous one
+//! draining — and the reads of the stored versions.
+
+use sutra_store::codec::unsigned;
+use sutra_store::{DeploymentRecord, Deployments, Result};
+
+use crate::rows::DeploymentRow;
+use crate::statements::{Backend, DeploymentStatements, LockOn, NewVersion, Scope, Statements};
+use crate::store::SqlStore;
+
+#[async_trait::async_trait]
+impl<B: Backend> Deployments for SqlStore<B> {
+    async fn deploy(&self, tenant: &str, name: &str, source: &str) -> Result<DeploymentRecord> {
+        let mut tx = self.begin(Scope::Tenant(tenant)).await?;
+        // Two deploys of one name would both read version n and both insert n+1.
+        tx.serialize(&[LockOn::Deployment { tenant, name }]).await?;
+        tx.drain_active(tenant, name).await?;
+        let version = NewVersion {
+            tenant,
+            name,
+            source,
+        };
+        let row = tx.insert_version(&version).await?;
+        tx.announce_deployment().await?;
+        tx.commit().await?;
+        row.decode()
+    }
+
+    async fn deployments(&self, tenant: Option<&str>) -> Result<Vec<DeploymentRecord>> {
+        let scope = tenant.map_or(Scope::System, Scope::Tenant);
+        let rows = self
+            .once(scope, async |tx| tx.deployments(tenant).await)
+            .await?;
+        rows.into_iter().map(DeploymentRow::decode).collect()
+    }
+
+    async fn deployment_revision(&self) -> Result<u64> {
+        let count = self
+            .once(Scope::System, async |tx| tx.deployment_count().await)
+            .await?;
+        unsigned(count, "a deployment count")
+    }
+
+    async fn deployment_notice(&self) -> Result<()> {
+        self.backend().deployment_notice().await
+    }
+}

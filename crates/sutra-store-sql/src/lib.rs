@@ -1,0 +1,48 @@
+//! Sutra's SQL store, written once: [`SqlStore`] implements every area of the store seam over a
+//! backend's small statement layer ([`statements`]), which each backend implements on its unit
+//! of work, in its own dialect. Each area's scripts are in a module named after it: the claim
+//! (`claim`), the order of a step's writes (`commit`), intake and `buffer` (`intake`), the
+//! deliveries, the task poll, complete, fail and extend (`tasks`), the outbox, the leases, the
+//! deploy (`deployments`), the reads and the purge. Beside them: the row structs and their
+//! decoding into the store's records ([`rows`]), the parameters both dialects bind alike
+//! ([`params`]) and the API's listings ([`listings`]).
+//!
+//! A script decides which statements run, in what order, and what is checked between them; a
+//! statement is the backend's SQL. A reason that holds for every backend (why a park's task is
+//! cancelled before its deliveries are deleted) is written on the script; a reason that holds for
+//! one (READ COMMITTED, advisory locks, SQLite's single writer) on that backend's statement.
+
+/// The columns of a [`rows::TaskRow`], for every statement that reads one.
+#[macro_export]
+macro_rules! task_columns {
+    () => {
+        "id, instance, park, topic, input, state, attempt, retries, worker, locked_until,
+         available_at, created_at"
+    };
+}
+
+mod claim;
+mod commit;
+mod deliveries;
+mod deployments;
+mod error;
+mod intake;
+mod leases;
+pub mod listings;
+mod outbox;
+pub mod params;
+mod purge;
+mod reads;
+pub mod rows;
+pub mod statements;
+mod store;
+mod tasks;
+
+pub use error::driver_error;
+pub use statements::{
+    Backend, ClaimStatements, Correlation, DeliveryStatements, DeploymentStatements, InboxKey,
+    IntakeStatements, LeaseStatements, LockOn, NewClaim, NewDeliveryRow, NewLease, NewVersion,
+    OutboxStatements, PurgeStatements, ReadStatements, Scope, Statements, StepStatements, TaskArm,
+    TaskStatements, WaitArm,
+};
+pub use store::SqlStore;

@@ -1,0 +1,77 @@
+//! The API's reads, each one statement in the tenant's scope, so that a backend keeping tenants
+//! apart shows it only the tenant's rows. Listings are built once (see [`crate::listings`]).
+
+use sutra_core::step::HistoryEvent;
+use sutra_store::{
+    InstanceFilter, InstanceRecord, OutboxRecord, Reads, Result, TaskFilter, TaskRecord,
+};
+
+use crate::rows::{HistoryRow, InstanceRow, OutboxRow, TaskRow};
+use crate::statements::{Backend, ReadStatements, Scope};
+use crate::store::SqlStore;
+
+#[async_trait::async_trait]
+impl<B: Backend> Reads for SqlStore<B> {
+    async fn instance(&self, tenant: &str, id: &str) -> Result<Option<InstanceRecord>> {
+        let row = self
+            .once(Scope::Tenant(tenant), async |tx| {
+                tx.instance_row(tenant, id).await
+            })
+            .await?;
+        row.map(InstanceRow::decode).transpose()
+    }
+
+    async fn instances(
+        &self,
+        tenant: &str,
+        filter: &InstanceFilter,
+    ) -> Result<Vec<InstanceRecord>> {
+        let rows = self
+            .once(Scope::Tenant(tenant), async |tx| {
+                tx.instance_rows(tenant, filter).await
+            })
+            .await?;
+        rows.into_iter().map(InstanceRow::decode).collect()
+    }
+
+    async fn history(&self, tenant: &str, id: &str) -> Result<Vec<HistoryEvent>> {
+        let rows = self
+            .once(Scope::Tenant(tenant), async |tx| {
+                tx.history_rows(tenant, id).await
+            })
+            .await?;
+        rows.into_iter().map(HistoryRow::decode).collect()
+    }
+
+    async fn tasks(&self, tenant: &str, instance: &str) -> Result<Vec<TaskRecord>> {
+        let rows = self
+            .once(Scope::Tenant(tenant), async |tx| {
+                tx.task_rows(tenant, instance).await
+            })
+            .await?;
+        rows.into_iter().map(TaskRow::decode).collect()
+    }
+
+    async fn list_tasks(&self, tenant: &str, filter: &TaskFilter) -> Result<Vec<TaskRecord>> {
+        let rows = self
+            .once(Scope::Tenant(tenant), async |tx| {
+                tx.listed_task_rows(tenant, filter).await
+            })
+            .await?;
+        rows.into_iter().map(TaskRow::decode).collect()
+    }
+
+    async fn outbox(&self, tenant: &str, instance: &str) -> Result<Vec<OutboxRecord>> {
+        let rows = self
+            .once(Scope::Tenant(tenant), async |tx| {
+                tx.outbox_rows(tenant, instance).await
+            })
+            .await?;
+        rows.into_iter().map(OutboxRow::decode).collect()
+    }
+
+    /// Readiness means the store accepts a commit; what that takes is the backend's to say.
+    async fn ping(&self) -> Result<()> {
+        self.once(Scope::System, async |tx| tx.ping().await).await
+    }
+}

@@ -1,0 +1,161 @@
+//! The pull surface's scripts (SPEC §5.5): a poll, and a worker's completion, failure and
+//! extension of a task. Each is one transaction: the task row is read (and held) inside it,
+//! judged by the rules `sutra_store` gives every backend ([`HeldRow::check`], [`after_failure`],
+//! [`retry_backoff`]) against the store's clock, and written together with the delivery that
+//! carries its outcome to the instance — a completion and its delivery are one fact. Steps write
+//! and cancel the task rows (`commit`).
+
+use jiff::{SignedDuration, Timestamp};
+use serde_json::Value;
+use sutra_core::step::TaskError;
+use sutra_store::codec::{park_id, timestamp, unsigned};
+use sutra_store::{
+    DeliveryId, DeliveryKind, Error, Polled, Result, TaskFailure, TaskPoll, TaskState, Tasks,
+    after_failure, lock_expired, retry_backoff,
+};
+
+use crate::rows::{Held, HeldRow};
+use crate::statements::{Backend, NewDeliveryRow, Scope, Statements, TaskStatements};
+use crate::store::SqlStore;
+
+#[async_trait::async_trait]
+impl<B: Backend> Tasks for SqlStore<B> {
+    async fn poll_tasks(&self, poll: &TaskPoll) -> Result<Polled> {
+        let mut tx = self.begin(Scope::Tenant(&poll.tenant)).await?;
+        // First, so that what remains expired is within its budget and may be handed out.
+        let due_now = exhaust_expired(&mut tx, &poll.tenant, &poll.topics).await?;
+        let tasks = tx.lock_tasks(poll).await?;
+        tx.commit().await?;
+        Ok(Polled { tasks, due_now })
+    }
+
+    async fn next_task_at(&self, tenant: &str, topics: &[String]) -> Result<Option<Timestamp>> {
+        let earliest = self
+            .once(Scope::Tenant(tenant), async |tx| {
+                tx.next_task_at(tenant, topics).await
+            })
+            .await?;
+        earliest.map(timestamp).transpose()
+    }
+
+    async fn complete_task(
+        &self,
+        tenant: &str,
+        id: &str,
+        lock_token: &str,
+        output: &Value,
+    ) -> Result<()> {
+        let mut tx = self.begin(Scope::Tenant(tenant)).await?;
+        let held = held(&mut tx, tenant, id, lock_token).await?;
+        tx.end_lock(id, TaskState::Completed).await?;
+        let completed = DeliveryKind::TaskCompleted {
+            output: output.clone(),
+        };
+        deliver(&mut tx, tenant, &held, &completed).await?;
+        tx.commit().await
+    }
+
+    async fn fail_task(
+        &self,
+        tenant: &str,
+        id: &str,
+        lock_token: &str,
+        failure: &TaskFailure,
+    ) -> Result<TaskState> {
+        let mut tx = self.begin(Scope::Tenant(tenant)).await?;
+        let held = held(&mut tx, tenant, id, lock_token).await?;
+        let state = after_failure(held.attempt, held.retries, failure.retry);
+        let TaskError { code, message } = failure.error.clone();
+        let outcome = match state {
+            TaskState::Available => None,
+            TaskState::Failed => Some(DeliveryKind::TaskFailed { code, message }),
+            // `after_failure` answers nothing else but terminal.
+            _ => Some(DeliveryKind::TaskExhausted { code, message }),
+        };
+        match outcome {
+            None => {
+                let backoff = retry_backoff(held.backoff, held.attempt);
+                tx.retry_task(id, backoff).await?;
+            }
+            Some(outcome) => {
+                tx.end_lock(id, state).await?;
+                deliver(&mut tx, tenant, &held, &outcome).await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(state)
+    }
+
+    async fn extend_task(
+        &self,
+        tenant: &str,
+        id: &str,
+        lock_token: &str,
+        lock: SignedDuration,
+    ) -> Result<Timestamp> {
+        let mut tx = self.begin(Scope::Tenant(tenant)).await?;
+        held(&mut tx, tenant, id, lock_token).await?;
+        let until = tx.extend_lock(id, lock).await?;
+        tx.commit().await?;
+        Ok(until)
+    }
+}
+
+/// Turns terminal every task of the topics whose last attempt's lock expired, recording the
+/// exhausted delivery of each: a worker that keeps dying must not keep a task alive forever.
+async fn exhaust_expired<T: TaskStatements>(
+    tx: &mut T,
+    tenant: &str,
+    topics: &[String],
+) -> Result<Vec<DeliveryId>> {
+    let expired = tx.exhaust_expired(tenant, topics).await?;
+    let mut due_now = Vec::with_capacity(expired.len());
+    for task in expired {
+        let TaskError { code, message } = lock_expired(
+            task.worker.as_deref(),
+            unsigned(task.attempt, "a task attempt")?,
+        );
+        let exhausted = DeliveryKind::TaskExhausted { code, message };
+        let row = NewDeliveryRow {
+            tenant,
+            instance: &task.instance,
+            park: park_id(task.park)?,
+            kind: &exhausted,
+            due_at: None,
+        };
+        due_now.push(tx.insert_delivery(row).await?);
+    }
+    Ok(due_now)
+}
+
+/// Reads the task inside the transaction and checks that `lock_token` holds it now, by the
+/// store's clock. A refusal returns before anything is written.
+async fn held<T: TaskStatements>(
+    tx: &mut T,
+    tenant: &str,
+    id: &str,
+    lock_token: &str,
+) -> Result<Held> {
+    let (row, now): (HeldRow, Timestamp) = tx
+        .held_task(tenant, id)
+        .await?
+        .ok_or_else(|| Error::TaskNotFound(id.to_owned()))?;
+    row.check(id, lock_token, now)
+}
+
+/// Records a task's outcome as a delivery to its park, due now, in the caller's transaction.
+async fn deliver<T: Statements>(
+    tx: &mut T,
+    tenant: &str,
+    held: &Held,
+    kind: &DeliveryKind,
+) -> Result<DeliveryId> {
+    let row = NewDeliveryRow {
+        tenant,
+        instance: &held.instance,
+        park: held.park,
+        kind,
+        due_at: None,
+    };
+    tx.insert_delivery(row).await
+}

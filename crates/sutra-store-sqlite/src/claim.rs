@@ -1,0 +1,65 @@
+//! The claim (SPEC §5.2) on SQLite: claim, release and sweep are each one conditional statement,
+//! atomic on its own under SQLite's single writer — no transaction around them, and nothing to
+//! wait for but the write lock. Claims are compared against the process's clock; every process
+//! on one file runs on one machine's.
+
+use jiff::SignedDuration;
+use sutra_store::{ClaimToken, Result};
+use sutra_store_sql::rows::{ClaimedRow, SweptRow};
+use sutra_store_sql::{ClaimStatements, NewClaim, params};
+
+use crate::codec::{db, micros, micros_before};
+use crate::statements::Session;
+
+impl ClaimStatements for Session {
+    async fn claim(&mut self, claim: &NewClaim<'_>) -> Result<Option<ClaimedRow>> {
+        let now = self.now();
+        sqlx::query_as(
+            "UPDATE instances SET owner = ?1, claimed_at = ?2, fence = fence + 1
+             WHERE tenant = ?3 AND id = ?4
+               AND (owner IS NULL OR owner = ?1 OR claimed_at < ?5)
+             RETURNING fence, snapshot",
+        )
+        .bind(&claim.owner.0)
+        .bind(micros(now))
+        .bind(claim.tenant)
+        .bind(claim.instance)
+        .bind(micros_before(now, claim.timeout))
+        .fetch_optional(self.connection().await?)
+        .await
+        .map_err(db)
+    }
+
+    async fn instance_exists(&mut self, tenant: &str, instance: &str) -> Result<bool> {
+        let found: Option<i64> =
+            sqlx::query_scalar("SELECT 1 FROM instances WHERE tenant = ?1 AND id = ?2")
+                .bind(tenant)
+                .bind(instance)
+                .fetch_optional(self.connection().await?)
+                .await
+                .map_err(db)?;
+        Ok(found.is_some())
+    }
+
+    async fn release(&mut self, tenant: &str, instance: &str, token: &ClaimToken) -> Result<()> {
+        let query = sqlx::query(
+            "UPDATE instances SET owner = NULL, claimed_at = NULL
+             WHERE tenant = ?1 AND id = ?2 AND owner = ?3 AND fence = ?4",
+        );
+        let query = params::release(query, tenant, instance, token);
+        self.execute(query).await.map(drop)
+    }
+
+    async fn sweep(&mut self, claim_timeout: SignedDuration) -> Result<Vec<SweptRow>> {
+        let stale = micros_before(self.now(), claim_timeout);
+        sqlx::query_as(
+            "UPDATE instances SET owner = NULL, claimed_at = NULL, recoveries = recoveries + 1
+             WHERE claimed_at < ?1
+             RETURNING tenant, id, recoveries",
+        )
+        .bind(stale)
+        .fetch_all(self.connection().await?)
+        .await
+        .map_err(db)
+    }
+}

@@ -1,0 +1,60 @@
+//! Deployments on SQLite: the statements of the shared deploy script, in one write transaction,
+//! which SQLite's single writer orders with every other deploy. Nothing announces a deploy:
+//! every process on a file stored it or polls the revision.
+
+use sutra_store::Result;
+use sutra_store_sql::rows::DeploymentRow;
+use sutra_store_sql::{DeploymentStatements, NewVersion, params};
+
+use crate::codec::{db, micros};
+use crate::statements::Session;
+
+impl DeploymentStatements for Session {
+    async fn drain_active(&mut self, tenant: &str, name: &str) -> Result<()> {
+        let tx = self.write().await?;
+        let query = sqlx::query(
+            "UPDATE deployments SET status = ?3 WHERE tenant = ?1 AND name = ?2 AND status = ?4",
+        );
+        let query = params::drain(query, tenant, name);
+        tx.execute(query).await.map(drop)
+    }
+
+    async fn insert_version(&mut self, version: &NewVersion<'_>) -> Result<DeploymentRow> {
+        let tx = self.write().await?;
+        let now = micros(tx.now());
+        let query = sqlx::query_as(
+            "INSERT INTO deployments (tenant, name, version, status, source, created_at)
+             SELECT ?1, ?2, COALESCE(MAX(version), 0) + 1, ?3, ?4, ?5
+             FROM deployments WHERE tenant = ?1 AND name = ?2
+             RETURNING tenant, name, version, status, source, created_at",
+        );
+        params::version(query, version)
+            .bind(now)
+            .fetch_one(tx.connection())
+            .await
+            .map_err(db)
+    }
+
+    async fn announce_deployment(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    async fn deployments(&mut self, tenant: Option<&str>) -> Result<Vec<DeploymentRow>> {
+        sqlx::query_as(
+            "SELECT tenant, name, version, status, source, created_at FROM deployments
+             WHERE ?1 IS NULL OR tenant = ?1
+             ORDER BY created_at, tenant, name, version",
+        )
+        .bind(tenant)
+        .fetch_all(self.connection().await?)
+        .await
+        .map_err(db)
+    }
+
+    async fn deployment_count(&mut self) -> Result<i64> {
+        sqlx::query_scalar("SELECT COUNT(*) FROM deployments")
+            .fetch_one(self.connection().await?)
+            .await
+            .map_err(db)
+    }
+}

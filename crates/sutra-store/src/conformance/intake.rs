@@ -1,0 +1,119 @@
+//! Conformance of intake's early messages: a buffered message and the park on its key never
+//! miss each other, whichever transaction comes first.
+
+use super::fixtures::*;
+
+pub async fn buffered_message_is_matched_in_the_parks_own_transaction<S: Store>(store: &S) {
+    let id = id(1);
+    started(store, TENANT, &id).await;
+    let early = BufferedMessage {
+        channel: REPLIES.to_owned(),
+        key: "t-1".to_owned(),
+        message: message("reply-1"),
+        expires_at: now() + HOUR,
+    };
+    let expired = BufferedMessage {
+        key: "t-2".to_owned(),
+        message: message("reply-2"),
+        expires_at: now() - SignedDuration::from_secs(1),
+        ..early.clone()
+    };
+    assert_eq!(store.buffer(TENANT, &early).await.unwrap(), None);
+    assert_eq!(store.buffer(TENANT, &expired).await.unwrap(), None);
+    let buffered = Some(InboxAnswer::buffered());
+    assert_eq!(
+        store
+            .inbox_answer(TENANT, REPLIES, "reply-1")
+            .await
+            .unwrap(),
+        buffered
+    );
+    assert_eq!(
+        store.buffer(TENANT, &early).await.unwrap(),
+        buffered,
+        "buffered twice"
+    );
+    let claim = claimed(store, &id, LANE_A).await;
+
+    let parks = arming(&claim, vec![wait(ParkId(1), "t-1"), wait(ParkId(2), "t-2")]);
+    let committed = store.commit(&parks).await.unwrap();
+
+    let [matched] =
+        <[DeliveryId; 1]>::try_from(committed.due_now).expect("one message matched, once");
+    let delivery = store
+        .delivery(matched)
+        .await
+        .unwrap()
+        .expect("the match is a delivery");
+    assert_eq!(
+        (delivery.instance.as_str(), delivery.park),
+        (id.as_str(), ParkId(1))
+    );
+    assert_eq!(
+        delivery.kind,
+        DeliveryKind::Relay {
+            message: early.message
+        }
+    );
+    assert!(delivery.due_at <= Timestamp::now());
+    let target = Some(WaitTarget {
+        instance: id.clone(),
+        park: ParkId(1),
+    });
+    assert_eq!(
+        store.find_wait(TENANT, REPLIES, "t-1").await.unwrap(),
+        target,
+        "the relay consumes it"
+    );
+
+    let claim = claimed(store, &id, LANE_A).await;
+    let repark = StepCommit {
+        disarms: vec![ParkId(1)],
+        ..arming(&claim, vec![wait(ParkId(3), "t-1")])
+    };
+    let committed = store.commit(&repark).await.unwrap();
+    assert!(
+        committed.due_now.is_empty(),
+        "a matched message leaves the buffer"
+    );
+}
+
+pub async fn buffer_relays_to_a_wait_armed_since_the_intake_looked<S: Store>(store: &S) {
+    let id = id(1);
+    started(store, TENANT, &id).await;
+    let claim = claimed(store, &id, LANE_A).await;
+    store
+        .commit(&arming(&claim, vec![wait(ParkId(1), "t-1")]))
+        .await
+        .unwrap();
+    let late = BufferedMessage {
+        channel: REPLIES.to_owned(),
+        key: "t-1".to_owned(),
+        message: message("reply-1"),
+        expires_at: now() + HOUR,
+    };
+
+    assert_eq!(store.buffer(TENANT, &late).await.unwrap(), None);
+
+    let [relayed] =
+        <[Delivery; 1]>::try_from(store.due_deliveries(10).await.unwrap()).expect("one relay");
+    assert_eq!(
+        (relayed.instance.as_str(), relayed.park),
+        (id.as_str(), ParkId(1))
+    );
+    assert_eq!(
+        relayed.kind,
+        DeliveryKind::Relay {
+            message: late.message
+        }
+    );
+    let claim = claimed(store, &id, LANE_A).await;
+    let repark = StepCommit {
+        disarms: vec![ParkId(1)],
+        ..arming(&claim, vec![wait(ParkId(2), "t-1")])
+    };
+    assert!(
+        store.commit(&repark).await.unwrap().due_now.is_empty(),
+        "nothing was buffered"
+    );
+}

@@ -1,0 +1,107 @@
+//! Deliveries (SPEC §5.6): what was asked of an instance — a timer, a relayed message, a task's
+//! outcome — made durable before anyone tries to claim the instance, and taken by the step that
+//! applies it.
+
+use jiff::Timestamp;
+use serde_json::Value;
+use sutra_core::snapshot::ParkId;
+use sutra_core::step::{Message, TaskError};
+
+use crate::{Error, Result};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DeliveryId(pub i64);
+
+/// An internal delivery: durable before anyone tries to claim its instance, deleted by the
+/// step that takes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Delivery {
+    pub id: DeliveryId,
+    pub tenant: String,
+    pub instance: String,
+    pub park: ParkId,
+    pub kind: DeliveryKind,
+    pub due_at: Timestamp,
+    /// How many times a claimant was refused while trying to take it.
+    pub attempts: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum DeliveryKind {
+    Timer,
+    Relay { message: Message },
+    TaskCompleted { output: Value },
+    TaskFailed { code: String, message: String },
+    TaskExhausted { code: String, message: String },
+}
+
+impl DeliveryKind {
+    /// The persisted form, `(kind, payload)`, shared by every backend so that a delivery written
+    /// by one build is read by the next whatever the database.
+    pub fn encode(&self) -> (&'static str, Value) {
+        let error =
+            |code: &str, message: &str| serde_json::json!({ "code": code, "message": message });
+        match self {
+            DeliveryKind::Timer => ("timer", Value::Null),
+            DeliveryKind::Relay { message } => ("relay", message.to_json()),
+            DeliveryKind::TaskCompleted { output } => ("task_completed", output.clone()),
+            DeliveryKind::TaskFailed { code, message } => ("task_failed", error(code, message)),
+            DeliveryKind::TaskExhausted { code, message } => {
+                ("task_exhausted", error(code, message))
+            }
+        }
+    }
+
+    /// Reads what [`DeliveryKind::encode`] wrote.
+    pub fn decode(kind: &str, payload: Value) -> Result<DeliveryKind> {
+        let corrupt = |e: serde_json::Error| Error::Corrupt(format!("a `{kind}` delivery: {e}"));
+        let error = |payload: Value| serde_json::from_value::<TaskError>(payload).map_err(corrupt);
+        Ok(match kind {
+            "timer" => DeliveryKind::Timer,
+            "relay" => DeliveryKind::Relay {
+                message: serde_json::from_value(payload).map_err(corrupt)?,
+            },
+            "task_completed" => DeliveryKind::TaskCompleted { output: payload },
+            "task_failed" => {
+                let TaskError { code, message } = error(payload)?;
+                DeliveryKind::TaskFailed { code, message }
+            }
+            "task_exhausted" => {
+                let TaskError { code, message } = error(payload)?;
+                DeliveryKind::TaskExhausted { code, message }
+            }
+            other => return Err(Error::Corrupt(format!("unknown delivery kind `{other}`"))),
+        })
+    }
+}
+
+/// A delivery to record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewDelivery {
+    pub tenant: String,
+    pub instance: String,
+    pub park: ParkId,
+    pub kind: DeliveryKind,
+    pub due_at: Timestamp,
+}
+
+/// Asking, finding, deferring and discarding deliveries.
+#[async_trait::async_trait]
+pub trait Deliveries: Send + Sync {
+    /// Records a delivery; durable when this returns.
+    async fn ask(&self, delivery: &NewDelivery) -> Result<DeliveryId>;
+
+    /// Deliveries due at or before now, oldest due first.
+    async fn due_deliveries(&self, limit: u32) -> Result<Vec<Delivery>>;
+
+    async fn delivery(&self, id: DeliveryId) -> Result<Option<Delivery>>;
+
+    /// Schedules the next attempt of a delivery whose claimant was refused.
+    async fn defer(&self, id: DeliveryId, until: Timestamp) -> Result<()>;
+
+    /// Deletes a delivery that can never apply (its park is gone, its instance ended).
+    async fn discard(&self, id: DeliveryId) -> Result<()>;
+
+    /// When the earliest pending delivery is due, if any.
+    async fn next_due(&self) -> Result<Option<Timestamp>>;
+}

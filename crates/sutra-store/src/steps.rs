@@ -1,0 +1,77 @@
+//! The step commit (SPEC §5.2): everything one step writes, in one transaction whose first
+//! statement is conditional on owner and fence and clears the owner — *committed* and *unowned
+//! again* are one fact. A lost claim ([`crate::Error::ClaimLost`]) rolls everything back.
+
+use jiff::{SignedDuration, Timestamp};
+use serde_json::Value;
+use sutra_core::snapshot::{ParkId, Snapshot};
+use sutra_core::step::HistoryEvent;
+
+use crate::{ClaimToken, DeliveryId, InboxEntry, Result};
+
+/// Everything one step writes, committed atomically.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepCommit {
+    /// `None` for the step that starts an instance: the instance row is inserted, unowned.
+    pub claim: Option<ClaimToken>,
+    pub snapshot: Snapshot,
+    pub history: Vec<HistoryEvent>,
+    pub arms: Vec<Arm>,
+    /// Parks whose rows (wait, timer, task, pending deliveries) are resolved: those the step
+    /// disarmed and the one its event answered.
+    pub disarms: Vec<ParkId>,
+    pub outbox: Vec<OutboxEntry>,
+    /// The delivery this step consumed ("taken").
+    pub taken: Option<DeliveryId>,
+    /// The message this step consumed, for dedup. For a start it is inserted `ON CONFLICT DO
+    /// NOTHING`, and a conflict fails the commit with [`crate::Error::Duplicate`]. For any other
+    /// step it is written whatever was there (the row a buffered message left, whose answer had no
+    /// instance yet).
+    pub inbox: Option<InboxEntry>,
+}
+
+/// A durable row behind a park (SPEC §5.6: what was asked).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Arm {
+    /// A correlation alias `(tenant, channel, key)` → `(instance, park)`, unique.
+    Wait {
+        park: ParkId,
+        channel: String,
+        key: String,
+    },
+    /// A timer: a delivery of kind [`crate::DeliveryKind::Timer`] due at `due`.
+    Timer { park: ParkId, due: Timestamp },
+    /// An external task for pull workers.
+    Task {
+        park: ParkId,
+        topic: String,
+        input: Value,
+        retries: u32,
+        backoff: SignedDuration,
+        lock: SignedDuration,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboxEntry {
+    pub channel: String,
+    pub payload: Value,
+    pub message_key: Option<String>,
+    /// `{instance}:{audit seq}:{node}`, unique.
+    pub idempotency_key: String,
+}
+
+/// What a commit produced beyond its rows.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Committed {
+    /// Deliveries that became due at once inside the commit: buffered early messages matched by
+    /// a park of this step. The caller should dispatch them now instead of waiting for a poll.
+    pub due_now: Vec<DeliveryId>,
+}
+
+/// Committing a step.
+#[async_trait::async_trait]
+pub trait Steps: Send + Sync {
+    /// Writes a step and releases its claim in one transaction.
+    async fn commit(&self, step: &StepCommit) -> Result<Committed>;
+}
