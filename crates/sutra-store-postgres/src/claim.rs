@@ -12,9 +12,19 @@ use crate::statements::Scoped;
 
 impl ClaimStatements for Scoped {
     async fn claim(&mut self, claim: &NewClaim<'_>) -> Result<Option<ClaimedRow>> {
+        // The row lock is taken `NOWAIT` first: a step in flight elsewhere holds the row until
+        // its commit, and a plain `UPDATE` would queue behind it, on that step's timescale (up
+        // to `lock_timeout`). The claim refuses instead (seed 000): `NOWAIT` fails at once with
+        // `lock_not_available`, the same SQLSTATE as a lock timeout, answered as held below.
+        // `NO KEY UPDATE`, so that a transaction merely inserting a row that references the
+        // instance (a key-share lock) is not mistaken for a holder.
         sqlx::query_as(
-            "UPDATE instances SET owner = $1, claimed_at = sutra_now(), fence = fence + 1
-             WHERE tenant = $2 AND id = $3
+            "WITH locked AS (
+                 SELECT id FROM instances WHERE tenant = $2 AND id = $3
+                 FOR NO KEY UPDATE NOWAIT)
+             UPDATE instances SET owner = $1, claimed_at = sutra_now(), fence = fence + 1
+             FROM locked
+             WHERE instances.tenant = $2 AND instances.id = locked.id
                AND (owner IS NULL OR owner = $1 OR claimed_at < sutra_now() - $4)
              RETURNING fence, snapshot",
         )
@@ -25,7 +35,7 @@ impl ClaimStatements for Scoped {
         .fetch_optional(self.connection())
         .await
         .map_err(|e| {
-            // The row stayed locked by a transaction that is neither committing nor dying:
+            // Another transaction holds the row (a step committing, or one frozen mid-commit):
             // held, as far as any claimant can tell, and retry-safe like any refusal.
             if is_lock_timeout(&e) {
                 Error::ClaimHeld

@@ -5,7 +5,10 @@
 
 use std::collections::HashSet;
 
+use std::time::Duration;
+
 use futures_util::future::join_all;
+use sqlx::{Connection, PgConnection};
 use sutra_core::snapshot::ParkId;
 use sutra_store::prelude::*;
 use sutra_store::{DeliveryKind, Error, StepCommit, TaskPoll};
@@ -34,6 +37,71 @@ async fn replicas(database: &TestDatabase, count: usize) -> Vec<PostgresStore> {
 
 fn id(n: usize) -> String {
     format!("0190c0de-0000-7000-8000-{n:012}")
+}
+
+/// A step in flight on another replica holds the instance's row lock until its commit. The claim
+/// must refuse at once rather than queue behind that transaction: the holder keeps the row until
+/// the claim has answered, and fails the test the moment it sees the claimant waiting for a lock.
+/// (Without `NOWAIT` the claim would wait out `lock_timeout` and only then be refused.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_never_waits_on_a_step_in_flight() {
+    let database = TestDatabase::create().await;
+    let store = crate::common::replica(&database).await;
+    let instance = id(1);
+    started(&store, TENANT, &instance).await;
+
+    let mut holder = PgConnection::connect(database.url()).await.unwrap();
+    let mut step = holder.begin().await.unwrap();
+    sqlx::query("SELECT set_config('sutra.tenant', $1, true)")
+        .bind(TENANT)
+        .execute(&mut *step)
+        .await
+        .unwrap();
+    sqlx::query("SELECT 1 FROM instances WHERE tenant = $1 AND id = $2 FOR NO KEY UPDATE")
+        .bind(TENANT)
+        .bind(&instance)
+        .execute(&mut *step)
+        .await
+        .unwrap();
+
+    let mut watcher = PgConnection::connect(database.url()).await.unwrap();
+    let claim = {
+        let instance = instance.clone();
+        tokio::spawn(async move {
+            let outcome = store
+                .claim(TENANT, &instance, &owner("replica-b/lane-0"), HOUR)
+                .await;
+            (outcome, store)
+        })
+    };
+    tokio::pin!(claim);
+    let (outcome, store) = loop {
+        tokio::select! {
+            joined = &mut claim => break joined.unwrap(),
+            () = tokio::time::sleep(Duration::from_millis(5)) => {
+                let waiting: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_stat_activity
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                )
+                .fetch_one(&mut watcher)
+                .await
+                .unwrap();
+                assert_eq!(waiting, 0, "the claim waited for the row lock of a step in flight");
+            }
+        }
+    };
+
+    assert_eq!(outcome, Err(Error::ClaimHeld));
+    step.rollback().await.unwrap();
+    let record = store.instance(TENANT, &instance).await.unwrap().unwrap();
+    assert_eq!(record.owner, None, "a refusal writes nothing");
+    assert!(
+        store
+            .claim(TENANT, &instance, &owner("replica-b/lane-0"), HOUR)
+            .await
+            .is_ok(),
+        "once the step has committed (here: rolled back), the claim is taken"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
