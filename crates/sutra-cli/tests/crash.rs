@@ -285,3 +285,41 @@ async fn a_step_that_keeps_killing_its_replica_is_poisoned() {
     let history = server.history(&instance).await;
     assert_audit_sequence_is_whole(&history);
 }
+
+#[tokio::test]
+async fn a_delivery_that_keeps_killing_its_replica_poisons_its_instance() {
+    // Every process dies as its dispatcher takes the timer, before any claim: no durable claim
+    // is left for the sweep to count, only the delivery's dispatch count. Past max-recoveries
+    // the dispatcher fails the instance instead of handing the timer out once more.
+    let scratch = Scratch::new("poison-delivery");
+    let doomed_options = options(&scratch)
+        .env("SUTRA_FAULT", "timer-fire")
+        .env("SUTRA_INSTANCE_MAX_RECOVERIES", "2");
+    let mut server = Server::start(&doomed_options);
+    // A longer cool-off, so that the start is answered before the timer kills the process even
+    // on a loaded machine.
+    let (status, body) = server.deploy(&FLOWS.replace("PT0.2S", "PT2S")).await;
+    assert_eq!(status, 201, "{body}");
+    let instance = start_order(&server, "d1", true).await;
+    let mut deaths = 0;
+    for _ in 0..10 {
+        if !server.wait_for_death_or_status(&instance, "failed").await {
+            break;
+        }
+        deaths += 1;
+        server = Server::start(&doomed_options);
+    }
+    let failed = server.wait_for_status(&instance, "failed").await;
+    assert_eq!(
+        failed["failure"]["code"], "SUTRA.RUNTIME.STEP.POISONED",
+        "{failed}"
+    );
+    assert_eq!(deaths, 2, "one death per dispatch up to max-recoveries");
+    let history = server.history(&instance).await;
+    assert_audit_sequence_is_whole(&history);
+    assert_eq!(
+        count_kind(&history, "timer_fired"),
+        0,
+        "the timer never ran: {history:?}"
+    );
+}

@@ -62,8 +62,9 @@ impl Admin {
         resumed
     }
 
-    /// Fails an instance whose steps keep dying (SPEC §5.2, `SUTRA.RUNTIME.STEP.POISONED`).
-    pub(crate) async fn poison(&self, key: &InstanceKey) -> Result<(), Error> {
+    /// Fails an instance whose steps keep dying (SPEC §5.2, `SUTRA.RUNTIME.STEP.POISONED`);
+    /// `detail` says how that was seen: by the sweep's recoveries, or a delivery's dispatches.
+    pub(crate) async fn poison(&self, key: &InstanceKey, detail: &str) -> Result<(), Error> {
         let _one_at_a_time = self.administering.lock().await;
         let owner = self.shared.admin_owner();
         let claimed = self
@@ -85,12 +86,8 @@ impl Admin {
             Err(other) => return Err(other.into()),
         };
         let ctx = StepContext::at(Timestamp::now());
-        let detail = format!(
-            "the instance's step died with its replica {} times in a row",
-            self.shared.config.max_recoveries
-        );
         let token = claimed.token.clone();
-        match exec::fail(&claimed.snapshot, codes::STEP_POISONED.code, &detail, ctx) {
+        match exec::fail(&claimed.snapshot, codes::STEP_POISONED.code, detail, ctx) {
             Ok(step) => {
                 self.shared
                     .store

@@ -9,8 +9,17 @@
 //! dispatcher's first pass in each term is `recover`, and every sweep ([`crate::sweep`]) wakes it
 //! again, so a row asked of a process that died is taken by whoever leads `timers` next. A
 //! replica that does not lead `timers` leaves the rows it asks to the leader's passes, every
-//! `deliveries_poll` at most; two dispatchers at once (the embedded store, where every process
-//! leads) only bounce on the claim.
+//! `deliveries_poll` at most.
+//!
+//! The dispatch mark (docs/decisions/0024). Each batch is handed out in one statement that
+//! counts a dispatch on every row and makes it due again one claim timeout later, so two
+//! dispatchers at once (the embedded store, where every process leads; a term that ended while
+//! its batch ran) never hand out one row together, and a batch whose dispatcher died is due
+//! again one claim timeout on. A deferral clears the count and taking deletes the row, so a
+//! delivery handed out more than `max_recoveries` times went down with every dispatcher it was
+//! handed to: it fails its instance as poisoned (through [`crate::admin`]) instead of being run
+//! once more. This needs no durable claim, which a step that is one transaction does not leave
+//! behind for the sweep to count.
 
 use std::sync::Arc;
 
@@ -19,6 +28,7 @@ use sutra_core::step::{Event, TaskError};
 use sutra_store::{Delivery, DeliveryKind, InstanceKey};
 use tracing::{debug, warn};
 
+use crate::admin::Admin;
 use crate::error::Error;
 use crate::fault;
 use crate::lane::Lanes;
@@ -31,10 +41,16 @@ use crate::shared::Shared;
 const LOOK_AGAIN_FIRST: SignedDuration = SignedDuration::from_millis(50);
 
 /// The role loop of `timers`.
-pub(crate) fn spawn(roles: &RoleLoops, shared: &Arc<Shared>, lanes: &Arc<Lanes>) {
+pub(crate) fn spawn(
+    roles: &RoleLoops,
+    shared: &Arc<Shared>,
+    lanes: &Arc<Lanes>,
+    admin: &Arc<Admin>,
+) {
     let dispatcher = Arc::new(Dispatcher {
         shared: Arc::clone(shared),
         lanes: Arc::clone(lanes),
+        admin: Arc::clone(admin),
     });
     roles.spawn(TIMERS, move || dispatch_loop(Arc::clone(&dispatcher)));
 }
@@ -42,6 +58,8 @@ pub(crate) fn spawn(roles: &RoleLoops, shared: &Arc<Shared>, lanes: &Arc<Lanes>)
 struct Dispatcher {
     shared: Arc<Shared>,
     lanes: Arc<Lanes>,
+    /// Fails the instances of deliveries that keep dying, one administrative step each.
+    admin: Arc<Admin>,
 }
 
 /// Runs for as long as the term lasts; its first pass is `recover`. A notification sent while a
@@ -71,12 +89,17 @@ enum Pass {
 
 impl Dispatcher {
     async fn dispatch_due(&self) -> Result<Pass, Error> {
-        let batch = self.shared.config.deliveries_batch;
-        let due = self.shared.store.due_deliveries(batch).await?;
+        let config = &self.shared.config;
+        let batch = config.deliveries_batch;
+        let due = (self.shared.store)
+            .due_deliveries(batch, config.claim_timeout)
+            .await?;
         let full = due.len() as u32 == batch;
         // Every due row is in flight before the next look, so no row is dispatched twice by
-        // this replica; two replicas racing for one row are serialized by the claim.
-        futures_util::future::join_all(due.into_iter().map(|delivery| self.take(delivery))).await;
+        // this replica; the mark keeps other dispatchers off it for a claim timeout, and one
+        // that looks later than that (a step slower than the claim timeout) meets the claim.
+        let dispatched = due.into_iter().map(|delivery| self.dispatch(delivery));
+        futures_util::future::join_all(dispatched).await;
         Ok(if full { Pass::Full } else { Pass::Drained })
     }
 
@@ -94,15 +117,48 @@ impl Dispatcher {
         }
     }
 
+    /// Hands a delivery to its lane, unless it keeps dying there.
+    async fn dispatch(&self, delivery: Delivery) {
+        if self.keeps_dying(&delivery) {
+            self.poison(&delivery).await
+        } else {
+            self.take(delivery).await
+        }
+    }
+
+    /// Handed out more than `max_recoveries` times, and not one of those dispatches took or
+    /// deferred it: each died with its dispatcher, as a step that kills its replica does.
+    fn keeps_dying(&self, delivery: &Delivery) -> bool {
+        delivery.dispatches > self.shared.config.max_recoveries
+    }
+
+    /// Fails the delivery's instance as poisoned instead of running its step once more.
+    async fn poison(&self, delivery: &Delivery) {
+        let died = delivery.dispatches - 1;
+        let detail = format!(
+            "a delivery to the instance was handed out {died} times, never taken or deferred: \
+             its step kept dying with its replica"
+        );
+        match self.admin.poison(&instance_key(delivery), &detail).await {
+            // Failing the instance disarmed the delivery's park, which deleted it; an instance
+            // that had ended meanwhile can never take it.
+            Ok(()) => {
+                warn!(delivery = delivery.id.0, instance = %delivery.instance, dispatches = delivery.dispatches, "instance failed as poisoned: a delivery to it keeps dying");
+                self.discard(delivery).await
+            }
+            // Still marked: it is due again one claim timeout later, and poisoned then.
+            Err(error) => {
+                warn!(delivery = delivery.id.0, instance = %delivery.instance, %error, "could not fail a poisoned instance; retrying one claim timeout later")
+            }
+        }
+    }
+
     /// Takes one delivery: a step on its instance's lane that consumes the row in its commit.
     async fn take(&self, delivery: Delivery) {
         if matches!(delivery.kind, DeliveryKind::Timer) {
             fault::point("timer-fire");
         }
-        let key = InstanceKey {
-            tenant: delivery.tenant.clone(),
-            id: delivery.instance.clone(),
-        };
+        let key = instance_key(&delivery);
         let work = Work::Resume {
             event: event_for(&delivery),
             taken: Some(delivery.id),
@@ -134,7 +190,8 @@ impl Dispatcher {
     }
 
     /// Seed 004: a claim that refused us has lapsed one claim timeout later if its holder was
-    /// dead, so the next attempt is never scheduled later than that.
+    /// dead, so the next attempt is never scheduled later than that. The deferral also clears
+    /// the delivery's dispatches: this dispatch survived.
     async fn look_again(&self, delivery: &Delivery) {
         let doubled = LOOK_AGAIN_FIRST.saturating_mul(1 << delivery.attempts.min(20));
         let delay = doubled.min(self.shared.config.claim_timeout);
@@ -151,6 +208,13 @@ impl Dispatcher {
         if let Err(error) = self.shared.store.discard(delivery.id).await {
             warn!(delivery = delivery.id.0, %error, "could not discard a delivery for a missing instance");
         }
+    }
+}
+
+fn instance_key(delivery: &Delivery) -> InstanceKey {
+    InstanceKey {
+        tenant: delivery.tenant.clone(),
+        id: delivery.instance.clone(),
     }
 }
 

@@ -66,7 +66,7 @@ impl Engine {
         ));
         let admin = Arc::new(Admin::new(Arc::clone(&shared), Arc::clone(&live)));
         let roles = RoleLoops::new(Arc::clone(&leadership));
-        deliveries::spawn(&roles, &shared, &lanes);
+        deliveries::spawn(&roles, &shared, &lanes, &admin);
         sweep::spawn(&roles, &shared, &admin);
         history::spawn(&roles, &shared);
         let (shutdown, _) = watch::channel(false);

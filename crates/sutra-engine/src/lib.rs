@@ -14,8 +14,10 @@
 //!   - [`runner`]: the claim-guarded step (SPEC §5.2).
 //!   - [`intake`]: a message on a channel → dedup, relay, start or buffer (SPEC §5.1).
 //!   - `deliveries`: the delivery dispatcher — timers and every other asked row, with
-//!     look-again and `recover` (SPEC §5.6).
-//!   - `sweep`: the stuck-instance sweep, and the poisoning of instances whose steps keep dying.
+//!     look-again and `recover` (SPEC §5.6), and the dispatch mark, which poisons the instance
+//!     of a delivery that keeps dying with its dispatcher.
+//!   - `sweep`: the stuck-instance sweep, and the poisoning of instances whose durable claims
+//!     it keeps clearing.
 //!   - `admin`: the administrative executor — cancel, restore and poisoning, one at a time
 //!     under the admin owner.
 //!   - [`leadership`]: who runs each singleton role (SPEC §6): every process on the embedded

@@ -60,8 +60,12 @@ impl Sweeper {
                 "stuck-instance sweep cleared lapsed claims"
             );
         }
+        let detail = format!(
+            "the instance's step died with its replica {} times in a row",
+            config.max_recoveries
+        );
         for key in &outcome.poisoned {
-            match self.admin.poison(key).await {
+            match self.admin.poison(key, &detail).await {
                 Ok(()) => {
                     warn!(instance = %key.id, "instance failed as poisoned: its steps keep dying")
                 }

@@ -2,22 +2,46 @@
 //! own, due times against the database's clock. Inserting one is
 //! [`sutra_store_sql::Statements::insert_delivery`], which steps and the task scripts run too
 //! (see [`crate::statements`]).
+//!
+//! A batch is picked `FOR UPDATE SKIP LOCKED` and marked in the same statement: a row another
+//! dispatcher is marking right now is skipped, not waited for, and one it marked and committed
+//! is no longer due, so two dispatchers (two replicas, or a replica and the one that leads
+//! `timers`) never hand out one row at once.
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 use sutra_store::{DeliveryId, Result};
 use sutra_store_sql::DeliveryStatements;
 use sutra_store_sql::rows::DeliveryRow;
 
-use crate::codec::{db, micros};
+use crate::codec::{db, duration_micros, micros};
 use crate::statements::Scoped;
 
 impl DeliveryStatements for Scoped {
-    async fn due_deliveries(&mut self, limit: u32) -> Result<Vec<DeliveryRow>> {
+    async fn due_deliveries(
+        &mut self,
+        limit: u32,
+        redeliver_after: SignedDuration,
+    ) -> Result<Vec<DeliveryRow>> {
+        // The CTE runs once (a locking CTE is never inlined) and keeps the time each row came
+        // due, which `RETURNING` alone would report as the new one; the ORDER BY on the outside
+        // gives the batch its order.
         sqlx::query_as(
-            "SELECT id, tenant, instance, park, kind, payload, due_at, attempts FROM deliveries
-             WHERE due_at <= sutra_now() ORDER BY due_at, id LIMIT $1",
+            "WITH picked AS (
+                 SELECT id, due_at FROM deliveries
+                 WHERE due_at <= sutra_now()
+                 ORDER BY due_at, id
+                 LIMIT $1
+                 FOR UPDATE SKIP LOCKED),
+             marked AS (
+                 UPDATE deliveries
+                 SET dispatches = dispatches + 1, due_at = sutra_after($2)
+                 FROM picked WHERE deliveries.id = picked.id
+                 RETURNING deliveries.id, tenant, instance, park, kind, payload, picked.due_at,
+                           attempts, dispatches)
+             SELECT * FROM marked ORDER BY due_at, id",
         )
         .bind(i64::from(limit))
+        .bind(duration_micros(redeliver_after))
         .fetch_all(self.connection())
         .await
         .map_err(db)
@@ -25,8 +49,8 @@ impl DeliveryStatements for Scoped {
 
     async fn delivery(&mut self, id: DeliveryId) -> Result<Option<DeliveryRow>> {
         sqlx::query_as(
-            "SELECT id, tenant, instance, park, kind, payload, due_at, attempts FROM deliveries
-             WHERE id = $1",
+            "SELECT id, tenant, instance, park, kind, payload, due_at, attempts, dispatches
+             FROM deliveries WHERE id = $1",
         )
         .bind(id.0)
         .fetch_optional(self.connection())
@@ -35,10 +59,12 @@ impl DeliveryStatements for Scoped {
     }
 
     async fn defer(&mut self, id: DeliveryId, until: Timestamp) -> Result<()> {
-        let query =
-            sqlx::query("UPDATE deliveries SET due_at = $2, attempts = attempts + 1 WHERE id = $1")
-                .bind(id.0)
-                .bind(micros(until));
+        let query = sqlx::query(
+            "UPDATE deliveries SET due_at = $2, attempts = attempts + 1, dispatches = 0
+             WHERE id = $1",
+        )
+        .bind(id.0)
+        .bind(micros(until));
         self.execute(query).await.map(drop)
     }
 

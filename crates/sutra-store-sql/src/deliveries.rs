@@ -1,7 +1,8 @@
-//! Deliveries (SPEC §5.6): asked in the instance's tenant, found, deferred and discarded in the
-//! system's (the dispatcher serves every tenant), due times against the store's clock.
+//! Deliveries (SPEC §5.6): asked in the instance's tenant, handed out (and marked), deferred and
+//! discarded in the system's (the dispatcher serves every tenant), due times against the store's
+//! clock.
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 use sutra_store::codec::timestamp;
 use sutra_store::{Deliveries, Delivery, DeliveryId, NewDelivery, Result};
 
@@ -18,9 +19,15 @@ impl<B: Backend> Deliveries for SqlStore<B> {
         .await
     }
 
-    async fn due_deliveries(&self, limit: u32) -> Result<Vec<Delivery>> {
+    async fn due_deliveries(
+        &self,
+        limit: u32,
+        redeliver_after: SignedDuration,
+    ) -> Result<Vec<Delivery>> {
         let rows = self
-            .once(Scope::System, async |tx| tx.due_deliveries(limit).await)
+            .once(Scope::System, async |tx| {
+                tx.due_deliveries(limit, redeliver_after).await
+            })
             .await?;
         rows.into_iter().map(DeliveryRow::decode).collect()
     }

@@ -151,6 +151,7 @@ pub struct DeliveryRow {
     payload: Json<Value>,
     due_at: i64,
     attempts: i64,
+    dispatches: i64,
 }
 
 impl DeliveryRow {
@@ -163,7 +164,13 @@ impl DeliveryRow {
             park: park_id(self.park)?,
             due_at: timestamp(self.due_at)?,
             attempts: unsigned(self.attempts, "a delivery's attempts")?,
+            dispatches: unsigned(self.dispatches, "a delivery's dispatches")?,
         })
+    }
+
+    /// The row's id, for a backend that marks a batch it read.
+    pub fn id(&self) -> i64 {
+        self.id
     }
 }
 

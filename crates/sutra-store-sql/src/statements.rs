@@ -296,10 +296,14 @@ pub trait StepStatements: Statements {
 /// The statements of the deliveries (`deliveries`); steps and the task scripts insert
 /// them ([`Statements::insert_delivery`]).
 pub trait DeliveryStatements: Statements {
-    /// Deliveries due by the store's clock, oldest due first.
+    /// Deliveries due by the store's clock, oldest due first, each marked as handed out: one
+    /// dispatch more, due again `redeliver_after` later. A row another dispatcher is marking is
+    /// skipped, never handed out twice. The rows read as they came due, their dispatches
+    /// counting this one.
     fn due_deliveries(
         &mut self,
         limit: u32,
+        redeliver_after: SignedDuration,
     ) -> impl Future<Output = Result<Vec<DeliveryRow>>> + Send;
 
     fn delivery(
@@ -307,7 +311,8 @@ pub trait DeliveryStatements: Statements {
         id: DeliveryId,
     ) -> impl Future<Output = Result<Option<DeliveryRow>>> + Send;
 
-    /// Moves the delivery's due time to `until`, counting a refused attempt.
+    /// Moves the delivery's due time to `until`, counting a refused attempt and clearing its
+    /// dispatches.
     fn defer(
         &mut self,
         id: DeliveryId,

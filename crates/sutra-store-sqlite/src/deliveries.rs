@@ -1,33 +1,57 @@
-//! Deliveries (SPEC §5.6) on SQLite: each operation one statement alone, due times against the
-//! process's clock. Inserting one is [`sutra_store_sql::Statements::insert_delivery`], which
+//! Deliveries (SPEC §5.6) on SQLite: each operation one statement alone but the hand-out, due
+//! times against the process's clock. Inserting one is [`sutra_store_sql::Statements::insert_delivery`], which
 //! steps and the task scripts run too (see [`crate::statements`]).
+//!
+//! PostgreSQL picks a batch to hand out `FOR UPDATE SKIP LOCKED`; here SQLite's single writer
+//! plays that role: the batch is read and marked in one `BEGIN IMMEDIATE` transaction, so two
+//! dispatchers (two processes on one file) are serialized and the second finds the first's rows
+//! no longer due.
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
+use sqlx::types::Json;
 use sutra_store::{DeliveryId, Result};
 use sutra_store_sql::DeliveryStatements;
 use sutra_store_sql::rows::DeliveryRow;
 
-use crate::codec::{db, micros};
+use crate::codec::{db, later, micros};
 use crate::statements::Session;
 
 impl DeliveryStatements for Session {
-    async fn due_deliveries(&mut self, limit: u32) -> Result<Vec<DeliveryRow>> {
-        let now = micros(self.now());
-        sqlx::query_as(
-            "SELECT id, tenant, instance, park, kind, payload, due_at, attempts FROM deliveries
-             WHERE due_at <= ?1 ORDER BY due_at, id LIMIT ?2",
+    /// Two statements under the one write lock, because SQLite's `RETURNING` reports only the
+    /// new due time and in no particular order: the batch as it came due (its dispatches as
+    /// the mark leaves them), then the mark on exactly those rows.
+    async fn due_deliveries(
+        &mut self,
+        limit: u32,
+        redeliver_after: SignedDuration,
+    ) -> Result<Vec<DeliveryRow>> {
+        let tx = self.write().await?;
+        let now = tx.now();
+        let due: Vec<DeliveryRow> = sqlx::query_as(
+            "SELECT id, tenant, instance, park, kind, payload, due_at, attempts,
+                    dispatches + 1 AS dispatches
+             FROM deliveries WHERE due_at <= ?1 ORDER BY due_at, id LIMIT ?2",
         )
-        .bind(now)
+        .bind(micros(now))
         .bind(limit)
-        .fetch_all(self.connection().await?)
+        .fetch_all(tx.connection())
         .await
-        .map_err(db)
+        .map_err(db)?;
+        let ids: Vec<i64> = due.iter().map(DeliveryRow::id).collect();
+        let mark = sqlx::query(
+            "UPDATE deliveries SET dispatches = dispatches + 1, due_at = ?2
+             WHERE id IN (SELECT value FROM json_each(?1))",
+        )
+        .bind(Json(ids))
+        .bind(micros(later(now, redeliver_after)?));
+        tx.execute(mark).await?;
+        Ok(due)
     }
 
     async fn delivery(&mut self, id: DeliveryId) -> Result<Option<DeliveryRow>> {
         sqlx::query_as(
-            "SELECT id, tenant, instance, park, kind, payload, due_at, attempts FROM deliveries
-             WHERE id = ?1",
+            "SELECT id, tenant, instance, park, kind, payload, due_at, attempts, dispatches
+             FROM deliveries WHERE id = ?1",
         )
         .bind(id.0)
         .fetch_optional(self.connection().await?)
@@ -36,10 +60,12 @@ impl DeliveryStatements for Session {
     }
 
     async fn defer(&mut self, id: DeliveryId, until: Timestamp) -> Result<()> {
-        let query =
-            sqlx::query("UPDATE deliveries SET due_at = ?2, attempts = attempts + 1 WHERE id = ?1")
-                .bind(id.0)
-                .bind(micros(until));
+        let query = sqlx::query(
+            "UPDATE deliveries SET due_at = ?2, attempts = attempts + 1, dispatches = 0
+             WHERE id = ?1",
+        )
+        .bind(id.0)
+        .bind(micros(until));
         self.execute(query).await.map(drop)
     }
 

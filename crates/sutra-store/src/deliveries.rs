@@ -2,7 +2,7 @@
 //! outcome — made durable before anyone tries to claim the instance, and taken by the step that
 //! applies it.
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 use sutra_core::snapshot::ParkId;
 use sutra_core::step::{Message, TaskError};
@@ -24,6 +24,10 @@ pub struct Delivery {
     pub due_at: Timestamp,
     /// How many times a claimant was refused while trying to take it.
     pub attempts: u32,
+    /// How many times a dispatcher handed it out since it was asked or last deferred, none of
+    /// which took it: the dispatch mark (docs/decisions/0024). Only a dispatcher that died with
+    /// it, or whose step died, leaves a dispatch that neither took nor deferred it.
+    pub dispatches: u32,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -91,12 +95,22 @@ pub trait Deliveries: Send + Sync {
     /// Records a delivery; durable when this returns.
     async fn ask(&self, delivery: &NewDelivery) -> Result<DeliveryId>;
 
-    /// Deliveries due at or before now, oldest due first.
-    async fn due_deliveries(&self, limit: u32) -> Result<Vec<Delivery>>;
+    /// Hands out up to `limit` deliveries due at or before now, oldest due first, and marks each
+    /// in the same statement: one dispatch more, and due again `redeliver_after` from now (the
+    /// dispatcher's claim timeout, the look-again bound). A dispatcher that dies with the batch
+    /// leaves it due again then, and no other dispatcher hands out a row of it meanwhile. Each
+    /// is returned as it was when it came due, with its dispatches counting this one.
+    async fn due_deliveries(
+        &self,
+        limit: u32,
+        redeliver_after: SignedDuration,
+    ) -> Result<Vec<Delivery>>;
 
     async fn delivery(&self, id: DeliveryId) -> Result<Option<Delivery>>;
 
-    /// Schedules the next attempt of a delivery whose claimant was refused.
+    /// Schedules the next attempt of a delivery whose claimant was refused (or whose step
+    /// failed), counting the attempt and clearing its dispatches: a deferral shows that the
+    /// dispatcher survived the dispatch.
     async fn defer(&self, id: DeliveryId, until: Timestamp) -> Result<()>;
 
     /// Deletes a delivery that can never apply (its park is gone, its instance ended).

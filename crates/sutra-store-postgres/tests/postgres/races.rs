@@ -165,7 +165,7 @@ async fn an_early_message_is_never_lost_to_a_concurrent_park() {
     join_all(pairs).await;
 
     // Whichever went first, the message became exactly one relay to its park.
-    let relays = parker.due_deliveries(1000).await.unwrap();
+    let relays = parker.due_deliveries(1000, HOUR).await.unwrap();
     let mut relayed: Vec<String> = relays
         .iter()
         .filter(|delivery| {

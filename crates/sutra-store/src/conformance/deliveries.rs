@@ -1,5 +1,6 @@
 //! Conformance of the deliveries (SPEC §5.6): durable when asked, taken in the commit, due in
-//! order and at their time, deferred, discarded.
+//! order and at their time, handed out to one dispatcher at a time and counted (the dispatch
+//! mark, docs/decisions/0024), deferred, discarded.
 
 use super::fixtures::*;
 
@@ -15,7 +16,10 @@ pub async fn asked_delivery_is_durable_and_taken_in_the_commit<S: Store>(store: 
         store.delivery(delivery).await.unwrap(),
         Some(expected.clone())
     );
-    assert_eq!(store.due_deliveries(10).await.unwrap(), [expected]);
+    assert_eq!(
+        store.due_deliveries(10, REDELIVER_AT_ONCE).await.unwrap(),
+        [dispatched(expected, 1)]
+    );
 
     let (lapsed, taker) = taken_over(store, &id).await;
     let lost = StepCommit {
@@ -34,7 +38,13 @@ pub async fn asked_delivery_is_durable_and_taken_in_the_commit<S: Store>(store: 
     };
     store.commit(&taking).await.unwrap();
     assert_eq!(store.delivery(delivery).await.unwrap(), None);
-    assert!(store.due_deliveries(10).await.unwrap().is_empty());
+    assert!(
+        store
+            .due_deliveries(10, REDELIVER_AT_ONCE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 pub async fn every_delivery_kind_reads_back_as_asked<S: Store>(store: &S) {
@@ -80,7 +90,13 @@ pub async fn deferred_delivery_is_not_due_until_its_time<S: Store>(store: &S) {
 
     store.defer(delivery, later).await.unwrap();
 
-    assert!(store.due_deliveries(10).await.unwrap().is_empty());
+    assert!(
+        store
+            .due_deliveries(10, REDELIVER_AT_ONCE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let deferred = delivered(
         delivery,
         NewDelivery {
@@ -102,7 +118,10 @@ pub async fn deferred_delivery_is_not_due_until_its_time<S: Store>(store: &S) {
         },
         2,
     );
-    assert_eq!(store.due_deliveries(10).await.unwrap(), [due]);
+    assert_eq!(
+        store.due_deliveries(10, REDELIVER_AT_ONCE).await.unwrap(),
+        [dispatched(due, 1)]
+    );
 }
 
 pub async fn due_deliveries_are_oldest_first<S: Store>(store: &S) {
@@ -115,12 +134,13 @@ pub async fn due_deliveries_are_oldest_first<S: Store>(store: &S) {
     }
 
     assert_eq!(
-        parks(&store.due_deliveries(10).await.unwrap()),
-        [ParkId(3), ParkId(2), ParkId(1)]
+        parks(&store.due_deliveries(2, HOUR).await.unwrap()),
+        [ParkId(3), ParkId(2)]
     );
     assert_eq!(
-        parks(&store.due_deliveries(2).await.unwrap()),
-        [ParkId(3), ParkId(2)]
+        parks(&store.due_deliveries(10, HOUR).await.unwrap()),
+        [ParkId(1)],
+        "the rest of what is due, in the next batch"
     );
 }
 
@@ -132,7 +152,13 @@ pub async fn discard_deletes<S: Store>(store: &S) {
     store.discard(delivery).await.unwrap();
 
     assert_eq!(store.delivery(delivery).await.unwrap(), None);
-    assert!(store.due_deliveries(10).await.unwrap().is_empty());
+    assert!(
+        store
+            .due_deliveries(10, REDELIVER_AT_ONCE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     store
         .discard(delivery)
         .await
@@ -169,7 +195,13 @@ pub async fn timer_arm_is_a_future_delivery<S: Store>(store: &S) {
         .await
         .unwrap();
 
-    assert!(store.due_deliveries(10).await.unwrap().is_empty());
+    assert!(
+        store
+            .due_deliveries(10, REDELIVER_AT_ONCE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(store.next_due().await.unwrap(), Some(due));
 
     let past = now() - SignedDuration::from_secs(1);
@@ -184,8 +216,8 @@ pub async fn timer_arm_is_a_future_delivery<S: Store>(store: &S) {
         ))
         .await
         .unwrap();
-    let [fired] =
-        <[Delivery; 1]>::try_from(store.due_deliveries(10).await.unwrap()).expect("one due timer");
+    let [fired] = <[Delivery; 1]>::try_from(store.due_deliveries(10, HOUR).await.unwrap())
+        .expect("one due timer");
     let expected = NewDelivery {
         tenant: TENANT.to_owned(),
         instance: id,
@@ -193,5 +225,112 @@ pub async fn timer_arm_is_a_future_delivery<S: Store>(store: &S) {
         kind: DeliveryKind::Timer,
         due_at: past,
     };
-    assert_eq!(fired, delivered(fired.id, expected, 0));
+    assert_eq!(fired, dispatched(delivered(fired.id, expected, 0), 1));
+}
+
+pub async fn a_dispatched_delivery_is_not_due_again_until_redeliver_after<S: Store>(store: &S) {
+    let id = id(1);
+    started(store, TENANT, &id).await;
+    let asked = relay(&id, ParkId(1), now());
+    let delivery = store.ask(&asked).await.unwrap();
+
+    assert_eq!(
+        store.due_deliveries(10, HOUR).await.unwrap(),
+        [dispatched(delivered(delivery, asked, 0), 1)],
+        "handed out as it came due, and counted"
+    );
+    assert!(
+        store.due_deliveries(10, HOUR).await.unwrap().is_empty(),
+        "no other look hands it out while its dispatcher may be taking it"
+    );
+    let marked = store
+        .delivery(delivery)
+        .await
+        .unwrap()
+        .expect("handing out is not taking");
+    assert!(
+        marked.due_at > now() + SignedDuration::from_mins(30),
+        "due again one redelivery delay later, not at {}",
+        marked.due_at
+    );
+    assert_eq!(store.next_due().await.unwrap(), Some(marked.due_at));
+
+    // A dispatcher that died with what it handed out leaves it due again once the delay has
+    // passed, and the next look counts one dispatch more.
+    let dropped = store.ask(&relay(&id, ParkId(2), now())).await.unwrap();
+    let first = store.due_deliveries(10, LAPSE).await.unwrap();
+    lapse().await;
+    let again = store.due_deliveries(10, LAPSE).await.unwrap();
+    assert_eq!(
+        [counts(&first), counts(&again)],
+        [[(dropped, 1)], [(dropped, 2)]]
+    );
+}
+
+pub async fn a_deferral_clears_the_dispatch_count<S: Store>(store: &S) {
+    let id = id(1);
+    started(store, TENANT, &id).await;
+    let delivery = store.ask(&relay(&id, ParkId(1), now())).await.unwrap();
+    for nth in 1..=2 {
+        let handed_out = store.due_deliveries(10, LAPSE).await.unwrap();
+        assert_eq!(counts(&handed_out), [(delivery, nth)]);
+        lapse().await;
+    }
+
+    store
+        .defer(delivery, now() - SignedDuration::from_secs(1))
+        .await
+        .unwrap();
+
+    let deferred = store.delivery(delivery).await.unwrap().expect("deferred");
+    assert_eq!(
+        (deferred.attempts, deferred.dispatches),
+        (1, 0),
+        "a deferral counts an attempt and shows that its dispatcher survived"
+    );
+    let handed_out = store.due_deliveries(10, HOUR).await.unwrap();
+    assert_eq!(
+        counts(&handed_out),
+        [(delivery, 1)],
+        "counted from one again"
+    );
+}
+
+pub async fn two_dispatchers_never_hand_out_the_same_delivery<S: Store>(store: &S) {
+    let id = id(1);
+    started(store, TENANT, &id).await;
+    // An overlap is a matter of timing: the race runs again on fresh rows, so that one has many
+    // chances to show.
+    for round in 0..10 {
+        let mut asked = Vec::new();
+        for park in 1..=6 {
+            let park = ParkId(round * 6 + park);
+            asked.push(store.ask(&relay(&id, park, now())).await.unwrap());
+        }
+
+        let (first, second) =
+            tokio::join!(store.due_deliveries(4, HOUR), store.due_deliveries(4, HOUR),);
+
+        let batches = [first.unwrap(), second.unwrap()];
+        let mut handed_out: Vec<(DeliveryId, u32)> =
+            batches.iter().flat_map(|batch| counts(batch)).collect();
+        handed_out.sort_unstable();
+        let once: Vec<(DeliveryId, u32)> = asked.into_iter().map(|id| (id, 1)).collect();
+        assert_eq!(
+            handed_out, once,
+            "round {round}: every delivery once, none twice: {batches:?}"
+        );
+    }
+    assert!(
+        store.due_deliveries(10, HOUR).await.unwrap().is_empty(),
+        "a delivery is not handed out again while it is marked"
+    );
+}
+
+/// Each delivery handed out, with how many times it has been.
+fn counts(batch: &[Delivery]) -> Vec<(DeliveryId, u32)> {
+    batch
+        .iter()
+        .map(|delivery| (delivery.id, delivery.dispatches))
+        .collect()
 }

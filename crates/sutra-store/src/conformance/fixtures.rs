@@ -28,6 +28,9 @@ pub(super) const LANE_B: &str = "replica-b/lane-0";
 pub(super) const HOUR: SignedDuration = SignedDuration::from_hours(1);
 /// A claim timeout every claim outlives after [`lapse`].
 pub(super) const LAPSE: SignedDuration = SignedDuration::from_millis(1);
+/// A redelivery delay that holds nothing back: a delivery handed out is due again at once, so
+/// that the next look sees whatever a step did not take.
+pub(super) const REDELIVER_AT_ONCE: SignedDuration = SignedDuration::ZERO;
 /// The parks [`full_step`] arms.
 pub(super) const WAIT_PARK: ParkId = ParkId(1);
 pub(super) const TIMER_PARK: ParkId = ParkId(2);
@@ -236,7 +239,7 @@ pub(super) fn relay(id: &str, park: ParkId, due_at: Timestamp) -> NewDelivery {
     }
 }
 
-/// The delivery `asked` should read back as.
+/// The delivery `asked` should read back as, never handed out.
 pub(super) fn delivered(id: DeliveryId, asked: NewDelivery, attempts: u32) -> Delivery {
     Delivery {
         id,
@@ -246,6 +249,15 @@ pub(super) fn delivered(id: DeliveryId, asked: NewDelivery, attempts: u32) -> De
         kind: asked.kind,
         due_at: asked.due_at,
         attempts,
+        dispatches: 0,
+    }
+}
+
+/// `delivery` as a look hands it out for the `nth` time since it was asked or last deferred.
+pub(super) fn dispatched(delivery: Delivery, nth: u32) -> Delivery {
+    Delivery {
+        dispatches: nth,
+        ..delivery
     }
 }
 

@@ -96,7 +96,8 @@ pub async fn buffer_relays_to_a_wait_armed_since_the_intake_looked<S: Store>(sto
     assert_eq!(store.buffer(TENANT, &late).await.unwrap(), None);
 
     let [relayed] =
-        <[Delivery; 1]>::try_from(store.due_deliveries(10).await.unwrap()).expect("one relay");
+        <[Delivery; 1]>::try_from(store.due_deliveries(10, REDELIVER_AT_ONCE).await.unwrap())
+            .expect("one relay");
     assert_eq!(
         (relayed.instance.as_str(), relayed.park),
         (id.as_str(), ParkId(1))

@@ -172,7 +172,7 @@ pub async fn disarm_resolves_waits_timers_tasks_and_pending_deliveries<S: Store>
     );
     assert_eq!(store.delivery(asked[0]).await.unwrap(), None);
     assert!(store.delivery(asked[1]).await.unwrap().is_some());
-    let due = store.due_deliveries(100).await.unwrap();
+    let due = store.due_deliveries(100, REDELIVER_AT_ONCE).await.unwrap();
     let due_of = |id: &String| {
         let parks = due
             .iter()

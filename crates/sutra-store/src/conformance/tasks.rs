@@ -14,8 +14,8 @@ use sutra_core::snapshot::ParkId;
 use sutra_core::step::TaskError;
 
 use super::fixtures::{
-    HOUR, LANE_A, LAPSE, OTHER_TENANT, TENANT, arming, claimed, id, lapse, now, owner, started,
-    step, task,
+    HOUR, LANE_A, LAPSE, OTHER_TENANT, REDELIVER_AT_ONCE, TENANT, arming, claimed, id, lapse, now,
+    owner, started, step, task,
 };
 use crate::{
     Arm, Delivery, DeliveryKind, Error, LockedTask, Polled, Result, StepCommit, Store, TaskFailure,
@@ -98,7 +98,7 @@ async fn record<S: Store>(store: &S, instance: &str) -> TaskRecord {
 }
 
 async fn due<S: Store>(store: &S) -> Vec<Delivery> {
-    store.due_deliveries(100).await.unwrap()
+    store.due_deliveries(100, REDELIVER_AT_ONCE).await.unwrap()
 }
 
 fn failure(retry: bool) -> TaskFailure {
