@@ -94,6 +94,13 @@ async fn a_token_without_the_role_a_call_needs_is_refused_with_403_naming_the_ro
         ),
         (
             server
+                .bearer(SENDER)
+                .post_json("/v1/tasks/complete", &json!([]))
+                .await,
+            "worker",
+        ),
+        (
+            server
                 .bearer(ADMIN)
                 .post_json("/v1/channels/orders/messages", &event)
                 .await,

@@ -104,6 +104,37 @@ async fn fail(server: &Server, task: &Value, code: &str, retry: bool) -> (u16, V
     answer(server, task, "fail", body).await
 }
 
+/// The item of a batched completion that completes `task` with `output`.
+fn item(task: &Value, output: Value) -> Value {
+    json!({"id": task["id"], "lock_token": task["lock_token"], "output": output})
+}
+
+async fn complete_batch(server: &Server, items: Value) -> (u16, Value) {
+    server.post_json("/v1/tasks/complete", &items).await
+}
+
+/// `task` is still locked as worker `w1`'s poll left it, and its instance still waits on it.
+async fn assert_untouched(server: &Server, task: &Value) {
+    let (_, locked) = server.get("/v1/tasks?state=locked").await;
+    let listed = locked["items"]
+        .as_array()
+        .and_then(|items| items.iter().find(|listed| listed["id"] == task["id"]));
+    assert_eq!(
+        listed.map(|listed| (&listed["attempt"], &listed["worker"])),
+        Some((&task["attempt"], &json!("w1"))),
+        "{locked}"
+    );
+    let instance = task["instance"]
+        .as_str()
+        .expect("a task names its instance");
+    assert_eq!(
+        server.instance(instance).await["tokens"][0]["node"],
+        "debit"
+    );
+    let history = server.history(instance).await;
+    assert_eq!(count_kind(&history, "task_completed"), 0, "{history:?}");
+}
+
 #[track_caller]
 fn assert_problem(answer: &(u16, Value), status: u16, code: &str) {
     assert_eq!(
@@ -350,6 +381,141 @@ async fn an_expired_lock_makes_the_task_available_to_another_worker() {
     assert_eq!(complete(&server, &taken, json!({"by": "w2"})).await.0, 200);
     let advanced = server.wait_for_node(&instance, "credit").await;
     assert_eq!(advanced["vars"]["debit"], json!({"by": "w2"}));
+}
+
+#[tokio::test]
+async fn a_batched_completion_answers_each_item_on_its_own() {
+    let scratch = Scratch::new("tasks-batch");
+    let server = deployed(&scratch).await;
+    let good = start_transfer(&server, "t1").await;
+    let other = start_transfer(&server, "t2").await;
+    let first = poll_one(&server, "w1", "debit", json!({})).await;
+    let second = poll_one(&server, "w1", "debit", json!({})).await;
+    let (completed, held) = if first["instance"] == good.as_str() {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    let mut forged = held.clone();
+    forged["lock_token"] = json!("not-the-token");
+    let unknown = json!({"id": format!("{good}:99"), "lock_token": completed["lock_token"]});
+
+    let (status, answer) = complete_batch(
+        &server,
+        json!([
+            item(&completed, json!({"debited": 10})),
+            item(&forged, json!({})),
+            item(&unknown, json!({})),
+        ]),
+    )
+    .await;
+
+    assert_eq!(status, 200, "{answer}");
+    let items = answer["items"].as_array().expect("an item per completion");
+    assert_eq!(items.len(), 3, "{answer}");
+    assert_eq!(
+        items[0],
+        json!({"id": completed["id"], "state": "completed"})
+    );
+    // Each refusal is the problem the same completion sent alone answers.
+    let alone = complete(&server, &forged, json!({})).await;
+    assert_problem(&alone, 409, "SUTRA.TASK.LOCK.LOST");
+    assert_eq!(items[1], json!({"id": held["id"], "error": alone.1}));
+    let alone = complete(&server, &unknown, json!({})).await;
+    assert_problem(&alone, 404, "SUTRA.TASK.NOT_FOUND");
+    assert_eq!(items[2], json!({"id": unknown["id"], "error": alone.1}));
+    let advanced = server.wait_for_node(&good, "credit").await;
+    assert_eq!(advanced["vars"]["debit"], json!({"debited": 10}));
+    let history = server.history(&good).await;
+    assert_eq!(count_kind(&history, "task_completed"), 1, "{history:?}");
+    assert_untouched(&server, &held).await;
+
+    // The refused item's task still takes its own token.
+    let (status, answer) = complete_batch(&server, json!([item(&held, json!({"n": 1}))])).await;
+    assert_eq!(
+        (status, answer),
+        (
+            200,
+            json!({"items": [{"id": held["id"], "state": "completed"}]})
+        )
+    );
+    server.wait_for_node(&other, "credit").await;
+}
+
+#[tokio::test]
+async fn a_malformed_batch_changes_nothing() {
+    let scratch = Scratch::new("tasks-batch-malformed");
+    let server = deployed(&scratch).await;
+    start_transfer(&server, "t1").await;
+    let task = poll_one(&server, "w1", "debit", json!({})).await;
+    let good = item(&task, json!({"debited": 10}));
+    let cases = [
+        (good.clone(), "the body"),
+        (json!(null), "the body"),
+        (
+            json!([good, {"id": task["id"], "output": {}}]),
+            "`[1]`: missing field `lock_token`",
+        ),
+        (json!([good, {"id": 7, "lock_token": "t"}]), "`[1].id`"),
+        (json!([good, "x"]), "`[1]`"),
+    ];
+    for (body, detail) in cases {
+        let refused = complete_batch(&server, body.clone()).await;
+        assert_problem(&refused, 400, "SUTRA.API.REQUEST.INVALID");
+        let said = refused.1["detail"].as_str().unwrap_or_default();
+        assert!(said.contains(detail), "{body}: {said}");
+    }
+    let not_json = server
+        .post_raw("/v1/tasks/complete", "[{oops".to_owned())
+        .await;
+    assert_problem(&not_json, 400, "SUTRA.API.REQUEST.INVALID");
+
+    assert_untouched(&server, &task).await;
+    let (status, answer) = complete_batch(&server, json!([good])).await;
+    assert_eq!(
+        answer["items"][0]["state"], "completed",
+        "{status} {answer}"
+    );
+}
+
+#[tokio::test]
+async fn an_oversized_batch_is_refused() {
+    let scratch = Scratch::new("tasks-batch-oversized");
+    let server = deployed(&scratch).await;
+    let instance = start_transfer(&server, "t1").await;
+    let task = poll_one(&server, "w1", "debit", json!({})).await;
+    let unknown = |n: usize| json!({"id": format!("{instance}:{}", 100 + n), "lock_token": "t"});
+    let mut batch = vec![item(&task, json!({"debited": 10}))];
+    batch.extend((0..100).map(unknown));
+
+    let refused = complete_batch(&server, json!(batch)).await;
+
+    assert_problem(&refused, 400, "SUTRA.API.REQUEST.INVALID");
+    let detail = refused.1["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("at most 100") && detail.contains("101"),
+        "{detail}"
+    );
+    assert_untouched(&server, &task).await;
+
+    // At the cap a batch is taken whole, and an empty one answers nothing.
+    batch.pop();
+    let (status, answer) = complete_batch(&server, json!(batch)).await;
+    assert_eq!(status, 200, "{answer}");
+    let items = answer["items"].as_array().expect("an item per completion");
+    assert_eq!(items.len(), 100);
+    assert_eq!(items[0], json!({"id": task["id"], "state": "completed"}));
+    for (sent, answered) in batch.iter().zip(items).skip(1) {
+        assert_eq!(answered["id"], sent["id"]);
+        assert_eq!(
+            answered["error"]["code"], "SUTRA.TASK.NOT_FOUND",
+            "{answered}"
+        );
+    }
+    assert_eq!(
+        complete_batch(&server, json!([])).await,
+        (200, json!({"items": []}))
+    );
 }
 
 #[tokio::test]

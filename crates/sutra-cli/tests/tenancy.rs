@@ -261,6 +261,14 @@ async fn b_cannot_take_or_answer_as_tasks(globex: &Bearer, rows: &Acme) {
             &path,
         );
     }
+    let batch =
+        json!([{"id": rows.task, "lock_token": rows.lock_token, "output": {"stolen": true}}]);
+    let (status, body) = globex.post_json("/v1/tasks/complete", &batch).await;
+    assert_eq!(
+        (status, body["items"][0]["error"]["code"].as_str()),
+        (200, Some("SUTRA.TASK.NOT_FOUND")),
+        "{body}"
+    );
 }
 
 /// A's wait on `o1` is invisible to B's relay, and A's consumed event ids to B's dedup.

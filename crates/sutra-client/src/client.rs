@@ -11,14 +11,14 @@ use reqwest::{Method, RequestBuilder, StatusCode, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use sutra_wire::{CompleteBody, ExtendBody, FailBody};
+use sutra_wire::{CompleteBody, CompletedBatch, ExtendBody, FailBody};
 
 use crate::duration::iso8601;
 use crate::error::{ApiError, InvalidUrl, TransportError};
 use crate::types::{
-    Accepted, CloudEvent, Deployment, HistoryEvent, Instance, InstanceQuery, Leases, LockExtended,
-    LockedTask, Page, PollRequest, Problem, Readiness, Sent, StatusChange, TaskFailure, TaskQuery,
-    TaskState, TaskSummary,
+    Accepted, CloudEvent, CompleteItem, Deployment, HistoryEvent, Instance, InstanceQuery,
+    ItemResult, Leases, LockExtended, LockedTask, Page, PollRequest, Problem, Readiness, Sent,
+    StatusChange, TaskFailure, TaskQuery, TaskState, TaskSummary,
 };
 
 /// How long any call but a poll may take: far above a healthy answer, short enough that a
@@ -210,6 +210,30 @@ impl Client {
             .await
     }
 
+    /// Completes several tasks in one call, each on its own: the answer holds one result per
+    /// item, in the items' order, and one item's refusal (a lost lock, an unknown task) is that
+    /// item's `error` and fails no other. A batch of more than
+    /// [`COMPLETE_BATCH_MAX`](crate::COMPLETE_BATCH_MAX) items is refused whole.
+    pub async fn complete_tasks(
+        &self,
+        items: &[CompleteItem],
+    ) -> Result<Vec<ItemResult>, ApiError> {
+        let request = self
+            .request(Method::POST, &["v1", "tasks", "complete"])
+            .json(items);
+        let answer = self.exchange(request).await?;
+        let (url, status) = (answer.url.clone(), answer.status.as_u16());
+        let batch: CompletedBatch = decode(answer)?;
+        if !answer_each(items, &batch.items) {
+            return Err(ApiError::Unexpected {
+                url,
+                status,
+                reason: "the results do not answer the items one by one, in order".to_owned(),
+            });
+        }
+        Ok(batch.items)
+    }
+
     /// Fails a task. `retry: true` makes it available again after its backoff (or terminal once
     /// out of retries); `retry: false` is a business error the flow handles at once.
     pub async fn fail(
@@ -328,6 +352,13 @@ fn with_query(mut url: Url, filters: &[(&str, Option<&str>)]) -> Url {
     url
 }
 
+/// Whether `results` answer `items` one by one, in order, which is what lets a caller pair
+/// each result with its item.
+fn answer_each(items: &[CompleteItem], results: &[ItemResult]) -> bool {
+    let answered = results.iter().map(|result| result.id.as_str());
+    answered.eq(items.iter().map(|item| item.id.as_str()))
+}
+
 fn decode<T: DeserializeOwned>(answer: Answer) -> Result<T, ApiError> {
     serde_json::from_slice(&answer.body).map_err(|error| ApiError::Unexpected {
         url: answer.url,
@@ -354,6 +385,8 @@ fn refusal(answer: Answer) -> ApiError {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn answer(status: u16, body: &str) -> Answer {
@@ -394,6 +427,26 @@ mod tests {
     fn a_success_body_of_the_wrong_shape_is_unexpected() {
         let error = decode::<Accepted>(answer(202, r#"{"hello":"world"}"#)).unwrap_err();
         assert!(matches!(error, ApiError::Unexpected { status: 202, .. }));
+    }
+
+    #[test]
+    fn batched_results_must_answer_the_items_one_by_one_in_order() {
+        let items: Vec<CompleteItem> = ["a:1", "b:1"]
+            .map(|id| CompleteItem {
+                id: id.into(),
+                lock_token: "t".into(),
+                output: Value::Null,
+            })
+            .into();
+        let results = |ids: &[&str]| -> Vec<ItemResult> {
+            ids.iter()
+                .map(|id| serde_json::from_value(json!({"id": id, "state": "completed"})).unwrap())
+                .collect()
+        };
+        assert!(answer_each(&items, &results(&["a:1", "b:1"])));
+        assert!(!answer_each(&items, &results(&["b:1", "a:1"])));
+        assert!(!answer_each(&items, &results(&["a:1"])));
+        assert!(!answer_each(&items, &results(&["a:1", "b:1", "c:1"])));
     }
 
     #[test]

@@ -3,12 +3,14 @@
 //! One loop polls for exactly as many tasks as there are free slots, so the worker never holds a
 //! lock on a task it has no capacity to start: whatever it does not take, another worker can.
 //! Each task then runs on its own (see `execution`), holding its slot until it has reported.
+//! Completions are sent in batches (see `completer`), failures and lock extensions alone.
 //!
 //! Shutdown stops polling at once, dropping a long poll in flight, lets running handlers finish
 //! within a grace period, and hands what is still running back to the server as a retryable
 //! failure, so that another worker takes it now rather than when its lock expires.
 
 mod backoff;
+mod completer;
 mod execution;
 mod task;
 
@@ -30,6 +32,7 @@ use crate::client::Client;
 use crate::error::ApiError;
 use crate::types::{LockedTask, PollRequest};
 use backoff::Backoff;
+use completer::Completer;
 use execution::Execution;
 use task::Handler;
 
@@ -169,6 +172,7 @@ impl Worker {
         let (abandon, abandoned) = watch::channel(false);
         let mut executions = JoinSet::new();
         let mut backoff = Backoff::new(POLL_BACKOFF_FIRST, POLL_BACKOFF_MAX);
+        let (completer, sending) = Completer::start(self.client.clone());
         tokio::pin!(shutdown);
         info!(worker = %self.id, ?topics, concurrency = self.concurrency, "worker started");
         loop {
@@ -180,7 +184,7 @@ impl Worker {
             match polled {
                 Ok(polled) => {
                     backoff.reset();
-                    self.start(polled, &mut executions, &abandoned);
+                    self.start(polled, &mut executions, &abandoned, &completer);
                 }
                 Err(error) => {
                     let delay = backoff.delay();
@@ -195,6 +199,11 @@ impl Worker {
             while executions.try_join_next().is_some() {}
         }
         self.drain(executions, abandon).await;
+        // Every execution has had its answer, so the sending loop has nothing left to send.
+        drop(completer);
+        if let Err(error) = sending.await {
+            warn!(%error, "the completions' sending loop ended abnormally");
+        }
         info!(worker = %self.id, "worker stopped");
     }
 
@@ -229,6 +238,7 @@ impl Worker {
         polled: Polled,
         executions: &mut JoinSet<()>,
         abandoned: &watch::Receiver<bool>,
+        completer: &Completer,
     ) {
         let Polled {
             tasks,
@@ -247,6 +257,7 @@ impl Worker {
             let span = info_span!("task", id = %task.id, topic = %task.topic, instance = %task.instance, attempt = task.attempt);
             let execution = Execution {
                 client: self.client.clone(),
+                completer: completer.clone(),
                 task,
                 lock: self.lock,
                 locked_at: at,

@@ -110,10 +110,10 @@ impl Problem {
             format!("{what} cannot be rendered as JSON: {error}"),
         )
     }
-}
 
-impl IntoResponse for Problem {
-    fn into_response(self) -> Response {
+    /// The status and the body this problem answers; a batched answer carries the body alone,
+    /// as one item's result, so that it says what the same request sent alone would have.
+    pub fn into_wire(self) -> (StatusCode, sutra_wire::Problem) {
         let problem = *self.0;
         let status = problem.status.unwrap_or_else(|| {
             StatusCode::from_u16(problem.code.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
@@ -128,6 +128,13 @@ impl IntoResponse for Problem {
         if let Some((name, value)) = problem.extra {
             body.extensions.insert(name.to_owned(), value);
         }
+        (status, body)
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let (status, body) = self.into_wire();
         respond(status, body)
     }
 }

@@ -9,7 +9,9 @@ use serde_json::Value;
 use sutra_core::diagnostic::Diagnostic;
 use sutra_core::snapshot::{Token, TokenState};
 use sutra_core::step::HistoryEvent;
-use sutra_store::{DeploymentRecord, InstanceRecord, Lease, LockedTask, OutboxRecord, TaskRecord};
+use sutra_store::{
+    DeploymentRecord, InstanceRecord, Lease, LockedTask, OutboxRecord, TaskRecord, TaskState,
+};
 use sutra_wire::Extra;
 
 use crate::problem::Problem;
@@ -149,6 +151,21 @@ pub fn locked_task(task: &LockedTask) -> sutra_wire::LockedTask {
         attempt: task.attempt,
         lock_token: task.lock_token.clone(),
         lock_expires_at: task.lock_expires_at.to_string(),
+        extra: Extra::new(),
+    }
+}
+
+/// One item of a batched completion: the state it left the task in, or the problem the same
+/// completion sent alone would have answered.
+pub fn item_result(id: String, outcome: Result<TaskState>) -> sutra_wire::ItemResult {
+    let (state, error) = match outcome {
+        Ok(state) => (Some(state.as_str().to_owned()), None),
+        Err(problem) => (None, Some(problem.into_wire().1)),
+    };
+    sutra_wire::ItemResult {
+        id,
+        state,
+        error,
         extra: Extra::new(),
     }
 }

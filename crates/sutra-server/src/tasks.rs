@@ -1,5 +1,5 @@
-//! The pull surface over HTTP (SPEC §4, §5.5): poll, complete, fail, extend and list external
-//! tasks.
+//! The pull surface over HTTP (SPEC §4, §5.5): poll, complete (one or a batch), fail, extend and
+//! list external tasks.
 //!
 //! These are the routes workers in any language call, so every malformed body is refused with
 //! `SUTRA.API.REQUEST.INVALID` and a detail naming the field, never with a framework's own
@@ -11,16 +11,17 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::{Extension, Path, Query, State};
 use axum::routing::{get, post};
+use futures_util::future::join_all;
 use jiff::SignedDuration;
 use serde::de::DeserializeOwned;
 use sutra_core::codes;
 use sutra_core::duration::parse_duration;
 use sutra_core::step::TaskError;
-use sutra_engine::tasks::PollRequest;
+use sutra_engine::tasks::{MAX_TASKS, PollRequest};
 use sutra_store::{TaskFailure, TaskFilter, TaskPoll, TaskState};
 use sutra_wire::{
-    CompleteBody, ExtendBody, Extra, FailBody, LockExtended, LockedTask, Page, PollBody, TaskQuery,
-    TaskSummary,
+    CompleteBody, CompleteItem, CompletedBatch, ExtendBody, Extra, FailBody, ItemResult,
+    LockExtended, LockedTask, Page, PollBody, TaskQuery, TaskSummary,
 };
 
 use crate::auth::Caller;
@@ -30,10 +31,16 @@ use crate::render;
 
 type Result<T, E = Problem> = std::result::Result<T, E>;
 
+/// A batch completes at most what one poll can lock. The wire publishes the same number, which
+/// clients size their batches by; this keeps the two one number.
+const BATCH_MAX: usize = MAX_TASKS as usize;
+const _: () = assert!(BATCH_MAX == sutra_wire::COMPLETE_BATCH_MAX);
+
 pub fn routes() -> Router<Api> {
     Router::new()
         .route("/v1/tasks", get(list))
         .route("/v1/tasks/poll", post(poll))
+        .route("/v1/tasks/complete", post(complete_batch))
         .route("/v1/tasks/{id}/complete", post(complete))
         .route("/v1/tasks/{id}/fail", post(fail))
         .route("/v1/tasks/{id}/extend", post(extend))
@@ -94,6 +101,40 @@ async fn complete(
         .await
         .map_err(engine_problem)?;
     Ok(task_state(id, TaskState::Completed))
+}
+
+/// Completes every item on its own and all at once, so that the engine's lanes can group
+/// them; an item's refusal is that item's result and fails no other. Only a body that is not a
+/// batch at all is refused whole, before anything is completed.
+async fn complete_batch(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    body: Body,
+) -> Result<Json<CompletedBatch>> {
+    let items: Vec<CompleteItem> = parse(&api, body).await?;
+    if items.len() > BATCH_MAX {
+        return Err(invalid(format!(
+            "a batch completes at most {BATCH_MAX} tasks and this one holds {}; send it in parts",
+            items.len()
+        )));
+    }
+    let completions = items
+        .into_iter()
+        .map(|item| complete_item(&api, &caller.tenant, item));
+    Ok(Json(CompletedBatch {
+        items: join_all(completions).await,
+        extra: Extra::new(),
+    }))
+}
+
+async fn complete_item(api: &Api, tenant: &str, item: CompleteItem) -> ItemResult {
+    let completed = api
+        .engine
+        .complete_task(tenant, &item.id, &item.lock_token, &item.output)
+        .await
+        .map(|()| TaskState::Completed)
+        .map_err(engine_problem);
+    render::item_result(item.id, completed)
 }
 
 async fn fail(

@@ -32,8 +32,8 @@ pub use intake::Accepted;
 pub use leases::{Lease, Leases};
 pub use problem::{Problem, Violation};
 pub use tasks::{
-    CompleteBody, ExtendBody, FailBody, LockExtended, LockedTask, PollBody, TaskFailure, TaskQuery,
-    TaskState, TaskSummary,
+    COMPLETE_BATCH_MAX, CompleteBody, CompleteItem, CompletedBatch, ExtendBody, FailBody,
+    ItemResult, LockExtended, LockedTask, PollBody, TaskFailure, TaskQuery, TaskState, TaskSummary,
 };
 
 /// Members of an answer that this version of the vocabulary does not know.

@@ -1,12 +1,16 @@
 //! The pull surface (SPEC §4, §5.5): `POST /v1/tasks/poll`, `…/complete`, `…/fail`,
-//! `…/extend`, and `GET /v1/tasks`.
+//! `…/extend`, the batched `POST /v1/tasks/complete`, and `GET /v1/tasks`.
 //!
 //! A request body's defaults are the server's: what a worker leaves out means what these say.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::Extra;
+use crate::{Extra, Problem};
+
+/// The most items one `POST /v1/tasks/complete` may carry: as many as one poll can lock, so
+/// that a worker can complete a poll's worth in one call. A larger batch is refused whole.
+pub const COMPLETE_BATCH_MAX: usize = 100;
 
 /// `POST /v1/tasks/poll`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,6 +37,37 @@ pub struct CompleteBody {
     pub lock_token: String,
     #[serde(default)]
     pub output: Value,
+}
+
+/// One item of `POST /v1/tasks/complete`, whose body is a JSON array of them: a single
+/// completion's body with the task's id, which the single one has in its path.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompleteItem {
+    pub id: String,
+    pub lock_token: String,
+    #[serde(default)]
+    pub output: Value,
+}
+
+/// The answer of `POST /v1/tasks/complete`: one result per item, in the request's order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompletedBatch {
+    pub items: Vec<ItemResult>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// How one item of a batched completion ended: `state` is `completed` as a single completion
+/// answers it, or `error` is the problem a single completion would have answered instead.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ItemResult {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<Problem>,
+    #[serde(flatten)]
+    pub extra: Extra,
 }
 
 /// `POST /v1/tasks/{id}/fail`.

@@ -138,6 +138,25 @@ fn task_requests_keep_their_fields_and_defaults() {
         serde_json::from_value(json!({"lock_token": "l", "error": {"code": "X"}})).unwrap();
     assert!(bare.retry && bare.error.message.is_empty());
     round_trip::<ExtendBody>(json!({"lock_token": "l", "lock": "PT1M"}));
+    round_trip::<Vec<CompleteItem>>(json!([{"id": "i:3", "lock_token": "l", "output": {}}]));
+    let bare: CompleteItem =
+        serde_json::from_value(json!({"id": "i:3", "lock_token": "l"})).unwrap();
+    assert_eq!(bare.output, Value::Null);
+}
+
+#[test]
+fn a_batched_completion_answers_a_state_or_a_problem_per_item() {
+    let batch: CompletedBatch = round_trip(json!({"items": [
+        {"id": "i:3", "state": "completed"},
+        {"id": "j:3", "error": {
+            "type": "urn:sutra:error:SUTRA.TASK.LOCK.LOST", "title": "Task lock lost", "status": 409,
+            "code": "SUTRA.TASK.LOCK.LOST", "detail": "the lock token does not match", "retryable": false,
+        }},
+    ]}));
+    assert_eq!(batch.items[0].state.as_deref(), Some("completed"));
+    assert_eq!(batch.items[0].error, None);
+    assert_eq!(batch.items[1].state, None);
+    assert!(batch.items[1].error.as_ref().unwrap().extensions.is_empty());
 }
 
 #[test]

@@ -127,7 +127,8 @@ impl Workload {
     }
 
     /// The worker `two-tasks` needs, running up to `concurrency` handlers at once; `None` for
-    /// the workloads without tasks.
+    /// the workloads without tasks. It is the worker library users have, so its completions
+    /// are batched as theirs are, and the bench measures that traffic.
     pub fn worker(self, client: Client, recorder: Recorder, concurrency: u32) -> Option<Worker> {
         if self != Workload::TwoTasks {
             return None;

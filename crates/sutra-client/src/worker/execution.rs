@@ -5,6 +5,7 @@
 //! becomes a retryable failure instead of a dead worker. The lock is extended at half the
 //! remaining period, so one failed extend still leaves time for another before it expires.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -14,6 +15,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::backoff::Backoff;
+use super::completer::Completer;
 use super::task::{Handler, TaskError, codes};
 use crate::client::Client;
 use crate::error::{ApiError, TASK_LOCK_LOST};
@@ -28,6 +30,8 @@ const REPORT_BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// What the worker knows about one locked task.
 pub(crate) struct Execution {
     pub(crate) client: Client,
+    /// Where its completion goes, to be sent in a batch with others'.
+    pub(crate) completer: Completer,
     pub(crate) task: LockedTask,
     /// The lock period asked for at the poll, and used for every extension.
     pub(crate) lock: Duration,
@@ -124,18 +128,21 @@ impl Execution {
         }
     }
 
-    async fn send(&self, report: &Report) -> Result<String, ApiError> {
+    /// A completion goes in a batch with other executions'; a failure goes alone, as the server
+    /// batches only completions, the report nearly every task ends with (decision 0025).
+    async fn send(&self, report: &Report) -> Result<String, Arc<ApiError>> {
         let (id, token) = (&self.task.id, &self.task.lock_token);
-        let answer = match report {
-            Report::Complete(output) => self.client.complete(id, token, output).await,
+        match report {
+            Report::Complete(output) => self.completer.complete(id, token, output).await,
             Report::Fail(error) => {
                 let failure: TaskFailure = error.to_failure();
-                self.client
+                let answer = self
+                    .client
                     .fail(id, token, &failure, error.is_retry())
-                    .await
+                    .await?;
+                Ok(answer.state)
             }
-        }?;
-        Ok(answer.state)
+        }
     }
 }
 
