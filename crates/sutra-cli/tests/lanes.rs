@@ -1,13 +1,15 @@
 //! End-to-end: execution lanes (SPEC §6) in real `sutra serve` processes with `--lanes N`.
 //!
 //! Each test is named after what it protects: correctness that never rests on routing (a
-//! mis-routed relay bounces on the claim and is retried), and the deferred-acknowledgement race
+//! mis-routed relay bounces on the claim and is retried; not even on the owner id, now that the
+//! claim is taken inside the step's transaction), and the deferred-acknowledgement race
 //! of seed 001 (a park and its completing relay on different lanes). The test-only switches they
 //! use are documented in `sutra-engine/src/test_switches.rs`.
 
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use sutra_testkit::postgres::TestDatabase;
 use sutra_testkit::{Scratch, Server, ServerOptions, assert_audit_sequence_is_whole, count_kind};
 
 const FLOWS: &str = r#"
@@ -56,8 +58,12 @@ flows:
 const RETRY_BOUND: Duration = Duration::from_secs(30);
 
 async fn serve(scratch: &Scratch, lanes: &str, switches: &[&str]) -> Server {
+    serve_on(&scratch.database(), lanes, switches).await
+}
+
+async fn serve_on(datasource: &str, lanes: &str, switches: &[&str]) -> Server {
     let options = switches.iter().fold(
-        ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), scratch.database())
+        ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), datasource)
             .env("SUTRA_ENGINE_LANES", lanes),
         |options, switch| options.env(switch, "1"),
     );
@@ -148,9 +154,12 @@ async fn metric(server: &Server, series: &str) -> f64 {
 
 #[tokio::test]
 async fn a_misrouted_relay_bounces_on_the_claim_and_never_interleaves() {
+    // On PostgreSQL, where lanes commit side by side: a lane's step holds the instance's row
+    // from its claim to its commit, so a mis-routed relay meets it and is refused at once. (On
+    // SQLite the single writer orders whole steps, and a mis-route only waits its turn.)
     const TICKS: usize = 60;
-    let scratch = Scratch::new("lanes-misroute");
-    let server = serve(&scratch, "2", &["SUTRA_TEST_MISROUTE"]).await;
+    let database = TestDatabase::create().await;
+    let server = serve_on(database.url(), "2", &["SUTRA_TEST_MISROUTE"]).await;
     // Concurrent relays to one instance: every other one is handed to the wrong lane, which
     // finds the owner lane mid-step on the instance.
     let (id, refusals) = tick_concurrently(&server, TICKS).await;
@@ -168,7 +177,7 @@ async fn a_misrouted_relay_bounces_on_the_claim_and_never_interleaves() {
     );
     assert_eq!(
         refusals.lost, 0,
-        "with lane-scoped owners no two steps ever ran at once"
+        "the claim and the commit are one transaction: no two steps ever ran at once"
     );
     let metered = metric(&server, r#"sutra_claim_bounces_total{path="relay"}"#).await;
     assert!(
@@ -179,29 +188,22 @@ async fn a_misrouted_relay_bounces_on_the_claim_and_never_interleaves() {
 }
 
 #[tokio::test]
-async fn a_per_process_owner_id_lets_two_lanes_resume_one_instance_at_once() {
-    // The lane-scoped owner id is load-bearing: with one owner id for the whole process, the
-    // claim re-enters across lanes and two steps run on one instance at once. The fence still
-    // refuses the loser's commit (so nothing is applied twice), which is how the double resume
-    // shows: a commit refused for a lost claim where the claim itself should have refused.
+async fn two_lanes_never_resume_one_instance_at_once_even_under_one_owner_id() {
+    // With the claim taken inside the step's own transaction (decision 0024), the instance's
+    // row lock excludes a second step whatever owner id it claims as: the lane-scoped owner id
+    // is no longer what keeps two lanes apart (it still keeps administrative claims apart from
+    // lanes). With one owner id for the whole process and every other relay mis-routed, no
+    // commit is ever refused for a lost claim and no relay is applied twice.
     const TICKS: usize = 60;
-    const ROUNDS: usize = 5;
-    let mut lost = 0;
-    for round in 0..ROUNDS {
-        let scratch = Scratch::new(&format!("lanes-per-process-{round}"));
-        let switches = ["SUTRA_TEST_MISROUTE", "SUTRA_TEST_PER_PROCESS_OWNER"];
-        let server = serve(&scratch, "2", &switches).await;
-        let (id, refusals) = tick_concurrently(&server, TICKS).await;
-        assert_audit_sequence_is_whole(&server.history(&id).await);
-        lost += refusals.lost;
-        if lost > 0 {
-            break;
-        }
-    }
-    assert!(
-        lost > 0,
-        "no double resume in {ROUNDS} rounds: the switch did not take effect"
-    );
+    let database = TestDatabase::create().await;
+    let switches = ["SUTRA_TEST_MISROUTE", "SUTRA_TEST_PER_PROCESS_OWNER"];
+    let server = serve_on(database.url(), "2", &switches).await;
+    let (id, refusals) = tick_concurrently(&server, TICKS).await;
+
+    let history = server.history(&id).await;
+    assert_audit_sequence_is_whole(&history);
+    assert_eq!(count_kind(&history, "message_received"), TICKS);
+    assert_eq!(refusals.lost, 0, "two steps ran on one instance at once");
 }
 
 #[tokio::test]

@@ -10,9 +10,10 @@ use sutra_core::{codes, exec};
 use sutra_store::{Claimed, InstanceKey, StepCommit};
 
 use crate::error::Error;
+use crate::group;
 use crate::metrics;
 use crate::registry::Current;
-use crate::runner::{self, StepOutcome};
+use crate::runner::{StepOutcome, StepRequest, Stepper, Work};
 use crate::shared::Shared;
 
 /// The admin owner's executor: like a lane, it runs one step at a time.
@@ -48,14 +49,22 @@ impl Admin {
             id: id.to_owned(),
         };
         let owner = self.shared.admin_owner();
-        let resumption = runner::Resumption {
-            event,
-            taken: None,
-            consumed: None,
+        let live = self.live.get();
+        let stepper = Stepper {
+            shared: &self.shared,
+            owner: &owner,
+            live: &live,
+        };
+        let request = StepRequest {
+            key,
+            work: Work::Resume {
+                event,
+                taken: None,
+                consumed: None,
+            },
             hold: false,
         };
-        let live = self.live.get();
-        let resumed = runner::resume(&self.shared, &owner, &live, &key, resumption).await;
+        let resumed = group::one(&stepper, request).await;
         if matches!(resumed, Err(Error::Busy)) {
             metrics::claim_bounce(metrics::BouncePath::Admin);
         }

@@ -9,6 +9,11 @@ pub struct EngineConfig {
     pub replica_id: String,
     pub lanes: usize,
     pub lane_queue_depth: usize,
+    /// The most steps one group commit carries (`sutra.engine.group.max`, decision 0024).
+    pub group_max: usize,
+    /// How long a lane holds a group open for more work once its queue is empty
+    /// (`sutra.engine.group.window`); zero takes only what is already queued.
+    pub group_window: SignedDuration,
     pub claim_timeout: SignedDuration,
     pub sweep_interval: SignedDuration,
     pub max_recoveries: u32,
@@ -43,6 +48,8 @@ impl Default for EngineConfig {
             replica_id: "sutra".into(),
             lanes: 1,
             lane_queue_depth: 1024,
+            group_max: 64,
+            group_window: SignedDuration::ZERO,
             claim_timeout: SignedDuration::from_mins(5),
             sweep_interval: SignedDuration::from_mins(1),
             max_recoveries: 5,

@@ -175,6 +175,9 @@ impl Dispatcher {
         {
             Ok(_) => {}
             Err(Error::Stale(reason)) => {
+                // A delivery that can never apply is consumed without a step, so that it is not
+                // asked again forever.
+                self.discard(&delivery).await;
                 debug!(delivery = delivery.id.0, %reason, "stale delivery discarded")
             }
             Err(Error::NotFound(_)) => self.discard(&delivery).await,
@@ -206,7 +209,7 @@ impl Dispatcher {
 
     async fn discard(&self, delivery: &Delivery) {
         if let Err(error) = self.shared.store.discard(delivery.id).await {
-            warn!(delivery = delivery.id.0, %error, "could not discard a delivery for a missing instance");
+            warn!(delivery = delivery.id.0, %error, "could not discard a delivery that cannot apply");
         }
     }
 }

@@ -20,7 +20,7 @@ use crate::lane::Lanes;
 use crate::leadership::{self, Leadership, RoleLoops};
 use crate::outbox::Sender;
 use crate::registry::{Current, Live};
-use crate::runner::StepOutcome;
+use crate::runner::{Completion, StepOutcome};
 use crate::shared::Shared;
 use crate::tasks::{self, PollRequest};
 use crate::{converge, deliveries, history, metrics, outbox, sweep};
@@ -166,7 +166,8 @@ impl Engine {
         self.polls_end.send_replace(true);
     }
 
-    /// Completes a task; the instance resumes with `output` through its claim, at once.
+    /// Completes a task; the instance resumes with `output` through its claim, at once: in the
+    /// same transaction when the claim is free.
     pub async fn complete_task(
         &self,
         tenant: &str,
@@ -174,7 +175,13 @@ impl Engine {
         lock_token: &str,
         output: &Value,
     ) -> Result<(), Error> {
-        tasks::complete(&self.shared, tenant, id, lock_token, output).await
+        let completion = Completion {
+            tenant: tenant.to_owned(),
+            task: id.to_owned(),
+            lock_token: lock_token.to_owned(),
+            output: output.clone(),
+        };
+        tasks::complete(&self.lanes, completion).await
     }
 
     /// Records a failed attempt; returns where it left the task (available again after a

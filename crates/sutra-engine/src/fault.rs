@@ -17,6 +17,8 @@
 pub const POINTS: &[&str] = &[
     "after-claim",
     "before-commit",
+    "before-group-commit",
+    "after-group-commit",
     "after-commit",
     "timer-fire",
     "after-start-commit",

@@ -1,9 +1,10 @@
 //! Execution lanes (SPEC §6): identical loops, each on its own dedicated OS thread, driven
 //! through the process-wide Tokio runtime's handle.
 //!
-//! A lane receives a request, awaits it to completion, then receives the next. That per-lane
-//! total order is what gives *reply implies committed* and *a park never races its own
-//! completion* (seed 001). Lanes own no reactor: their I/O registers with the process runtime, so
+//! A lane receives a request and whatever else is already queued behind it (up to
+//! `sutra.engine.group.max`), runs them as one group commit ([`crate::group`]) to completion,
+//! then receives the next. That per-lane total order of groups is what gives *reply implies
+//! committed* and *a park never races its own completion* (seed 001, shape (a) per group). Lanes own no reactor: their I/O registers with the process runtime, so
 //! a lane's end can never strand a pooled connection (the restart hang the design text
 //! describes). Lane loops never send into another lane's queue; only callers' tasks do, which
 //! makes an inter-lane deadlock impossible by construction.
@@ -16,8 +17,9 @@ use futures_util::FutureExt;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::Error;
+use crate::group::{self, Member};
 use crate::registry::Live;
-use crate::runner::{StepOutcome, StepRequest, run_step};
+use crate::runner::{Completion, StepOutcome, StepRequest, Stepper};
 use crate::shared::Shared;
 use crate::test_switches;
 
@@ -45,7 +47,24 @@ impl Lanes {
 
     /// Runs `request` on the lane that owns its instance.
     pub(crate) async fn run(&self, request: StepRequest) -> Result<StepOutcome, Error> {
-        self.owner_of(&request.key.id).run(request).await
+        let lane = self.owner_of(&request.key.id);
+        let (answer, receive) = oneshot::channel();
+        lane.send(Member::Step(Box::new(request), answer)).await?;
+        receive.await.map_err(|_| Error::Closed)?
+    }
+
+    /// Completes a task on the lane that owns its instance, which the task's id names
+    /// (`{instance}:{park}`), so that the completion can resume the instance in place.
+    pub(crate) async fn complete(&self, completion: Completion) -> Result<(), Error> {
+        let instance = completion
+            .task
+            .rsplit_once(':')
+            .map_or(completion.task.as_str(), |(instance, _)| instance);
+        let lane = self.owner_of(instance);
+        let (answer, receive) = oneshot::channel();
+        lane.send(Member::Complete(Box::new(completion), answer))
+            .await?;
+        receive.await.map_err(|_| Error::Closed)?
     }
 
     /// The lane that owns `instance` (affinity by a stable hash of its id). A test-only switch
@@ -84,10 +103,7 @@ impl Lanes {
 }
 
 enum LaneRequest {
-    Step(
-        Box<StepRequest>,
-        oneshot::Sender<Result<StepOutcome, Error>>,
-    ),
+    Work(Member),
     /// Replace this lane's view of the deployments; answered once the lane has flipped.
     Activate(Arc<Live>, oneshot::Sender<()>),
     /// Finish: the loop ends after the requests queued before this one.
@@ -120,15 +136,13 @@ impl Lane {
         }
     }
 
-    /// Hands a request to the lane and waits for its answer. A full queue makes the caller wait
-    /// here: backpressure on the transport, where it belongs.
-    async fn run(&self, request: StepRequest) -> Result<StepOutcome, Error> {
-        let (answer, receive) = oneshot::channel();
+    /// Hands work to the lane; its answer arrives on the member's own channel. A full queue
+    /// makes the caller wait here: backpressure on the transport, where it belongs.
+    async fn send(&self, member: Member) -> Result<(), Error> {
         self.sender
-            .send(LaneRequest::Step(Box::new(request), answer))
+            .send(LaneRequest::Work(member))
             .await
-            .map_err(|_| Error::Closed)?;
-        receive.await.map_err(|_| Error::Closed)?
+            .map_err(|_| Error::Closed)
     }
 
     async fn activate(&self, live: Arc<Live>) -> Result<(), Error> {
@@ -167,26 +181,69 @@ async fn lane_loop(
     mut requests: mpsc::Receiver<LaneRequest>,
     busy_since: Arc<AtomicU64>,
 ) {
-    while let Some(request) = requests.recv().await {
+    let mut next = None;
+    loop {
+        let request = match next.take() {
+            Some(request) => request,
+            None => match requests.recv().await {
+                Some(request) => request,
+                None => return,
+            },
+        };
         match request {
-            LaneRequest::Activate(next, done) => {
-                live = next;
+            LaneRequest::Activate(view, done) => {
+                live = view;
                 let _ = done.send(());
             }
             LaneRequest::Stop => return,
-            LaneRequest::Step(step, answer) => {
-                // A panicking step has released its claim and re-raised; the lane survives it
-                // (one bad instance must not stop every other instance on the lane).
+            LaneRequest::Work(first) => {
+                let (members, after) = gather(&shared, first, &mut requests).await;
+                next = after;
                 busy_since.store(epoch_millis().max(1), Ordering::Relaxed);
-                let outcome = AssertUnwindSafe(run_step(&shared, &owner, &live, *step))
+                let stepper = Stepper {
+                    shared: &shared,
+                    owner: &owner,
+                    live: &live,
+                };
+                // A panicking member is undone and answered by the group; the lane survives
+                // whatever else escapes (one bad instance must not stop every other one).
+                let _ = AssertUnwindSafe(group::run(&stepper, members))
                     .catch_unwind()
-                    .await
-                    .unwrap_or(Err(Error::Panicked));
+                    .await;
                 busy_since.store(0, Ordering::Relaxed);
-                let _ = answer.send(outcome);
             }
         }
     }
+}
+
+/// The members of the next group: `first`, and the work queued behind it, up to the group's
+/// size, waiting at most the group's window for more. A request that is not work ends the
+/// group and is handed back, to be handled after it in order.
+async fn gather(
+    shared: &Shared,
+    first: Member,
+    requests: &mut mpsc::Receiver<LaneRequest>,
+) -> (Vec<Member>, Option<LaneRequest>) {
+    let max = shared.config.group_max.max(1);
+    let window = shared.config.group_window.unsigned_abs();
+    let closes = tokio::time::Instant::now() + window;
+    let mut members = vec![first];
+    while members.len() < max {
+        let queued = match requests.try_recv() {
+            Ok(request) => Some(request),
+            Err(_) if window.is_zero() => None,
+            Err(_) => tokio::time::timeout_at(closes, requests.recv())
+                .await
+                .ok()
+                .flatten(),
+        };
+        match queued {
+            Some(LaneRequest::Work(member)) => members.push(member),
+            Some(other) => return (members, Some(other)),
+            None => break,
+        }
+    }
+    (members, None)
 }
 
 fn epoch_millis() -> u64 {

@@ -11,7 +11,9 @@
 //!   engine:
 //!   - `lane`: execution lanes, each a loop on a dedicated thread, and the routing of each
 //!     instance to the lane that owns it (SPEC §6).
-//!   - [`runner`]: the claim-guarded step (SPEC §5.2).
+//!   - [`runner`]: the claim-guarded step (SPEC §5.2), one member of a group transaction.
+//!   - `group`: group commit (decision 0024) — a lane's queued steps as the members of one
+//!     transaction, each on its own claim, all answered after its commit.
 //!   - [`intake`]: a message on a channel → dedup, relay, start or buffer (SPEC §5.1).
 //!   - `deliveries`: the delivery dispatcher — timers and every other asked row, with
 //!     look-again and `recover` (SPEC §5.6), and the dispatch mark, which poisons the instance
@@ -48,6 +50,7 @@ mod deploy;
 mod engine;
 mod error;
 pub mod fault;
+mod group;
 mod history;
 pub mod intake;
 mod lane;

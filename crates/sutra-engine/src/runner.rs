@@ -1,25 +1,24 @@
-//! The claim-guarded step (SPEC §5.2): claim → load → apply one event → commit every write of
-//! the step and release the claim in one transaction.
+//! The claim-guarded step (SPEC §5.2, decision 0024): claim → load → apply one event → write
+//! every row of the step, all inside one member of a group transaction ([`sutra_store::Group`]).
 //!
-//! Every exit that does not commit releases the claim explicitly: a refusal after the claim, a
-//! stale delivery, an invalid state, a store error, and a panic — which is re-raised after the
-//! release, so the lane's own handler sees it. A destructor cannot await, so this is a reviewed
-//! guarantee rather than a compiler-enforced one; the exits are the arms of one `match` in
-//! [`resume`], and the stuck-instance sweep is the backstop when the process itself dies.
+//! The claim is the member's first statement and refuses at once; the executor runs on the
+//! claimed snapshot in memory; the step's writes follow, guarded by the claim's fence and
+//! clearing its owner. Nothing here commits: [`crate::group`] commits the group and only then
+//! lands each member ([`Written::land`]) — answers its caller, wakes whoever acts next. A member
+//! that does not write is undone by the group, its claim with it, so there is nothing to
+//! release on any exit, a panic included; a process that dies mid-step leaves nothing at all.
 
-use std::panic::AssertUnwindSafe;
-
-use futures_util::FutureExt;
 use jiff::Timestamp;
+use serde_json::Value;
 use sutra_core::codes;
 use sutra_core::exec;
 use sutra_core::snapshot::{InstanceInfo, Park, ParkId, ParkKind, Snapshot, Status};
 use sutra_core::step::{Effect, Event, Message, Rejection, Reply, Step, StepContext};
 use sutra_store::{
-    Arm, ClaimToken, Claimed, DeliveryId, InboxAnswer, InboxEntry, InstanceKey, OutboxEntry, Owner,
-    StepCommit,
+    Arm, ClaimToken, Claimed, DeliveryId, Group, InboxAnswer, InboxEntry, InstanceKey, OutboxEntry,
+    Owner, StepCommit,
 };
-use tracing::{debug, warn};
+use tracing::debug;
 
 use crate::error::Error;
 use crate::registry::Live;
@@ -28,6 +27,7 @@ use crate::shared::Shared;
 use crate::{fault, metrics};
 
 /// Work for one instance, handed to its lane.
+#[derive(Clone)]
 pub(crate) struct StepRequest {
     pub key: InstanceKey,
     pub work: Work,
@@ -35,6 +35,7 @@ pub(crate) struct StepRequest {
     pub hold: bool,
 }
 
+#[derive(Clone)]
 pub(crate) enum Work {
     Start {
         info: InstanceInfo,
@@ -49,9 +50,20 @@ pub(crate) enum Work {
 }
 
 /// The message a step consumes, recorded in the inbox for dedup.
+#[derive(Clone)]
 pub(crate) struct Consumed {
     pub channel: String,
     pub event_id: String,
+}
+
+/// A worker's completion of a task, handed to the lane of the task's instance, where it resumes
+/// the instance in the same transaction when the claim is free (SPEC §5.5, decision 0024).
+#[derive(Clone)]
+pub(crate) struct Completion {
+    pub tenant: String,
+    pub task: String,
+    pub lock_token: String,
+    pub output: Value,
 }
 
 /// What the caller learns once the step committed.
@@ -63,76 +75,322 @@ pub struct StepOutcome {
     pub hold: Option<Hold>,
 }
 
-pub(crate) async fn run_step(
-    shared: &Shared,
-    owner: &Owner,
-    live: &Live,
-    request: StepRequest,
-) -> Result<StepOutcome, Error> {
-    let StepRequest { key, work, hold } = request;
-    match work {
-        Work::Start {
-            info,
-            message,
-            channel,
-        } => {
-            let consumed = Consumed {
-                channel,
-                event_id: message.id.clone(),
-            };
-            let started = std::time::Instant::now();
-            let flow = info.flow.clone();
-            let result = start(shared, live, info, message, consumed, hold).await;
-            metrics::step(&flow, outcome_label(&result), started);
-            result
+/// Who runs a member's step: the replica's shared parts, the claim's owner, the deployments
+/// the lane sees.
+pub(crate) struct Stepper<'a> {
+    pub shared: &'a Shared,
+    pub owner: &'a Owner,
+    pub live: &'a Live,
+}
+
+/// A step written in its group and not yet committed: what to do once it is.
+pub(crate) struct Written {
+    step: Step,
+    due_now: Vec<DeliveryId>,
+    hold: Option<Hold>,
+    is_start: bool,
+    started: std::time::Instant,
+}
+
+impl Written {
+    /// The group committed: the step is durable. Tells whoever acts next and answers the caller.
+    pub(crate) fn land(self, shared: &Shared) -> StepOutcome {
+        fault::point(if self.is_start {
+            "after-start-commit"
+        } else {
+            "after-commit"
+        });
+        let Written {
+            step,
+            due_now,
+            hold,
+            started,
+            ..
+        } = self;
+        let instance = step.snapshot.instance.id.clone();
+        metrics::step(&step.snapshot.instance.flow, "committed", started);
+        if let Some(reply) = &step.reply {
+            shared.settle.settle(&instance, reply);
         }
-        Work::Resume {
-            event,
-            taken,
-            consumed,
-        } => {
-            resume(
-                shared,
-                owner,
-                live,
-                &key,
-                Resumption {
-                    event,
-                    taken,
-                    consumed,
-                    hold,
-                },
-            )
-            .await
+        if !due_now.is_empty() {
+            shared.deliveries_due.notify_one();
+        }
+        if step
+            .effects
+            .iter()
+            .any(|effect| matches!(effect, Effect::Emit { .. }))
+        {
+            shared.outbox_due.notify_one();
+        }
+        if step.effects.iter().any(arms_a_task) {
+            shared.tasks_available.notify_waiters();
+        }
+        StepOutcome {
+            instance,
+            status: step.snapshot.status,
+            reply: step.reply,
+            hold,
+        }
+    }
+
+    /// The group did not commit: nobody waits for this step's end on its account.
+    pub(crate) fn abandon(self, shared: &Shared) {
+        if let Some(hold) = self.hold {
+            shared
+                .settle
+                .deregister(&self.step.snapshot.instance.id, hold.id);
         }
     }
 }
 
-/// The first step of a new instance. There is no claim to take: the instance row does not exist
-/// until this commit inserts it, unowned, together with the inbox row that makes the start
-/// exactly-once.
-async fn start(
-    shared: &Shared,
-    live: &Live,
-    info: InstanceInfo,
-    message: Message,
-    consumed: Consumed,
-    hold: bool,
-) -> Result<StepOutcome, Error> {
-    let (_, flow) = live
-        .pinned(&info)
-        .ok_or_else(|| Error::Unpinned(describe(&info)))?;
-    let before = Snapshot::new(info);
-    let ctx = StepContext::at(Timestamp::now());
-    let step = exec::apply(flow, &before, Event::Start { message }, ctx).map_err(rejected)?;
-    let pending = PendingCommit {
-        claim: None,
-        answered: None,
-        taken: None,
-        consumed: Some(consumed),
-        hold,
-    };
-    commit(shared, step, pending, ctx).await
+impl Stepper<'_> {
+    /// Runs `request` as the group's open member.
+    pub(crate) async fn step(
+        &self,
+        group: &mut dyn Group,
+        request: &StepRequest,
+    ) -> Result<Written, Error> {
+        let started = std::time::Instant::now();
+        let StepRequest { key, work, hold } = request;
+        let result = match work {
+            Work::Start {
+                info,
+                message,
+                channel,
+            } => {
+                let consumed = Consumed {
+                    channel: channel.clone(),
+                    event_id: message.id.clone(),
+                };
+                self.start(group, info, message, consumed, *hold).await
+            }
+            Work::Resume {
+                event,
+                taken,
+                consumed,
+            } => {
+                let resumption = Resumption {
+                    event: event.clone(),
+                    taken: *taken,
+                    consumed: consumed.clone(),
+                    hold: *hold,
+                };
+                self.resume(group, key, resumption).await
+            }
+        };
+        // A resumed step that failed after its claim was counted by `resume`, under its flow.
+        if let (Err(error), Work::Start { info, .. }) = (&result, work) {
+            metrics::step(&info.flow, outcome_label(error), started);
+        }
+        result.map(|written| written.since(started))
+    }
+
+    /// Records a worker's completion and, when the instance's claim is free, resumes the
+    /// instance in the same member. When the claim refuses (or the resumed step cannot be
+    /// written), the completion stays recorded as a durable delivery, due now, which the
+    /// dispatcher takes with look-again (SPEC §5.6): `None`.
+    pub(crate) async fn complete(
+        &self,
+        group: &mut dyn Group,
+        completion: &Completion,
+    ) -> Result<Option<Written>, Error> {
+        let recorded = self.record(group, completion).await?;
+        let key = InstanceKey {
+            tenant: completion.tenant.clone(),
+            id: recorded.instance.clone(),
+        };
+        let resumption = Resumption {
+            event: Event::TaskCompleted {
+                park: recorded.park,
+                output: completion.output.clone(),
+            },
+            taken: Some(recorded.delivery),
+            consumed: None,
+            hold: false,
+        };
+        let started = std::time::Instant::now();
+        match self.resume(group, &key, resumption).await {
+            Ok(written) => Ok(Some(written.since(started))),
+            // The claim refused having written nothing: the completion's delivery stands.
+            Err(Error::Busy) => {
+                metrics::claim_bounce(metrics::BouncePath::Timer);
+                Ok(None)
+            }
+            Err(error) => {
+                debug!(task = %completion.task, %error, "a completion could not resume in place");
+                group.undo().await?;
+                self.record(group, completion).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    async fn record(
+        &self,
+        group: &mut dyn Group,
+        completion: &Completion,
+    ) -> Result<sutra_store::RecordedCompletion, Error> {
+        group
+            .complete_task(
+                &completion.tenant,
+                &completion.task,
+                &completion.lock_token,
+                &completion.output,
+            )
+            .await
+            .map_err(task_error)
+    }
+
+    /// The first step of a new instance. There is no claim to take: the instance row does not
+    /// exist until this member inserts it, unowned, together with the inbox row that makes the
+    /// start exactly-once.
+    async fn start(
+        &self,
+        group: &mut dyn Group,
+        info: &InstanceInfo,
+        message: &Message,
+        consumed: Consumed,
+        hold: bool,
+    ) -> Result<Written, Error> {
+        let (_, flow) = self
+            .live
+            .pinned(info)
+            .ok_or_else(|| Error::Unpinned(describe(info)))?;
+        let before = Snapshot::new(info.clone());
+        let ctx = StepContext::at(Timestamp::now());
+        let event = Event::Start {
+            message: message.clone(),
+        };
+        let step = exec::apply(flow, &before, event, ctx).map_err(rejected)?;
+        let pending = PendingCommit {
+            claim: None,
+            answered: None,
+            taken: None,
+            consumed: Some(consumed),
+            hold,
+        };
+        self.write(group, step, pending, ctx).await
+    }
+
+    async fn resume(
+        &self,
+        group: &mut dyn Group,
+        key: &InstanceKey,
+        resumption: Resumption,
+    ) -> Result<Written, Error> {
+        let claimed = self.claim(group, key).await?;
+        fault::point("after-claim");
+        debug!(instance = %key.id, owner = %self.owner.0, fence = claimed.token.fence, "claimed");
+        let flow = claimed.snapshot.instance.flow.clone();
+        let started = std::time::Instant::now();
+        let advanced = self.advance(group, claimed, resumption).await;
+        if let Err(error) = &advanced {
+            metrics::step(&flow, outcome_label(error), started);
+        }
+        advanced
+    }
+
+    async fn claim(&self, group: &mut dyn Group, key: &InstanceKey) -> Result<Claimed, Error> {
+        let timeout = self.shared.config.claim_timeout;
+        match group.claim(&key.tenant, &key.id, self.owner, timeout).await {
+            Ok(claimed) => Ok(claimed),
+            Err(sutra_store::Error::ClaimHeld) => Err(Error::Busy),
+            Err(sutra_store::Error::InstanceNotFound(id)) => Err(Error::NotFound(id)),
+            Err(other) => Err(other.into()),
+        }
+    }
+
+    async fn advance(
+        &self,
+        group: &mut dyn Group,
+        claimed: Claimed,
+        resumption: Resumption,
+    ) -> Result<Written, Error> {
+        let Resumption {
+            event,
+            taken,
+            consumed,
+            hold,
+        } = resumption;
+        let info = &claimed.snapshot.instance;
+        let (_, flow) = self
+            .live
+            .pinned(info)
+            .ok_or_else(|| Error::Unpinned(describe(info)))?;
+        let answered = event.park();
+        let ctx = StepContext::at(Timestamp::now());
+        let step = exec::apply(flow, &claimed.snapshot, event, ctx).map_err(rejected)?;
+        let pending = PendingCommit {
+            claim: Some(claimed.token),
+            answered,
+            taken,
+            consumed,
+            hold,
+        };
+        self.write(group, step, pending, ctx).await
+    }
+
+    /// Writes the step into the member. A correlation alias already taken (SPEC §7.2) undoes
+    /// the member and writes the instance's failure instead, under a claim taken again.
+    async fn write(
+        &self,
+        group: &mut dyn Group,
+        mut step: Step,
+        mut pending: PendingCommit,
+        ctx: StepContext,
+    ) -> Result<Written, Error> {
+        let instance = step.snapshot.instance.id.clone();
+        let is_start = pending.claim.is_none();
+        let hold = pending.hold.then(|| self.shared.settle.register(&instance));
+        fault::point("before-commit");
+        let mut result = group.commit_step(&to_commit(&step, &pending)).await;
+        if let Err(sutra_store::Error::AliasTaken { channel, key }) = &result {
+            step = fail_on_taken_alias(step, channel, key, ctx);
+            result = self.rewrite(group, &step, &mut pending).await;
+        }
+        match result {
+            Ok(committed) => Ok(Written {
+                step,
+                due_now: committed.due_now,
+                hold,
+                is_start,
+                started: std::time::Instant::now(),
+            }),
+            Err(error) => {
+                if let Some(hold) = hold {
+                    self.shared.settle.deregister(&instance, hold.id);
+                }
+                Err(error.into())
+            }
+        }
+    }
+
+    /// Undoes what the member wrote and writes `step` again, under the same claim taken afresh:
+    /// the undo released the row, so a claim that is now refused refuses the step.
+    async fn rewrite(
+        &self,
+        group: &mut dyn Group,
+        step: &Step,
+        pending: &mut PendingCommit,
+    ) -> Result<sutra_store::Committed, sutra_store::Error> {
+        group.undo().await?;
+        if pending.claim.is_some() {
+            let info = &step.snapshot.instance;
+            let timeout = self.shared.config.claim_timeout;
+            let again = group
+                .claim(&info.tenant, &info.id, self.owner, timeout)
+                .await?;
+            pending.claim = Some(again.token);
+        }
+        group.commit_step(&to_commit(step, pending)).await
+    }
+}
+
+impl Written {
+    fn since(mut self, started: std::time::Instant) -> Written {
+        self.started = started;
+        self
+    }
 }
 
 /// An event for an existing instance, and what its step consumes.
@@ -143,105 +401,22 @@ pub(crate) struct Resumption {
     pub hold: bool,
 }
 
-pub(crate) async fn resume(
-    shared: &Shared,
-    owner: &Owner,
-    live: &Live,
-    key: &InstanceKey,
-    resumption: Resumption,
-) -> Result<StepOutcome, Error> {
-    let started = std::time::Instant::now();
-    let claimed = match shared
-        .store
-        .claim(&key.tenant, &key.id, owner, shared.config.claim_timeout)
-        .await
-    {
-        Ok(claimed) => claimed,
-        Err(sutra_store::Error::ClaimHeld) => return Err(Error::Busy),
-        Err(sutra_store::Error::InstanceNotFound(id)) => return Err(Error::NotFound(id)),
-        Err(other) => return Err(other.into()),
-    };
-    fault::point("after-claim");
-    let token = claimed.token.clone();
-    let flow = claimed.snapshot.instance.flow.clone();
-    debug!(instance = %key.id, owner = %owner.0, fence = token.fence, "claimed");
-    let advanced = AssertUnwindSafe(advance(shared, live, claimed, resumption))
-        .catch_unwind()
-        .await;
-    let result = match advanced {
-        Ok(Ok(outcome)) => Ok(outcome),
-        Ok(Err(error)) => {
-            release(shared, key, &token).await;
-            Err(error)
-        }
-        Err(panic) => {
-            release(shared, key, &token).await;
-            metrics::step(&flow, "panicked", started);
-            std::panic::resume_unwind(panic)
-        }
-    };
-    metrics::step(&flow, outcome_label(&result), started);
-    result
-}
-
-/// The `outcome` label of a step that ran: it committed, or why not.
-fn outcome_label(result: &Result<StepOutcome, Error>) -> &'static str {
-    match result {
-        Ok(_) => "committed",
-        Err(Error::Stale(_)) => "stale",
-        Err(Error::InvalidState(_)) => "rejected",
-        Err(Error::Unpinned(_)) => "unpinned",
-        Err(_) => "failed",
+/// The `outcome` label of a step that ran and did not commit.
+pub(crate) fn outcome_label(error: &Error) -> &'static str {
+    match error {
+        Error::Stale(_) => "stale",
+        Error::InvalidState(_) => "rejected",
+        Error::Unpinned(_) => "unpinned",
+        Error::Panicked => "panicked",
+        _ => "failed",
     }
 }
 
-async fn release(shared: &Shared, key: &InstanceKey, token: &ClaimToken) {
-    if let Err(error) = shared.store.release(&key.tenant, &key.id, token).await {
-        // The sweep clears it after the claim timeout; nothing else can be done from here.
-        warn!(instance = %key.id, %error, "could not release a claim; the sweep will clear it");
-    }
-}
-
-async fn advance(
-    shared: &Shared,
-    live: &Live,
-    claimed: Claimed,
-    resumption: Resumption,
-) -> Result<StepOutcome, Error> {
-    let Resumption {
-        event,
-        taken,
-        consumed,
-        hold,
-    } = resumption;
-    let info = &claimed.snapshot.instance;
-    let (_, flow) = live
-        .pinned(info)
-        .ok_or_else(|| Error::Unpinned(describe(info)))?;
-    let answered = event.park();
-    let ctx = StepContext::at(Timestamp::now());
-    match exec::apply(flow, &claimed.snapshot, event, ctx) {
-        Ok(step) => {
-            let pending = PendingCommit {
-                claim: Some(claimed.token),
-                answered,
-                taken,
-                consumed,
-                hold,
-            };
-            commit(shared, step, pending, ctx).await
-        }
-        Err(Rejection::Stale(park)) => {
-            // A delivery that can never apply is consumed without a step, so that it is not
-            // asked again forever.
-            if let Some(id) = taken {
-                shared.store.discard(id).await?;
-            }
-            Err(Error::Stale(format!(
-                "the instance no longer holds park {park:?}"
-            )))
-        }
-        Err(rejection) => Err(rejected(rejection)),
+pub(crate) fn task_error(error: sutra_store::Error) -> Error {
+    match error {
+        sutra_store::Error::TaskNotFound(id) => Error::TaskNotFound(id),
+        sutra_store::Error::LockLost(detail) => Error::LockLost(detail),
+        other => Error::Store(other),
     }
 }
 
@@ -251,60 +426,6 @@ struct PendingCommit {
     taken: Option<DeliveryId>,
     consumed: Option<Consumed>,
     hold: bool,
-}
-
-async fn commit(
-    shared: &Shared,
-    mut step: Step,
-    pending: PendingCommit,
-    ctx: StepContext,
-) -> Result<StepOutcome, Error> {
-    let instance = step.snapshot.instance.id.clone();
-    let is_start = pending.claim.is_none();
-    let hold = pending.hold.then(|| shared.settle.register(&instance));
-    fault::point("before-commit");
-    let mut result = shared.store.commit(&to_commit(&step, &pending)).await;
-    if let Err(sutra_store::Error::AliasTaken { channel, key }) = &result {
-        step = fail_on_taken_alias(step, channel, key, ctx);
-        result = shared.store.commit(&to_commit(&step, &pending)).await;
-    }
-    match result {
-        Ok(committed) => {
-            fault::point(if is_start {
-                "after-start-commit"
-            } else {
-                "after-commit"
-            });
-            if let Some(reply) = &step.reply {
-                shared.settle.settle(&instance, reply);
-            }
-            if !committed.due_now.is_empty() {
-                shared.deliveries_due.notify_one();
-            }
-            if step
-                .effects
-                .iter()
-                .any(|effect| matches!(effect, Effect::Emit { .. }))
-            {
-                shared.outbox_due.notify_one();
-            }
-            if step.effects.iter().any(arms_a_task) {
-                shared.tasks_available.notify_waiters();
-            }
-            Ok(StepOutcome {
-                instance,
-                status: step.snapshot.status,
-                reply: step.reply,
-                hold,
-            })
-        }
-        Err(error) => {
-            if let Some(hold) = hold {
-                shared.settle.deregister(&instance, hold.id);
-            }
-            Err(error.into())
-        }
-    }
 }
 
 /// SPEC §7.2: a correlation alias already taken fails the instance that tried to park on it.

@@ -2,10 +2,12 @@
 //! with the lock token a poll gave them.
 //!
 //! The long wait lives here and in the task row's lock, never in an instance claim: the instance
-//! stays suspended and unclaimed while a worker holds its task. The store records an outcome as a
-//! delivery in the same transaction as the task update; this module only wakes the dispatcher,
-//! which resumes the instance through the ordinary claim. So a completion answered to the worker
-//! is durable, and one whose answer was lost is still taken exactly once.
+//! stays suspended and unclaimed while a worker holds its task. A completion runs on its
+//! instance's lane: the task update and the resuming step are one transaction when the claim is
+//! free (decision 0024); when it is not, the store records the outcome as a delivery in that
+//! transaction and the dispatcher resumes the instance later through the ordinary claim. A
+//! failure is recorded as a delivery the same way. So an outcome answered to the worker is
+//! durable, and one whose answer was lost is still taken exactly once.
 //!
 //! A waiting poll sleeps until the earliest moment a task of its topics can become available (a
 //! retry's backoff ends, a lock expires), unless this replica wakes it first by arming or
@@ -14,13 +16,13 @@
 use std::pin::pin;
 
 use jiff::{SignedDuration, Timestamp};
-use serde_json::Value;
 use sutra_store::{LockedTask, TaskFailure, TaskPoll, TaskState};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::error::Error;
-use crate::fault;
+use crate::lane::Lanes;
+use crate::runner::{Completion, task_error};
 use crate::shared::Shared;
 
 /// The longest a poll waits: proxies tend to cut connections idle for longer.
@@ -87,22 +89,10 @@ async fn until_next_task(shared: &Shared, poll: &TaskPoll) -> Result<std::time::
     Ok(pause.unsigned_abs())
 }
 
-/// Completes a task and wakes the dispatcher, which takes the completion's delivery.
-pub(crate) async fn complete(
-    shared: &Shared,
-    tenant: &str,
-    id: &str,
-    lock_token: &str,
-    output: &Value,
-) -> Result<(), Error> {
-    shared
-        .store
-        .complete_task(tenant, id, lock_token, output)
-        .await
-        .map_err(task_error)?;
-    fault::point("after-task-complete");
-    shared.deliveries_due.notify_one();
-    Ok(())
+/// Completes a task on its instance's lane, which resumes the instance in the same transaction
+/// when its claim is free, and otherwise leaves the completion to the dispatcher as a delivery.
+pub(crate) async fn complete(lanes: &Lanes, completion: Completion) -> Result<(), Error> {
+    lanes.complete(completion).await
 }
 
 /// Records a failed attempt, and wakes whoever acts next: the waiting polls when the task is
@@ -140,12 +130,4 @@ pub(crate) async fn extend(
         .extend_task(tenant, id, lock_token, lock)
         .await
         .map_err(task_error)
-}
-
-fn task_error(error: sutra_store::Error) -> Error {
-    match error {
-        sutra_store::Error::TaskNotFound(id) => Error::TaskNotFound(id),
-        sutra_store::Error::LockLost(detail) => Error::LockLost(detail),
-        other => Error::Store(other),
-    }
 }

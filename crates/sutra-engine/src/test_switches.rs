@@ -6,8 +6,10 @@
 //!   so that two lanes work on one instance at once. Correctness must not rest on routing: the
 //!   mis-routed request bounces on the claim (`CLAIM_HELD`) like a competing replica's.
 //! - `SUTRA_TEST_PER_PROCESS_OWNER=1`: every lane claims as `{replica}/lane-0`, the per-process
-//!   owner id the design rejects. The claim re-enters for its own owner, so two lanes can then
-//!   resume one instance at once: the double resume the lane-scoped owner id exists to prevent.
+//!   owner id the design rejects. The claim re-enters for its own owner; with a claim that
+//!   outlived its step's transaction, two lanes could then resume one instance at once. Since
+//!   the claim is taken inside the step's transaction (decision 0024), the row lock keeps them
+//!   apart anyway, and the lanes test shows it under this switch.
 //!
 //! They exist only with the `test-hooks` feature, which only test builds enable: without it
 //! each switch is the identity, and the variables' names are not in the binary, so no release

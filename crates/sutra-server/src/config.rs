@@ -28,6 +28,10 @@ const KEYS: &[(&str, Option<&str>)] = &[
     ("sutra.listen", Some("127.0.0.1:7480")),
     ("sutra.replica-id", None),
     ("sutra.engine.lanes", Some("1")),
+    // Group commit (decision 0024): the most steps one transaction carries, and how long a lane
+    // holds a group open for more once its queue is empty (0: only what is already queued).
+    ("sutra.engine.group.max", Some("64")),
+    ("sutra.engine.group.window", Some("PT0S")),
     ("sutra.instance.claim-timeout", Some("PT5M")),
     ("sutra.instance.sweep-interval", Some("PT1M")),
     ("sutra.instance.max-recoveries", Some("5")),
@@ -55,6 +59,8 @@ pub struct Settings {
     pub listen: SocketAddr,
     pub replica_id: String,
     pub lanes: usize,
+    pub group_max: usize,
+    pub group_window: SignedDuration,
     pub claim_timeout: SignedDuration,
     pub sweep_interval: SignedDuration,
     pub max_recoveries: u32,
@@ -180,6 +186,8 @@ impl Sources {
                 None => default_replica_id(),
             },
             lanes: self.parsed("sutra.engine.lanes", positive)?,
+            group_max: self.parsed("sutra.engine.group.max", positive)?,
+            group_window: self.parsed("sutra.engine.group.window", group_window)?,
             claim_timeout: self.parsed("sutra.instance.claim-timeout", duration)?,
             sweep_interval: self.parsed("sutra.instance.sweep-interval", duration)?,
             max_recoveries: self.parsed("sutra.instance.max-recoveries", positive)?,
@@ -263,6 +271,17 @@ fn boolean(value: &str) -> Result<bool, String> {
 
 fn duration(value: &str) -> Result<SignedDuration, String> {
     parse_duration(value).map_err(|e| e.to_string())
+}
+
+/// Every member of a group waits for the window before it is answered, so a long one only adds
+/// latency: more than a second is a mistake, not a setting.
+fn group_window(value: &str) -> Result<SignedDuration, String> {
+    match duration(value)? {
+        window if window >= SignedDuration::ZERO && window <= SignedDuration::from_secs(1) => {
+            Ok(window)
+        }
+        _ => Err("expected a duration from PT0S to PT1S".into()),
+    }
 }
 
 /// A zero backoff would resend a failing row in a tight loop.

@@ -160,6 +160,8 @@ pub fn engine_config(settings: &Settings) -> EngineConfig {
     EngineConfig {
         replica_id: settings.replica_id.clone(),
         lanes: settings.lanes,
+        group_max: settings.group_max,
+        group_window: settings.group_window,
         claim_timeout: settings.claim_timeout,
         sweep_interval: settings.sweep_interval,
         max_recoveries: settings.max_recoveries,

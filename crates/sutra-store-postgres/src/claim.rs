@@ -3,25 +3,27 @@
 //! replicas never compare claims across clocks.
 
 use jiff::SignedDuration;
-use sutra_store::{ClaimToken, Error, Result};
+use sutra_store::{ClaimToken, Result};
 use sutra_store_sql::rows::{ClaimedRow, SweptRow};
 use sutra_store_sql::{ClaimStatements, NewClaim, params};
 
-use crate::codec::{age, db, is_lock_timeout};
+use crate::codec::{age, db};
 use crate::statements::Scoped;
 
 impl ClaimStatements for Scoped {
     async fn claim(&mut self, claim: &NewClaim<'_>) -> Result<Option<ClaimedRow>> {
-        // The row lock is taken `NOWAIT` first: a step in flight elsewhere holds the row until
-        // its commit, and a plain `UPDATE` would queue behind it, on that step's timescale (up
-        // to `lock_timeout`). The claim refuses instead (seed 000): `NOWAIT` fails at once with
-        // `lock_not_available`, the same SQLSTATE as a lock timeout, answered as held below.
-        // `NO KEY UPDATE`, so that a transaction merely inserting a row that references the
-        // instance (a key-share lock) is not mistaken for a holder.
+        // The row lock is taken first, skipping a row another transaction holds: a step in
+        // flight elsewhere holds the row until its commit, and a plain `UPDATE` would queue
+        // behind it, on that step's timescale (up to `lock_timeout`). The claim refuses instead
+        // (seed 000): a skipped row updates nothing, and the script answers held once it sees
+        // the row exists. `SKIP LOCKED` rather than `NOWAIT`, so that a refusal is not an error
+        // that would abort a group's transaction (decision 0024). `NO KEY UPDATE`, so that a
+        // transaction merely inserting a row that references the instance (a key-share lock)
+        // is not mistaken for a holder.
         sqlx::query_as(
             "WITH locked AS (
                  SELECT id FROM instances WHERE tenant = $2 AND id = $3
-                 FOR NO KEY UPDATE NOWAIT)
+                 FOR NO KEY UPDATE SKIP LOCKED)
              UPDATE instances SET owner = $1, claimed_at = sutra_now(), fence = fence + 1
              FROM locked
              WHERE instances.tenant = $2 AND instances.id = locked.id
@@ -34,15 +36,7 @@ impl ClaimStatements for Scoped {
         .bind(age(claim.timeout))
         .fetch_optional(self.connection())
         .await
-        .map_err(|e| {
-            // Another transaction holds the row (a step committing, or one frozen mid-commit):
-            // held, as far as any claimant can tell, and retry-safe like any refusal.
-            if is_lock_timeout(&e) {
-                Error::ClaimHeld
-            } else {
-                db(e)
-            }
-        })
+        .map_err(db)
     }
 
     async fn instance_exists(&mut self, tenant: &str, instance: &str) -> Result<bool> {

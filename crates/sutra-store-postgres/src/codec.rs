@@ -48,8 +48,3 @@ pub fn db(error: sqlx::Error) -> Error {
         other => driver_error(other),
     }
 }
-
-/// Whether a failed statement waited for a row lock longer than `lock_timeout` allows.
-pub fn is_lock_timeout(error: &sqlx::Error) -> bool {
-    matches!(error, sqlx::Error::Database(e) if e.code().as_deref() == Some("55P03"))
-}

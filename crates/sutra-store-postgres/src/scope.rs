@@ -29,18 +29,24 @@ pub async fn begin(pool: &PgPool, scope: Scope<'_>) -> Result<Tx> {
         Scope::Tenant(tenant) => tenant,
         Scope::System => SYSTEM,
     };
-    let statement = format!(
-        "BEGIN; SELECT set_config('sutra.tenant', {}, true)",
-        literal(tenant)?
-    );
+    let statement = format!("BEGIN; {}", declare(tenant)?);
     // Safe: the only dynamic part is a literal quoted by `literal`.
     pool.begin_with(AssertSqlSafe(statement)).await.map_err(db)
+}
+
+/// The statement that declares whom the transaction acts for, from here until it ends (or until
+/// a rollback to a savepoint taken before it).
+pub(crate) fn declare(tenant: &str) -> Result<String> {
+    Ok(format!(
+        "SELECT set_config('sutra.tenant', {}, true)",
+        literal(tenant)?
+    ))
 }
 
 /// `text` as an escape-string literal (`E'…'`), which reads backslashes as escapes whatever
 /// `standard_conforming_strings` says, so escaping both `\` and `'` leaves no way out of the
 /// literal. A NUL cannot be in any PostgreSQL text, so no tenant can contain one.
-fn literal(text: &str) -> Result<String> {
+pub(crate) fn literal(text: &str) -> Result<String> {
     if text.contains('\0') {
         return Err(Error::Corrupt(format!(
             "a tenant name with a NUL character: {text:?}"

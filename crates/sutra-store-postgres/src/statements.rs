@@ -2,8 +2,8 @@
 //! runs, and the advisory locks that order the transactions SQLite's single writer orders for
 //! free.
 
-use sqlx::PgConnection;
 use sqlx::postgres::PgArguments;
+use sqlx::{AssertSqlSafe, PgConnection};
 use sutra_store::{DeliveryId, InboxAnswer, InboxEntry, Result, WaitTarget};
 use sutra_store_sql::rows::{InboxRow, WaitRow};
 use sutra_store_sql::{
@@ -13,13 +13,15 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use crate::Postgres;
 use crate::codec::{db, micros};
-use crate::scope::{Tx, begin};
+use crate::scope::{Tx, begin, declare};
 
 pub type Query<'q> = sqlx::query::Query<'q, sqlx::Postgres, PgArguments>;
 
 /// A transaction scoped to a tenant, or to the system (see [`crate::scope`]).
 pub struct Scoped {
     tx: Tx,
+    /// Whether a group member's savepoint is open ([`Statements::begin_member`]).
+    member: bool,
 }
 
 impl Scoped {
@@ -39,7 +41,7 @@ impl Backend for Postgres {
 
     async fn begin(&self, scope: Scope<'_>) -> Result<Scoped> {
         let tx = begin(&self.pool, scope).await?;
-        Ok(Scoped { tx })
+        Ok(Scoped { tx, member: false })
     }
 
     /// The one database of a fleet of replicas: its singleton roles are led by one replica at a
@@ -57,6 +59,35 @@ impl Backend for Postgres {
 impl Statements for Scoped {
     async fn commit(self) -> Result<()> {
         self.tx.commit().await.map_err(db)
+    }
+
+    /// A savepoint per member, and the member's tenant declared after it, in one simple-protocol
+    /// message with the release of the member before: one round trip per member. A statement
+    /// that fails inside a member aborts only back to its savepoint.
+    async fn begin_member(&mut self, tenant: &str) -> Result<()> {
+        let keep_previous = if self.member {
+            "RELEASE SAVEPOINT member; "
+        } else {
+            ""
+        };
+        let statement = format!("{keep_previous}SAVEPOINT member; {}", declare(tenant)?);
+        // Safe: the only dynamic part is a literal quoted by `declare`.
+        sqlx::raw_sql(AssertSqlSafe(statement))
+            .execute(&mut *self.tx)
+            .await
+            .map_err(db)?;
+        self.member = true;
+        Ok(())
+    }
+
+    /// Back to the member's savepoint, which stays: the next member releases it. The tenant
+    /// declared after it is undone with it, and the next member declares its own.
+    async fn undo_member(&mut self) -> Result<()> {
+        sqlx::raw_sql("ROLLBACK TO SAVEPOINT member")
+            .execute(&mut *self.tx)
+            .await
+            .map_err(db)
+            .map(drop)
     }
 
     /// Takes transaction-scoped advisory locks, released by the commit or rollback. They are

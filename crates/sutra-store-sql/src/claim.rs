@@ -24,15 +24,9 @@ impl<B: Backend> Claims for SqlStore<B> {
             owner,
             timeout: claim_timeout,
         };
-        match tx.claim(&claim).await? {
-            Some(row) => {
-                tx.commit().await?;
-                row.decode(owner)
-            }
-            // Nothing was written: dropping the transaction rolls it back.
-            None if tx.instance_exists(tenant, instance).await? => Err(Error::ClaimHeld),
-            None => Err(Error::InstanceNotFound(instance.to_owned())),
-        }
+        let claimed = take_claim(&mut tx, &claim).await?;
+        tx.commit().await?;
+        Ok(claimed)
     }
 
     async fn release(&self, tenant: &str, instance: &str, token: &ClaimToken) -> Result<()> {
@@ -51,5 +45,18 @@ impl<B: Backend> Claims for SqlStore<B> {
             .once(Scope::System, async |tx| tx.sweep(claim_timeout).await)
             .await?;
         Ok(SweptRow::outcome(swept, max_recoveries))
+    }
+}
+
+/// Takes the claim in the caller's transaction (its own, or a group's). A refusal has written
+/// nothing: the caller's transaction may go on or be dropped.
+pub(crate) async fn take_claim<T: ClaimStatements>(
+    tx: &mut T,
+    claim: &NewClaim<'_>,
+) -> Result<Claimed> {
+    match tx.claim(claim).await? {
+        Some(row) => row.decode(claim.owner),
+        None if tx.instance_exists(claim.tenant, claim.instance).await? => Err(Error::ClaimHeld),
+        None => Err(Error::InstanceNotFound(claim.instance.to_owned())),
     }
 }

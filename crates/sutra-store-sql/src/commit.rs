@@ -25,38 +25,46 @@ use crate::store::SqlStore;
 #[async_trait::async_trait]
 impl<B: Backend> Steps for SqlStore<B> {
     async fn commit(&self, step: &StepCommit) -> Result<Committed> {
-        let instance = &step.snapshot.instance;
-        let mut writer = StepWriter {
-            tx: self.begin(Scope::Tenant(&instance.tenant)).await?,
-            step,
-            instance,
-        };
-        match &step.claim {
-            Some(token) => writer.settle(token).await?,
-            None => writer.insert_start().await?,
-        }
-        lock_waits(&mut writer.tx, step).await?;
-        writer.tx.insert_history(instance, &step.history).await?;
-        for park in &step.disarms {
-            writer.disarm(*park).await?;
-        }
-        let mut due_now = Vec::new();
-        for arm in &step.arms {
-            due_now.extend(writer.arm(arm).await?);
-        }
-        writer.tx.insert_outbox(instance, &step.outbox).await?;
-        if let Some(taken) = step.taken {
-            writer.tx.take_delivery(&instance.id, taken).await?;
-        }
-        // A start's inbox row was written first, by `insert_start`.
-        if step.claim.is_some()
-            && let Some(entry) = &step.inbox
-        {
-            writer.tx.record_consumed(&instance.tenant, entry).await?;
-        }
-        writer.tx.commit().await?;
-        Ok(Committed { due_now })
+        let mut tx = self
+            .begin(Scope::Tenant(&step.snapshot.instance.tenant))
+            .await?;
+        let committed = write_step(&mut tx, step).await?;
+        tx.commit().await?;
+        Ok(committed)
     }
+}
+
+/// Every row of a step, in the caller's transaction (its own, or a group's).
+pub(crate) async fn write_step<T: StepStatements>(
+    tx: &mut T,
+    step: &StepCommit,
+) -> Result<Committed> {
+    let instance = &step.snapshot.instance;
+    let mut writer = StepWriter { tx, step, instance };
+    match &step.claim {
+        Some(token) => writer.settle(token).await?,
+        None => writer.insert_start().await?,
+    }
+    lock_waits(writer.tx, step).await?;
+    writer.tx.insert_history(instance, &step.history).await?;
+    for park in &step.disarms {
+        writer.disarm(*park).await?;
+    }
+    let mut due_now = Vec::new();
+    for arm in &step.arms {
+        due_now.extend(writer.arm(arm).await?);
+    }
+    writer.tx.insert_outbox(instance, &step.outbox).await?;
+    if let Some(taken) = step.taken {
+        writer.tx.take_delivery(&instance.id, taken).await?;
+    }
+    // A start's inbox row was written first, by `insert_start`.
+    if step.claim.is_some()
+        && let Some(entry) = &step.inbox
+    {
+        writer.tx.record_consumed(&instance.tenant, entry).await?;
+    }
+    Ok(Committed { due_now })
 }
 
 /// Inserts the inbox row of a message unless one exists: whoever's insert produced the row owns
@@ -109,7 +117,7 @@ async fn lock_waits<T: Statements>(tx: &mut T, step: &StepCommit) -> Result<()> 
 }
 
 struct StepWriter<'s, T> {
-    tx: T,
+    tx: &'s mut T,
     step: &'s StepCommit,
     instance: &'s InstanceInfo,
 }
@@ -129,7 +137,7 @@ impl<T: StepStatements> StepWriter<'_, T> {
     async fn insert_start(&mut self) -> Result<()> {
         if let Some(entry) = &self.step.inbox {
             let consumed =
-                insert_inbox_unless_consumed(&mut self.tx, &self.instance.tenant, entry).await?;
+                insert_inbox_unless_consumed(self.tx, &self.instance.tenant, entry).await?;
             if let Some(first) = consumed {
                 return Err(Error::Duplicate(first));
             }

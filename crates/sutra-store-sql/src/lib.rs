@@ -26,6 +26,7 @@ mod commit;
 mod deliveries;
 mod deployments;
 mod error;
+mod group;
 mod intake;
 mod leases;
 pub mod listings;

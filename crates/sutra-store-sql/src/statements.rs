@@ -150,7 +150,8 @@ pub trait Backend: Send + Sync + 'static {
         + LeaseStatements
         + DeploymentStatements
         + ReadStatements
-        + PurgeStatements;
+        + PurgeStatements
+        + 'static;
 
     /// Begins a unit of work scoped to `scope`: a transaction, or (where a backend need not
     /// open one for a statement atomic on its own) whatever its statements begin when they run.
@@ -170,6 +171,13 @@ pub trait Backend: Send + Sync + 'static {
 pub trait Statements: Send + Sized {
     /// Commits; dropping the transaction instead rolls it back.
     fn commit(self) -> impl Future<Output = Result<()>> + Send;
+
+    /// Opens the next member of a group (`sutra_store::Group::member`), acting for `tenant`:
+    /// keeps what the members before it wrote and marks where its own writes begin.
+    fn begin_member(&mut self, tenant: &str) -> impl Future<Output = Result<()>> + Send;
+
+    /// Rolls back to where the open member began, leaving the transaction usable.
+    fn undo_member(&mut self) -> impl Future<Output = Result<()>> + Send;
 
     /// Orders this transaction with every other that names any of `on`, until it ends.
     fn serialize(&mut self, on: &[LockOn<'_>]) -> impl Future<Output = Result<()>> + Send;

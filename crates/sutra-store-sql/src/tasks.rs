@@ -10,8 +10,8 @@ use serde_json::Value;
 use sutra_core::step::TaskError;
 use sutra_store::codec::{park_id, timestamp, unsigned};
 use sutra_store::{
-    DeliveryId, DeliveryKind, Error, Polled, Result, TaskFailure, TaskPoll, TaskState, Tasks,
-    after_failure, lock_expired, retry_backoff,
+    DeliveryId, DeliveryKind, Error, Polled, RecordedCompletion, Result, TaskFailure, TaskPoll,
+    TaskState, Tasks, after_failure, lock_expired, retry_backoff,
 };
 
 use crate::rows::{Held, HeldRow};
@@ -46,12 +46,7 @@ impl<B: Backend> Tasks for SqlStore<B> {
         output: &Value,
     ) -> Result<()> {
         let mut tx = self.begin(Scope::Tenant(tenant)).await?;
-        let held = held(&mut tx, tenant, id, lock_token).await?;
-        tx.end_lock(id, TaskState::Completed).await?;
-        let completed = DeliveryKind::TaskCompleted {
-            output: output.clone(),
-        };
-        deliver(&mut tx, tenant, &held, &completed).await?;
+        record_completion(&mut tx, tenant, id, lock_token, output).await?;
         tx.commit().await
     }
 
@@ -99,6 +94,28 @@ impl<B: Backend> Tasks for SqlStore<B> {
         tx.commit().await?;
         Ok(until)
     }
+}
+
+/// Completes the task in the caller's transaction (its own, or a group's), with the delivery that
+/// carries the output to its park; returns that delivery.
+pub(crate) async fn record_completion<T: TaskStatements>(
+    tx: &mut T,
+    tenant: &str,
+    id: &str,
+    lock_token: &str,
+    output: &Value,
+) -> Result<RecordedCompletion> {
+    let held = held(tx, tenant, id, lock_token).await?;
+    tx.end_lock(id, TaskState::Completed).await?;
+    let completed = DeliveryKind::TaskCompleted {
+        output: output.clone(),
+    };
+    let delivery = deliver(tx, tenant, &held, &completed).await?;
+    Ok(RecordedCompletion {
+        delivery,
+        instance: held.instance,
+        park: held.park,
+    })
 }
 
 /// Turns terminal every task of the topics whose last attempt's lock expired, recording the

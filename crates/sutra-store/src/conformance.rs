@@ -14,6 +14,7 @@ mod claim;
 mod deliveries;
 mod deployments;
 mod fixtures;
+mod group;
 mod intake;
 mod leases;
 mod outbox;
@@ -25,6 +26,7 @@ mod tasks;
 pub use claim::*;
 pub use deliveries::*;
 pub use deployments::*;
+pub use group::*;
 pub use intake::*;
 pub use leases::*;
 pub use outbox::*;
@@ -49,6 +51,11 @@ macro_rules! conformance_tests {
             exactly_one_of_concurrent_claimants_wins,
             stale_claim_is_taken_after_the_timeout,
             commit_and_release_are_one_fact,
+            a_refused_member_writes_nothing_and_the_others_commit,
+            an_undone_member_leaves_no_claim_and_keeps_the_members_before_it,
+            nothing_of_a_group_is_durable_before_its_commit,
+            a_group_claim_of_a_step_in_flight_is_refused,
+            each_member_acts_for_its_own_tenant,
             lapsed_holder_cannot_commit,
             fence_refuses_a_stale_token_of_the_same_owner,
             release_gives_the_claim_back,

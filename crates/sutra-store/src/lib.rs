@@ -12,6 +12,8 @@
 //!   conditional on owner and fence and clears the owner: *committed* and *unowned again* are one
 //!   fact. A lost claim ([`Error::ClaimLost`]) rolls everything back.
 //! - [`Claims::sweep`] clears claims by age alone; it never parses owner ids.
+//! - [`Groups::group`] begins a transaction that many lane steps share, each claimed inside it
+//!   and written on its own predicate (group commit, decision 0024).
 //!
 //! Times are kept to the microsecond (the resolution both SQLite and PostgreSQL store as a
 //! 64-bit integer or `timestamptz`): what is read back is what was written, truncated.
@@ -27,6 +29,7 @@ pub mod conformance;
 mod deliveries;
 mod deployments;
 mod error;
+mod group;
 mod intake;
 mod leases;
 mod outbox;
@@ -39,6 +42,7 @@ pub use claim::{ClaimToken, Claimed, Claims, InstanceKey, Owner, SweepOutcome};
 pub use deliveries::{Deliveries, Delivery, DeliveryId, DeliveryKind, NewDelivery};
 pub use deployments::{DeploymentRecord, DeploymentStatus, Deployments};
 pub use error::{Error, Result};
+pub use group::{Group, Groups, RecordedCompletion};
 pub use intake::{BufferedMessage, InboxAnswer, InboxEntry, Intake, WaitTarget};
 pub use leases::{Lease, Leases};
 pub use outbox::{Outbox, OutboxId, OutboxRecord, OutboxRetry, OutboxRow, SendError, Sender};
@@ -53,7 +57,8 @@ pub use tasks::{
 /// The area traits, for callers of a concrete store (`use sutra_store::prelude::*`).
 pub mod prelude {
     pub use crate::{
-        Claims, Deliveries, Deployments, Intake, Leases, Outbox, Purge, Reads, Steps, Store, Tasks,
+        Claims, Deliveries, Deployments, Groups, Intake, Leases, Outbox, Purge, Reads, Steps,
+        Store, Tasks,
     };
 }
 
@@ -62,6 +67,7 @@ pub mod prelude {
 pub trait Store:
     Claims
     + Steps
+    + Groups
     + Intake
     + Deliveries
     + Tasks
@@ -77,6 +83,7 @@ pub trait Store:
 impl<T> Store for T where
     T: Claims
         + Steps
+        + Groups
         + Intake
         + Deliveries
         + Tasks

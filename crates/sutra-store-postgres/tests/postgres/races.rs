@@ -42,7 +42,7 @@ fn id(n: usize) -> String {
 /// A step in flight on another replica holds the instance's row lock until its commit. The claim
 /// must refuse at once rather than queue behind that transaction: the holder keeps the row until
 /// the claim has answered, and fails the test the moment it sees the claimant waiting for a lock.
-/// (Without `NOWAIT` the claim would wait out `lock_timeout` and only then be refused.)
+/// (Without `SKIP LOCKED` the claim would wait out `lock_timeout` and only then be refused.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_never_waits_on_a_step_in_flight() {
     let database = TestDatabase::create().await;

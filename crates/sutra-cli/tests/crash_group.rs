@@ -1,0 +1,148 @@
+//! Crash tests of group commit (decision 0024): a real `sutra serve` with one lane, so that
+//! concurrent starts queue behind each other and commit as the members of one group, killed
+//! with SIGKILL just before and just after such a group's `COMMIT`.
+//!
+//! After the restart every message is sent again until it is accepted. No member is lost (each
+//! message starts exactly one instance), none is applied twice (one start each, whole audit
+//! sequences), and none was answered before it committed: a start answered before the kill is
+//! answered as a duplicate of the same instance afterwards.
+
+use std::collections::HashMap;
+
+use serde_json::{Value, json};
+use sutra_testkit::{
+    Scratch, Server, ServerOptions, assert_audit_sequence_is_whole, count_kind, event,
+};
+
+const FLOWS: &str = r#"
+name: groups
+channels:
+  orders:
+    transport: http
+    correlate: data.id
+  payments:
+    transport: http
+    correlate: data.order
+flows:
+  order:
+    start: { channel: orders }
+    nodes:
+      - id: pay
+        receive: { channel: payments, key: vars.input.id }
+        output: payment
+      - id: done
+        end: {}
+"#;
+
+/// Enough concurrent starts that, on one lane, some queue behind a step in flight.
+const STARTS: usize = 24;
+/// Rounds before the test gives up on ever seeing a group of several members.
+const ROUNDS: usize = 3;
+
+fn options(scratch: &Scratch) -> ServerOptions {
+    ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), scratch.database())
+        .env("SUTRA_ENGINE_LANES", "1")
+}
+
+/// Sends every start at once to a server that dies at `fault`; returns the answers that arrived
+/// before it died, by message id.
+async fn starts_into_fault(server: &mut Server) -> HashMap<String, Value> {
+    let sends = (0..STARTS).map(|n| {
+        let id = format!("order-{n}");
+        let body = event(&id, json!({"id": format!("o{n}")})).to_string();
+        let server = &*server;
+        async move {
+            let answer = server
+                .try_post_raw("/v1/channels/orders/messages", body)
+                .await;
+            (id, answer)
+        }
+    });
+    let answers = futures_util::future::join_all(sends).await;
+    answers
+        .into_iter()
+        .filter_map(|(id, answer)| match answer {
+            Some((202, body)) => Some((id, body)),
+            Some((status, body)) => panic!("{id}: unexpected {status} before the kill: {body}"),
+            None => None,
+        })
+        .collect()
+}
+
+/// Kills a server at `fault` in the middle of a group of starts and checks the restarted one;
+/// returns, of the starts that were not answered before the kill, how many had committed.
+async fn a_group_killed_at(fault: &str) -> (usize, usize) {
+    for round in 0..ROUNDS {
+        let scratch = Scratch::new(&format!("{fault}-{round}"));
+        let mut server = Server::start(&options(&scratch).env("SUTRA_FAULT", fault));
+        let (status, body) = server.deploy(FLOWS).await;
+        assert_eq!(status, 201, "{body}");
+        let answered = starts_into_fault(&mut server).await;
+        if answered.len() == STARTS {
+            // Every start committed as a group of one: the point was never reached.
+            server.kill();
+            continue;
+        }
+        assert!(
+            server.wait_for_death(),
+            "the server was not killed by a signal"
+        );
+        let server = Server::start(&options(&scratch));
+        let committed = check_after_restart(&server, &answered).await;
+        return (STARTS - answered.len(), committed);
+    }
+    panic!("no group of several members formed in {ROUNDS} rounds of {STARTS} concurrent starts");
+}
+
+async fn check_after_restart(server: &Server, answered: &HashMap<String, Value>) -> usize {
+    let mut instances = Vec::new();
+    let mut unanswered_but_committed = 0;
+    for n in 0..STARTS {
+        let id = format!("order-{n}");
+        let (status, body) = server
+            .send("orders", &id, json!({"id": format!("o{n}")}))
+            .await;
+        assert_eq!(status, 202, "{id}: {body}");
+        if let Some(first) = answered.get(&id) {
+            assert_eq!(
+                (body["instance"].as_str(), body["dedup"].as_bool()),
+                (first["instance"].as_str(), Some(true)),
+                "{id} was answered before the kill, so it must have committed: {body}"
+            );
+        } else if body["dedup"] == true {
+            unanswered_but_committed += 1;
+        }
+        instances.push(body["instance"].as_str().unwrap().to_owned());
+    }
+    let (_, list) = server.get("/v1/instances?limit=100").await;
+    assert_eq!(
+        list["items"].as_array().unwrap().len(),
+        STARTS,
+        "each message started exactly one instance: {list}"
+    );
+    for instance in &instances {
+        let history = server.history(instance).await;
+        assert_audit_sequence_is_whole(&history);
+        assert_eq!(count_kind(&history, "started"), 1, "{history:?}");
+    }
+    unanswered_but_committed
+}
+
+#[tokio::test]
+async fn a_group_killed_before_its_commit_loses_no_member_and_answered_none() {
+    let (unanswered, committed) = a_group_killed_at("before-group-commit").await;
+    assert!(
+        committed < unanswered,
+        "the killed group's members never committed, so they start afresh after the restart"
+    );
+}
+
+#[tokio::test]
+async fn a_group_killed_after_its_commit_applies_every_member_once() {
+    let (unanswered, committed) = a_group_killed_at("after-group-commit").await;
+    assert!(
+        committed >= 2,
+        "the killed group committed its {unanswered} unanswered members' starts, at least two, \
+         which the restart answers as duplicates; {committed} were"
+    );
+}

@@ -1,0 +1,75 @@
+//! Group commit (decision 0024): [`sutra_store::Group`] over a backend's transaction. Each
+//! member's statements are the scripts' own (`take_claim`, `write_step`, `record_completion`),
+//! run inside the member's mark ([`Statements::begin_member`]), so a member's refusal or error is
+//! undone alone and the group's transaction stays usable for the members after it.
+
+use jiff::SignedDuration;
+use serde_json::Value;
+use sutra_store::{
+    Claimed, Committed, Group, Groups, Owner, RecordedCompletion, Result, StepCommit,
+};
+
+use crate::claim::take_claim;
+use crate::commit::write_step;
+use crate::statements::{Backend, NewClaim, Scope, Statements};
+use crate::store::SqlStore;
+use crate::tasks::record_completion;
+
+#[async_trait::async_trait]
+impl<B: Backend> Groups for SqlStore<B> {
+    async fn group(&self) -> Result<Box<dyn Group>> {
+        // Members name their own tenants; the group's transaction starts as the system's, which
+        // can insert nothing until a member has declared whom it acts for.
+        let tx = self.begin(Scope::System).await?;
+        Ok(Box::new(SqlGroup::<B> { tx }))
+    }
+}
+
+struct SqlGroup<B: Backend> {
+    tx: B::Tx,
+}
+
+#[async_trait::async_trait]
+impl<B: Backend> Group for SqlGroup<B> {
+    async fn member(&mut self, tenant: &str) -> Result<()> {
+        self.tx.begin_member(tenant).await
+    }
+
+    async fn undo(&mut self) -> Result<()> {
+        self.tx.undo_member().await
+    }
+
+    async fn claim(
+        &mut self,
+        tenant: &str,
+        instance: &str,
+        owner: &Owner,
+        claim_timeout: SignedDuration,
+    ) -> Result<Claimed> {
+        let claim = NewClaim {
+            tenant,
+            instance,
+            owner,
+            timeout: claim_timeout,
+        };
+        take_claim(&mut self.tx, &claim).await
+    }
+
+    async fn commit_step(&mut self, step: &StepCommit) -> Result<Committed> {
+        write_step(&mut self.tx, step).await
+    }
+
+    async fn complete_task(
+        &mut self,
+        tenant: &str,
+        id: &str,
+        lock_token: &str,
+        output: &Value,
+    ) -> Result<RecordedCompletion> {
+        record_completion(&mut self.tx, tenant, id, lock_token, output).await
+    }
+
+    async fn commit(self: Box<Self>) -> Result<()> {
+        self.tx.commit().await
+    }
+}

@@ -1,0 +1,168 @@
+//! Conformance of group commit (decision 0024): the claim taken inside the group's transaction,
+//! members undone alone, nothing durable before the commit, each member acting for its own
+//! tenant.
+
+use super::fixtures::*;
+
+/// A step of `claimed` with one more history event: what a member writes.
+fn advanced(claimed: &Claimed) -> StepCommit {
+    let mut snapshot = claimed.snapshot.clone();
+    snapshot.audit_seq += 1;
+    StepCommit {
+        history: vec![event(snapshot.audit_seq, HistoryKind::MessageReceived)],
+        snapshot,
+        ..step(claimed)
+    }
+}
+
+pub async fn a_refused_member_writes_nothing_and_the_others_commit<S: Store>(store: &S) {
+    let (free, held) = (id(1), id(2));
+    started(store, TENANT, &free).await;
+    started(store, TENANT, &held).await;
+    claimed(store, &held, LANE_B).await;
+    let before = store.instance(TENANT, &held).await.unwrap();
+
+    let mut group = store.group().await.unwrap();
+    group.member(TENANT).await.unwrap();
+    let first = group
+        .claim(TENANT, &free, &owner(LANE_A), HOUR)
+        .await
+        .unwrap();
+    group.commit_step(&advanced(&first)).await.unwrap();
+    group.member(TENANT).await.unwrap();
+    let refused = group.claim(TENANT, &held, &owner(LANE_A), HOUR).await;
+    assert_eq!(refused, Err(Error::ClaimHeld));
+    group.undo().await.unwrap();
+    group.commit().await.unwrap();
+
+    let landed = record(store, &free).await;
+    assert_eq!(
+        (&landed.snapshot, &landed.owner),
+        (&advanced(&first).snapshot, &None)
+    );
+    assert_eq!(store.instance(TENANT, &held).await.unwrap(), before);
+    assert_eq!(owner_of(store, &held).await.as_deref(), Some(LANE_B));
+}
+
+pub async fn an_undone_member_leaves_no_claim_and_keeps_the_members_before_it<S: Store>(store: &S) {
+    let (kept, undone) = (id(1), id(2));
+    started(store, TENANT, &kept).await;
+    started(store, TENANT, &undone).await;
+    let before = record(store, &undone).await;
+
+    let mut group = store.group().await.unwrap();
+    group.member(TENANT).await.unwrap();
+    let first = group
+        .claim(TENANT, &kept, &owner(LANE_A), HOUR)
+        .await
+        .unwrap();
+    group.commit_step(&advanced(&first)).await.unwrap();
+    group.member(TENANT).await.unwrap();
+    let second = group
+        .claim(TENANT, &undone, &owner(LANE_A), HOUR)
+        .await
+        .unwrap();
+    group.commit_step(&advanced(&second)).await.unwrap();
+    group.undo().await.unwrap();
+    group.commit().await.unwrap();
+
+    assert_eq!(
+        record(store, &kept).await.snapshot,
+        advanced(&first).snapshot
+    );
+    assert_eq!(
+        record(store, &undone).await,
+        before,
+        "an undone member leaves nothing, its claim included"
+    );
+}
+
+pub async fn nothing_of_a_group_is_durable_before_its_commit<S: Store>(store: &S) {
+    let id = id(1);
+    started(store, TENANT, &id).await;
+    let before = record(store, &id).await;
+
+    let mut group = store.group().await.unwrap();
+    group.member(TENANT).await.unwrap();
+    let claim = group
+        .claim(TENANT, &id, &owner(LANE_A), HOUR)
+        .await
+        .unwrap();
+    group.commit_step(&advanced(&claim)).await.unwrap();
+    // The process dies here: its transaction is never committed.
+    drop(group);
+
+    assert_eq!(record(store, &id).await, before);
+    // And the claim taken inside the group was never anyone's: another owner takes it at once.
+    claimed(store, &id, LANE_B).await;
+}
+
+pub async fn a_group_claim_of_a_step_in_flight_is_refused<S: Store>(store: &S) {
+    let id = id(1);
+    started(store, TENANT, &id).await;
+    let mut first = store.group().await.unwrap();
+    first.member(TENANT).await.unwrap();
+    first
+        .claim(TENANT, &id, &owner(LANE_A), HOUR)
+        .await
+        .unwrap();
+
+    // A second group while the first still holds the instance: on a store with concurrent
+    // writers it must be refused, not wait for the first to commit. SQLite's single writer
+    // makes the second wait for the write lock instead (bounded by its busy timeout), so only
+    // the refusal is checked there, after the first has ended.
+    let second = async {
+        let mut second = store.group().await?;
+        second.member(TENANT).await?;
+        second.claim(TENANT, &id, &owner(LANE_B), HOUR).await
+    };
+    let first_ends = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        first.commit().await
+    };
+    let (second, ended) = tokio::join!(second, first_ends);
+    ended.unwrap();
+    match second {
+        // The first group's claim is live (an hour), committed without a step: still held.
+        Err(Error::ClaimHeld) => {}
+        other => panic!("a claim held by a group in flight must be refused: {other:?}"),
+    }
+}
+
+pub async fn each_member_acts_for_its_own_tenant<S: Store>(store: &S) {
+    let (ours, theirs) = (id(1), id(2));
+    started(store, TENANT, &ours).await;
+    started(store, OTHER_TENANT, &theirs).await;
+
+    let mut group = store.group().await.unwrap();
+    group.member(OTHER_TENANT).await.unwrap();
+    let foreign = group.claim(OTHER_TENANT, &ours, &owner(LANE_A), HOUR).await;
+    assert!(
+        matches!(foreign, Err(Error::InstanceNotFound(_))),
+        "a member acting for {OTHER_TENANT} must not see {TENANT}'s instance: {foreign:?}"
+    );
+    group.undo().await.unwrap();
+    group.member(OTHER_TENANT).await.unwrap();
+    let claim = group
+        .claim(OTHER_TENANT, &theirs, &owner(LANE_A), HOUR)
+        .await
+        .unwrap();
+    let their_step = advanced(&claim);
+    group.commit_step(&their_step).await.unwrap();
+    group.member(TENANT).await.unwrap();
+    let claim = group
+        .claim(TENANT, &ours, &owner(LANE_A), HOUR)
+        .await
+        .unwrap();
+    let our_step = advanced(&claim);
+    group.commit_step(&our_step).await.unwrap();
+    group.commit().await.unwrap();
+
+    assert_eq!(record(store, &ours).await.snapshot, our_step.snapshot);
+    let theirs = store
+        .instance(OTHER_TENANT, &theirs)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(theirs.snapshot, their_step.snapshot);
+}

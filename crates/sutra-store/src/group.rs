@@ -1,0 +1,76 @@
+//! Group commit (decision 0024): many lane steps share one transaction, each on its own claim.
+//!
+//! A lane step is one transaction whose first statement for the step takes the claim, refusing
+//! at once when another transaction holds the instance's row or a live claim is on it; the
+//! executor runs on the claimed snapshot in memory, and the step's writes follow in the same
+//! transaction ([`Group::commit_step`], the same script as [`crate::Steps::commit`]). A group is
+//! such a transaction carrying several steps — its *members* — one after the other:
+//!
+//! - each member is claimed, guarded by its fence and written on its own predicate, inside a
+//!   mark of its own ([`Group::member`]); a member refused, stale or failing is undone alone
+//!   ([`Group::undo`]) and the others stay;
+//! - nothing of any member is durable until [`Group::commit`] returns, so a caller is answered
+//!   only after it: *reply implies committed* holds for every member;
+//! - a process that dies before the commit leaves nothing: its transaction rolls back, and the
+//!   claims it took inside it were never visible to anyone else.
+
+use jiff::SignedDuration;
+use serde_json::Value;
+use sutra_core::snapshot::ParkId;
+
+use crate::{Claimed, Committed, DeliveryId, Owner, Result, StepCommit};
+
+/// A task completion written in a group: the delivery that carries it to its instance's park.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedCompletion {
+    pub delivery: DeliveryId,
+    pub instance: String,
+    pub park: ParkId,
+}
+
+/// Beginning group transactions.
+#[async_trait::async_trait]
+pub trait Groups: Send + Sync {
+    /// Begins a transaction that one or more steps will share.
+    async fn group(&self) -> Result<Box<dyn Group>>;
+}
+
+/// A transaction carrying steps, one member at a time. Dropping it without [`Group::commit`]
+/// rolls every member back.
+#[async_trait::async_trait]
+pub trait Group: Send {
+    /// Opens the next member, acting for `tenant`: what it writes from here on is undone alone
+    /// by [`Group::undo`], and kept by opening the next member or committing.
+    async fn member(&mut self, tenant: &str) -> Result<()>;
+
+    /// Undoes everything the open member wrote, its claim included; the members before it stay.
+    async fn undo(&mut self) -> Result<()>;
+
+    /// [`crate::Claims::claim`] inside the group's transaction: the instance's row stays locked
+    /// until the group ends, so the claim and the step's commit are one transaction. Refuses with
+    /// [`crate::Error::ClaimHeld`] at once, never waiting, when another transaction holds the row.
+    async fn claim(
+        &mut self,
+        tenant: &str,
+        instance: &str,
+        owner: &Owner,
+        claim_timeout: SignedDuration,
+    ) -> Result<Claimed>;
+
+    /// [`crate::Steps::commit`]'s writes, in the group's transaction.
+    async fn commit_step(&mut self, step: &StepCommit) -> Result<Committed>;
+
+    /// [`crate::Tasks::complete_task`] in the group's transaction; returns the delivery that
+    /// carries the completion to its instance, which a step that follows in the same member may
+    /// take at once (the completion resumes in place).
+    async fn complete_task(
+        &mut self,
+        tenant: &str,
+        id: &str,
+        lock_token: &str,
+        output: &Value,
+    ) -> Result<RecordedCompletion>;
+
+    /// Commits every member kept.
+    async fn commit(self: Box<Self>) -> Result<()>;
+}
