@@ -3,12 +3,14 @@
 //!
 //! A lane takes its next request and whatever else is already queued behind it, up to
 //! `sutra.engine.group.max`, and runs them here, one member after the other ([`Stepper`]). A
-//! member refused, stale or failing is undone alone and answered with its own outcome; the
-//! others are kept. Every member is answered only after the group's `COMMIT` returned, so
-//! *reply implies committed* holds for each. When the group's transaction fails as a whole (a
-//! database error, a deadlock broken by the database, a lost connection), each member is run
-//! again alone, so that one member's error fails only that member. A group of one is what an
-//! idle lane commits: natural batching adds no wait when there is nothing to batch.
+//! member refused, stale or rejected has written nothing (its claim is the row lock) and is
+//! answered with its own outcome; the others are kept. Every member is answered only after the
+//! group's `COMMIT` returned, so *reply implies committed* holds for each. When a member fails
+//! in a way that may have left it half written (a database error, a panic), or the group's
+//! transaction fails as a whole (a deadlock broken by the database, a lost connection), nothing
+//! of the group is committed and each member is run again alone, so that one member's error
+//! fails only that member. A group of one is what an idle lane commits: natural batching adds no
+//! wait when there is nothing to batch.
 
 use std::panic::AssertUnwindSafe;
 
@@ -19,7 +21,7 @@ use tracing::warn;
 
 use crate::error::Error;
 use crate::fault;
-use crate::runner::{Completion, StepOutcome, StepRequest, Stepper, Written};
+use crate::runner::{Completion, StepOutcome, StepRequest, Stepper, Written, fails_clean};
 
 /// One member of a group, and where its answer goes.
 pub(crate) enum Member {
@@ -94,10 +96,12 @@ impl Member {
 }
 
 impl Ran {
-    /// Whether the member failed on its own (its writes undone): retrying it alone changes
-    /// nothing about that.
-    fn failed(&self) -> bool {
-        matches!(self, Ran::Step(Err(_)) | Ran::Complete(Err(_)))
+    /// The member's error, if it may have left the member half written.
+    fn unclean(&self) -> Option<&Error> {
+        match self {
+            Ran::Step(Err(error)) | Ran::Complete(Err(error)) if !fails_clean(error) => Some(error),
+            _ => None,
+        }
     }
 
     fn abandon(self, stepper: &Stepper<'_>) {
@@ -124,8 +128,19 @@ pub(crate) async fn run(stepper: &Stepper<'_>, members: Vec<Member>) {
                 member.answer(ran, stepper);
             }
         }
-        Err(error) => {
-            warn!(%error, members = members.len(), "a group commit failed; its members run alone");
+        Err(unclean) => {
+            let error = match &unclean {
+                Unclean::Member(ran) => ran.unclean().map(ToString::to_string),
+                Unclean::Group(error) => Some(error.to_string()),
+            };
+            warn!(
+                error,
+                members = members.len(),
+                "a group did not commit; its members run alone"
+            );
+            if let Unclean::Member(ran) = unclean {
+                ran.abandon(stepper);
+            }
             for member in members {
                 alone(stepper, member).await;
             }
@@ -143,53 +158,77 @@ pub(crate) async fn one(stepper: &Stepper<'_>, request: StepRequest) -> Result<S
 async fn alone(stepper: &Stepper<'_>, member: Member) {
     match together(stepper, std::slice::from_ref(&member)).await {
         Ok(mut ran) => member.answer(ran.remove(0), stepper),
-        Err(error) => member.fail(error),
+        Err(Unclean::Member(ran)) => member.answer(*ran, stepper),
+        Err(Unclean::Group(error)) => member.fail(error),
     }
 }
 
-/// The group's transaction: every member in order, then the commit. On an error of the group
-/// itself nothing is durable, and nobody waits on any member's account.
-async fn together(stepper: &Stepper<'_>, members: &[Member]) -> Result<Vec<Ran>, Error> {
-    let mut group = stepper.shared.store.group().await?;
+/// Why a group did not commit.
+enum Unclean {
+    /// A member failed half written: its own answer. Nothing of the group was committed.
+    Member(Box<Ran>),
+    /// The group's transaction failed.
+    Group(Error),
+}
+
+/// The group's transaction: every member in order, then the commit. When it does not commit,
+/// nothing of it is durable, and nobody waits on any member's account.
+async fn together(stepper: &Stepper<'_>, members: &[Member]) -> Result<Vec<Ran>, Unclean> {
+    let mut group = stepper
+        .shared
+        .store
+        .group()
+        .await
+        .map_err(|error| Unclean::Group(error.into()))?;
     let mut ran: Vec<Ran> = Vec::with_capacity(members.len());
-    let mut written = write_members(stepper, &mut *group, members, &mut ran).await;
+    let written = write_members(stepper, &mut *group, members, &mut ran).await;
     // The crash tests' points around a commit of several members; a group of one is any step's.
     let several = members.len() > 1;
-    if written.is_ok() {
-        if several {
-            fault::point("before-group-commit");
+    let committed = match written {
+        Ok(()) => {
+            if several {
+                fault::point("before-group-commit");
+            }
+            group
+                .commit()
+                .await
+                .map_err(|error| Unclean::Group(error.into()))
         }
-        written = group.commit().await;
-    }
-    if written.is_ok() && several {
-        fault::point("after-group-commit");
-    }
-    match written {
-        Ok(()) => Ok(ran),
-        Err(error) => {
+        Err(unclean) => Err(unclean),
+    };
+    match committed {
+        Ok(()) => {
+            if several {
+                fault::point("after-group-commit");
+            }
+            Ok(ran)
+        }
+        Err(unclean) => {
             for result in ran {
                 result.abandon(stepper);
             }
-            Err(error.into())
+            Err(unclean)
         }
     }
 }
 
-/// Each member inside its own mark; one that failed is undone before the next begins.
+/// Each member in order, stopping at the first that may have left itself half written.
 async fn write_members(
     stepper: &Stepper<'_>,
     group: &mut dyn Group,
     members: &[Member],
     ran: &mut Vec<Ran>,
-) -> sutra_store::Result<()> {
+) -> Result<(), Unclean> {
     for member in members {
-        group.member(member.tenant()).await?;
+        group
+            .member(member.tenant())
+            .await
+            .map_err(|error| Unclean::Group(error.into()))?;
         let result = member.run(stepper, group).await;
-        let failed = result.failed();
-        ran.push(result);
-        if failed {
-            group.undo().await?;
+        if result.unclean().is_some() {
+            return Err(Unclean::Member(Box::new(result)));
         }
+        ran.push(result);
     }
     Ok(())
 }

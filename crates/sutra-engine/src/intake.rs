@@ -96,13 +96,14 @@ pub(crate) async fn receive(
     validate(definition, &message)?;
     let key = correlate(definition, &message)?;
     let store = &shared.store;
-    if let Some(answer) = store.inbox_answer(&tenant, &channel, &message.id).await? {
+    let lookup = store
+        .look_up(&tenant, &channel, &message.id, key.as_deref())
+        .await?;
+    if let Some(answer) = lookup.answer {
         return Ok(dedup(answer));
     }
     let hold = definition.ack == Ack::Complete;
-    if let Some(key) = &key
-        && let Some(target) = store.find_wait(&tenant, &channel, key).await?
-    {
+    if let Some(target) = lookup.wait {
         let event = Event::Relay {
             park: target.park,
             message: message.clone(),

@@ -3,10 +3,11 @@
 //!
 //! The claim is the member's first statement and refuses at once; the executor runs on the
 //! claimed snapshot in memory; the step's writes follow, guarded by the claim's fence and
-//! clearing its owner. Nothing here commits: [`crate::group`] commits the group and only then
-//! lands each member ([`Written::land`]) — answers its caller, wakes whoever acts next. A member
-//! that does not write is undone by the group, its claim with it, so there is nothing to
-//! release on any exit, a panic included; a process that dies mid-step leaves nothing at all.
+//! growing it. Nothing here commits: [`crate::group`] commits the group and only then lands each
+//! member ([`Written::land`]) — answers its caller, wakes whoever acts next. The claim is the
+//! row lock of the group's transaction and writes nothing, so a member refused or rejected
+//! leaves nothing to release or undo ([`fails_clean`]), and a process that dies mid-step leaves
+//! nothing at all.
 
 use jiff::Timestamp;
 use serde_json::Value;
@@ -216,12 +217,12 @@ impl Stepper<'_> {
                 metrics::claim_bounce(metrics::BouncePath::Timer);
                 Ok(None)
             }
-            Err(error) => {
+            // The step wrote nothing: the completion stands alone, as a delivery, due now.
+            Err(error) if fails_clean(&error) => {
                 debug!(task = %completion.task, %error, "a completion could not resume in place");
-                group.undo().await?;
-                self.record(group, completion).await?;
                 Ok(None)
             }
+            Err(error) => Err(error),
         }
     }
 
@@ -330,13 +331,13 @@ impl Stepper<'_> {
         self.write(group, step, pending, ctx).await
     }
 
-    /// Writes the step into the member. A correlation alias already taken (SPEC §7.2) undoes
-    /// the member and writes the instance's failure instead, under a claim taken again.
+    /// Writes the step into the member. A correlation alias already taken (SPEC §7.2) is
+    /// refused before anything is written, and the instance's failure is written instead.
     async fn write(
         &self,
         group: &mut dyn Group,
         mut step: Step,
-        mut pending: PendingCommit,
+        pending: PendingCommit,
         ctx: StepContext,
     ) -> Result<Written, Error> {
         let instance = step.snapshot.instance.id.clone();
@@ -346,7 +347,7 @@ impl Stepper<'_> {
         let mut result = group.commit_step(&to_commit(&step, &pending)).await;
         if let Err(sutra_store::Error::AliasTaken { channel, key }) = &result {
             step = fail_on_taken_alias(step, channel, key, ctx);
-            result = self.rewrite(group, &step, &mut pending).await;
+            result = group.commit_step(&to_commit(&step, &pending)).await;
         }
         match result {
             Ok(committed) => Ok(Written {
@@ -364,26 +365,6 @@ impl Stepper<'_> {
             }
         }
     }
-
-    /// Undoes what the member wrote and writes `step` again, under the same claim taken afresh:
-    /// the undo released the row, so a claim that is now refused refuses the step.
-    async fn rewrite(
-        &self,
-        group: &mut dyn Group,
-        step: &Step,
-        pending: &mut PendingCommit,
-    ) -> Result<sutra_store::Committed, sutra_store::Error> {
-        group.undo().await?;
-        if pending.claim.is_some() {
-            let info = &step.snapshot.instance;
-            let timeout = self.shared.config.claim_timeout;
-            let again = group
-                .claim(&info.tenant, &info.id, self.owner, timeout)
-                .await?;
-            pending.claim = Some(again.token);
-        }
-        group.commit_step(&to_commit(step, pending)).await
-    }
 }
 
 impl Written {
@@ -399,6 +380,23 @@ pub(crate) struct Resumption {
     pub taken: Option<DeliveryId>,
     pub consumed: Option<Consumed>,
     pub hold: bool,
+}
+
+/// Whether a member that failed with `error` wrote nothing its group must not commit: a refusal
+/// or a rejection, found before the step's first write. Any other error (a database error, a
+/// panic) may have left the member half written, and fails its whole group.
+pub(crate) fn fails_clean(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::Busy
+            | Error::NotFound(_)
+            | Error::Stale(_)
+            | Error::InvalidState(_)
+            | Error::Unpinned(_)
+            | Error::TaskNotFound(_)
+            | Error::LockLost(_)
+            | Error::Store(sutra_store::Error::Duplicate(_))
+    )
 }
 
 /// The `outcome` label of a step that ran and did not commit.

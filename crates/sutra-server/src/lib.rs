@@ -220,6 +220,13 @@ pub async fn serve_until(
     };
     listening(bound);
     let draining = Arc::clone(&engine);
+    // Answers leave at once: without TCP_NODELAY a response written in more than one piece
+    // waits for the client's delayed ACK (tens of milliseconds) behind Nagle's algorithm.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%error, "could not set TCP_NODELAY on a connection");
+        }
+    });
     let served = axum::serve(listener, http::router(api))
         .with_graceful_shutdown(async move {
             shutdown.await;

@@ -39,6 +39,24 @@ impl ClaimStatements for Scoped {
         .map_err(db)
     }
 
+    /// The row is taken as the durable claim's is, without writing it: the step's own commit
+    /// grows the fence, in this same transaction.
+    async fn lock_claimable(&mut self, claim: &NewClaim<'_>) -> Result<Option<ClaimedRow>> {
+        sqlx::query_as(
+            "SELECT fence, snapshot FROM instances
+             WHERE tenant = $2 AND id = $3
+               AND (owner IS NULL OR owner = $1 OR claimed_at < sutra_now() - $4)
+             FOR NO KEY UPDATE SKIP LOCKED",
+        )
+        .bind(&claim.owner.0)
+        .bind(claim.tenant)
+        .bind(claim.instance)
+        .bind(age(claim.timeout))
+        .fetch_optional(self.connection())
+        .await
+        .map_err(db)
+    }
+
     async fn instance_exists(&mut self, tenant: &str, instance: &str) -> Result<bool> {
         let exists: Option<i32> =
             sqlx::query_scalar("SELECT 1 FROM instances WHERE tenant = $1 AND id = $2")

@@ -22,8 +22,8 @@ impl StepStatements for Scoped {
         let query = sqlx::query(
             "UPDATE instances
              SET snapshot = $1, status = $2, owner = NULL, claimed_at = NULL, recoveries = 0,
-                 updated_at = sutra_now()
-             WHERE tenant = $3 AND id = $4 AND owner = $5 AND fence = $6",
+                 fence = fence + $7, updated_at = sutra_now()
+             WHERE tenant = $3 AND id = $4 AND ($5::text IS NULL OR owner = $5) AND fence = $6",
         );
         let query = params::settle(query, token, snapshot);
         Ok(self.execute(query).await? == 1)

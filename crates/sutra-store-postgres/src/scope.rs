@@ -19,7 +19,7 @@ use crate::codec::db;
 
 /// The value of `sutra.tenant` that [`Scope::System`] declares. The schema refuses it as a
 /// tenant name.
-const SYSTEM: &str = "*";
+pub(crate) const SYSTEM: &str = "*";
 
 pub type Tx = Transaction<'static, Postgres>;
 

@@ -13,15 +13,16 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use crate::Postgres;
 use crate::codec::{db, micros};
-use crate::scope::{Tx, begin, declare};
+use crate::scope::{SYSTEM, Tx, begin, declare};
 
 pub type Query<'q> = sqlx::query::Query<'q, sqlx::Postgres, PgArguments>;
 
 /// A transaction scoped to a tenant, or to the system (see [`crate::scope`]).
 pub struct Scoped {
     tx: Tx,
-    /// Whether a group member's savepoint is open ([`Statements::begin_member`]).
-    member: bool,
+    /// Whom the transaction acts for now: the scope it began in, then each group member's
+    /// tenant ([`Statements::begin_member`]).
+    acting_for: String,
 }
 
 impl Scoped {
@@ -41,7 +42,11 @@ impl Backend for Postgres {
 
     async fn begin(&self, scope: Scope<'_>) -> Result<Scoped> {
         let tx = begin(&self.pool, scope).await?;
-        Ok(Scoped { tx, member: false })
+        let acting_for = match scope {
+            Scope::Tenant(tenant) => tenant.to_owned(),
+            Scope::System => SYSTEM.to_owned(),
+        };
+        Ok(Scoped { tx, acting_for })
     }
 
     /// The one database of a fleet of replicas: its singleton roles are led by one replica at a
@@ -61,33 +66,19 @@ impl Statements for Scoped {
         self.tx.commit().await.map_err(db)
     }
 
-    /// A savepoint per member, and the member's tenant declared after it, in one simple-protocol
-    /// message with the release of the member before: one round trip per member. A statement
-    /// that fails inside a member aborts only back to its savepoint.
+    /// Declares the member's tenant, unless the transaction acts for it already: members of
+    /// one tenant cost no round trip between them.
     async fn begin_member(&mut self, tenant: &str) -> Result<()> {
-        let keep_previous = if self.member {
-            "RELEASE SAVEPOINT member; "
-        } else {
-            ""
-        };
-        let statement = format!("{keep_previous}SAVEPOINT member; {}", declare(tenant)?);
+        if self.acting_for == tenant {
+            return Ok(());
+        }
         // Safe: the only dynamic part is a literal quoted by `declare`.
-        sqlx::raw_sql(AssertSqlSafe(statement))
+        sqlx::raw_sql(AssertSqlSafe(declare(tenant)?))
             .execute(&mut *self.tx)
             .await
             .map_err(db)?;
-        self.member = true;
+        tenant.clone_into(&mut self.acting_for);
         Ok(())
-    }
-
-    /// Back to the member's savepoint, which stays: the next member releases it. The tenant
-    /// declared after it is undone with it, and the next member declares its own.
-    async fn undo_member(&mut self) -> Result<()> {
-        sqlx::raw_sql("ROLLBACK TO SAVEPOINT member")
-            .execute(&mut *self.tx)
-            .await
-            .map_err(db)
-            .map(drop)
     }
 
     /// Takes transaction-scoped advisory locks, released by the commit or rollback. They are

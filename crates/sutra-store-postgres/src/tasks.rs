@@ -64,17 +64,16 @@ impl TaskStatements for Scoped {
             "WITH expired AS (
                  SELECT id FROM tasks
                  WHERE tenant = $1 AND topic = ANY($2)
-                   AND state = $4 AND locked_until <= sutra_now() AND attempt > retries
+                   AND state = 'locked' AND locked_until <= sutra_now() AND attempt > retries
                  FOR UPDATE SKIP LOCKED)
              UPDATE tasks
-             SET state = $3, lock_token = NULL, locked_until = NULL, updated_at = sutra_now()
+             SET state = 'terminal', lock_token = NULL, locked_until = NULL,
+                 updated_at = sutra_now()
              FROM expired WHERE tasks.id = expired.id
              RETURNING instance, park, worker, attempt",
         )
         .bind(tenant)
         .bind(topics)
-        .bind(TaskState::Terminal.as_str())
-        .bind(TaskState::Locked.as_str())
         .fetch_all(self.connection())
         .await
         .map_err(db)
@@ -86,19 +85,19 @@ impl TaskStatements for Scoped {
     async fn lock_tasks(&mut self, poll: &TaskPoll) -> Result<Vec<LockedTask>> {
         let locked: Vec<LockedRow> = sqlx::query_as(
             "WITH picked AS (
-                 SELECT id, state = $4 AS expired,
-                        CASE state WHEN $4 THEN locked_until ELSE available_at END AS since
+                 SELECT id, state = 'locked' AS expired,
+                        CASE state WHEN 'locked' THEN locked_until ELSE available_at END AS since
                  FROM tasks
                  WHERE tenant = $1 AND topic = ANY($2)
-                   AND ((state = $3 AND available_at <= sutra_now())
-                        OR (state = $4 AND locked_until <= sutra_now()))
+                   AND ((state = 'available' AND available_at <= sutra_now())
+                        OR (state = 'locked' AND locked_until <= sutra_now()))
                  ORDER BY since, id
-                 LIMIT $5
+                 LIMIT $3
                  FOR UPDATE SKIP LOCKED),
              locked AS (
                  UPDATE tasks
-                 SET state = $4, lock_token = gen_random_uuid()::text,
-                     locked_until = sutra_after(COALESCE($6, lock_us)), worker = $7,
+                 SET state = 'locked', lock_token = gen_random_uuid()::text,
+                     locked_until = sutra_after(COALESCE($4, lock_us)), worker = $5,
                      attempt = attempt + picked.expired::int, updated_at = sutra_now()
                  FROM picked WHERE tasks.id = picked.id
                  RETURNING tasks.id, instance, topic, input, attempt, lock_token, locked_until,
@@ -107,8 +106,6 @@ impl TaskStatements for Scoped {
         )
         .bind(&poll.tenant)
         .bind(&poll.topics)
-        .bind(TaskState::Available.as_str())
-        .bind(TaskState::Locked.as_str())
         .bind(i64::from(poll.max))
         .bind(poll.lock.map(duration_micros))
         .bind(&poll.worker)
@@ -174,13 +171,14 @@ impl TaskStatements for Scoped {
 
     async fn next_task_at(&mut self, tenant: &str, topics: &[String]) -> Result<Option<i64>> {
         sqlx::query_scalar(
-            "SELECT MIN(CASE state WHEN $4 THEN locked_until ELSE available_at END) FROM tasks
-             WHERE tenant = $1 AND topic = ANY($2) AND state IN ($3, $4)",
+            "SELECT LEAST(
+                 (SELECT MIN(available_at) FROM tasks
+                  WHERE tenant = $1 AND topic = ANY($2) AND state = 'available'),
+                 (SELECT MIN(locked_until) FROM tasks
+                  WHERE tenant = $1 AND topic = ANY($2) AND state = 'locked'))",
         )
         .bind(tenant)
         .bind(topics)
-        .bind(TaskState::Available.as_str())
-        .bind(TaskState::Locked.as_str())
         .fetch_one(self.connection())
         .await
         .map_err(db)

@@ -2,9 +2,9 @@
 //! against the store's clock.
 
 use jiff::SignedDuration;
-use sutra_store::{ClaimToken, Claimed, Claims, Error, Owner, Result, SweepOutcome};
+use sutra_store::{ClaimKind, ClaimToken, Claimed, Claims, Error, Owner, Result, SweepOutcome};
 
-use crate::rows::SweptRow;
+use crate::rows::{ClaimedRow, SweptRow};
 use crate::statements::{Backend, ClaimStatements, NewClaim, Scope, Statements};
 use crate::store::SqlStore;
 
@@ -48,14 +48,31 @@ impl<B: Backend> Claims for SqlStore<B> {
     }
 }
 
-/// Takes the claim in the caller's transaction (its own, or a group's). A refusal has written
-/// nothing: the caller's transaction may go on or be dropped.
-pub(crate) async fn take_claim<T: ClaimStatements>(
+/// Takes the durable claim in the caller's transaction. A refusal has written nothing.
+async fn take_claim<T: ClaimStatements>(tx: &mut T, claim: &NewClaim<'_>) -> Result<Claimed> {
+    let row = tx.claim(claim).await?;
+    decode_or_refuse(tx, claim, row, ClaimKind::Durable).await
+}
+
+/// Takes the claim as the row lock of the caller's transaction (a group's): nothing is written,
+/// and a refusal leaves the transaction as it was.
+pub(crate) async fn lock_claim<T: ClaimStatements>(
     tx: &mut T,
     claim: &NewClaim<'_>,
 ) -> Result<Claimed> {
-    match tx.claim(claim).await? {
-        Some(row) => row.decode(claim.owner),
+    let row = tx.lock_claimable(claim).await?;
+    decode_or_refuse(tx, claim, row, ClaimKind::Locked).await
+}
+
+/// The claimed row, or why there is none: held, or no such instance.
+async fn decode_or_refuse<T: ClaimStatements>(
+    tx: &mut T,
+    claim: &NewClaim<'_>,
+    row: Option<ClaimedRow>,
+    kind: ClaimKind,
+) -> Result<Claimed> {
+    match row {
+        Some(row) => row.decode(claim.owner, kind),
         None if tx.instance_exists(claim.tenant, claim.instance).await? => Err(Error::ClaimHeld),
         None => Err(Error::InstanceNotFound(claim.instance.to_owned())),
     }

@@ -40,6 +40,7 @@ pub(crate) async fn write_step<T: StepStatements>(
     step: &StepCommit,
 ) -> Result<Committed> {
     let instance = &step.snapshot.instance;
+    refuse_taken_aliases(tx, step).await?;
     let mut writer = StepWriter { tx, step, instance };
     match &step.claim {
         Some(token) => writer.settle(token).await?,
@@ -92,6 +93,37 @@ pub async fn insert_inbox_unless_consumed<T: Statements>(
             entry.event_id, entry.channel
         ))),
     }
+}
+
+/// Refuses the step, before it writes anything, when a wait it arms is on a correlation key
+/// another park holds (SPEC §7.2) — any park but one this step disarms. So a refusal leaves the
+/// caller's transaction as it was, and a group's other members stand. A key taken between this
+/// look and the insert (by a transaction that had not committed yet) is found by the insert,
+/// after the step's first writes: that is an error of the whole transaction, and a retry finds
+/// the key taken here.
+async fn refuse_taken_aliases<T: Statements>(tx: &mut T, step: &StepCommit) -> Result<()> {
+    let instance = &step.snapshot.instance;
+    for arm in &step.arms {
+        let Arm::Wait { channel, key, .. } = arm else {
+            continue;
+        };
+        let on = Correlation {
+            tenant: &instance.tenant,
+            channel,
+            key,
+        };
+        let Some(holder) = tx.find_wait(on).await? else {
+            continue;
+        };
+        let disarmed = holder.instance == instance.id && step.disarms.contains(&holder.park);
+        if !disarmed {
+            return Err(Error::AliasTaken {
+                channel: channel.clone(),
+                key: key.clone(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Orders this commit with any `buffer` of a message on a key one of its waits parks on.
@@ -208,10 +240,11 @@ impl<T: StepStatements> StepWriter<'_, T> {
             on,
         };
         if !self.tx.insert_wait(&wait).await? {
-            return Err(Error::AliasTaken {
-                channel: channel.to_owned(),
-                key: key.to_owned(),
-            });
+            // Taken since `refuse_taken_aliases` looked: this step has written rows already.
+            return Err(Error::Unavailable(format!(
+                "the correlation key `{key}` on `{channel}` was taken while the step was written; \
+                 retry"
+            )));
         }
         let Some(early) = self.tx.take_buffered(on).await? else {
             return Ok(None);

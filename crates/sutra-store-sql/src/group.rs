@@ -1,7 +1,8 @@
 //! Group commit (decision 0024): [`sutra_store::Group`] over a backend's transaction. Each
-//! member's statements are the scripts' own (`take_claim`, `write_step`, `record_completion`),
-//! run inside the member's mark ([`Statements::begin_member`]), so a member's refusal or error is
-//! undone alone and the group's transaction stays usable for the members after it.
+//! member's statements are the scripts' own (`lock_claim`, `write_step`, `record_completion`),
+//! each acting for the member's tenant ([`Statements::begin_member`]). A member's claim is the
+//! row lock, so a refusal, and every error the scripts return before their first write, leave
+//! the transaction as it was, for the members after it.
 
 use jiff::SignedDuration;
 use serde_json::Value;
@@ -9,7 +10,7 @@ use sutra_store::{
     Claimed, Committed, Group, Groups, Owner, RecordedCompletion, Result, StepCommit,
 };
 
-use crate::claim::take_claim;
+use crate::claim::lock_claim;
 use crate::commit::write_step;
 use crate::statements::{Backend, NewClaim, Scope, Statements};
 use crate::store::SqlStore;
@@ -35,10 +36,6 @@ impl<B: Backend> Group for SqlGroup<B> {
         self.tx.begin_member(tenant).await
     }
 
-    async fn undo(&mut self) -> Result<()> {
-        self.tx.undo_member().await
-    }
-
     async fn claim(
         &mut self,
         tenant: &str,
@@ -52,7 +49,7 @@ impl<B: Backend> Group for SqlGroup<B> {
             owner,
             timeout: claim_timeout,
         };
-        take_claim(&mut self.tx, &claim).await
+        lock_claim(&mut self.tx, &claim).await
     }
 
     async fn commit_step(&mut self, step: &StepCommit) -> Result<Committed> {

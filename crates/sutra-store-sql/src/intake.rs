@@ -1,7 +1,7 @@
 //! Intake's script: keeping an early message (`buffer`) until a `receive` parks on its key.
 
 use sutra_store::{
-    BufferedMessage, DeliveryKind, InboxAnswer, InboxEntry, Intake, Result, WaitTarget,
+    BufferedMessage, DeliveryKind, InboxAnswer, InboxEntry, Intake, Lookup, Result, WaitTarget,
 };
 
 use crate::commit::insert_inbox_unless_consumed;
@@ -42,6 +42,41 @@ impl<B: Backend> Intake for SqlStore<B> {
                 event_id,
             })
             .await
+        })
+        .await
+    }
+
+    async fn look_up(
+        &self,
+        tenant: &str,
+        channel: &str,
+        event_id: &str,
+        key: Option<&str>,
+    ) -> Result<Lookup> {
+        self.once(Scope::Tenant(tenant), async |tx| {
+            let inbox = InboxKey {
+                tenant,
+                channel,
+                event_id,
+            };
+            if let Some(answer) = tx.inbox_answer(inbox).await? {
+                return Ok(Lookup {
+                    answer: Some(answer),
+                    wait: None,
+                });
+            }
+            let wait = match key {
+                Some(key) => {
+                    tx.find_wait(Correlation {
+                        tenant,
+                        channel,
+                        key,
+                    })
+                    .await?
+                }
+                None => None,
+            };
+            Ok(Lookup { answer: None, wait })
         })
         .await
     }

@@ -10,8 +10,8 @@ use sqlx::{Database, Encode, Type};
 use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot};
 use sutra_store::codec::{duration_micros, micros, park};
 use sutra_store::{
-    BufferedMessage, ClaimToken, DeploymentStatus, InboxEntry, OutboxEntry, OutboxId, OutboxRetry,
-    Result, TaskState,
+    BufferedMessage, ClaimKind, ClaimToken, DeploymentStatus, InboxEntry, OutboxEntry, OutboxId,
+    OutboxRetry, Result, TaskState,
 };
 
 use crate::statements::{Correlation, InboxKey, NewDeliveryRow, NewVersion, TaskArm, WaitArm};
@@ -97,14 +97,22 @@ pub fn inbox<'q, Q: Bind<'q>>(query: Q, tenant: &'q str, entry: &'q InboxEntry) 
 }
 
 /// A fenced settle: snapshot, status, tenant, id, owner, fence.
+/// A step's settle: snapshot, status, tenant, id, the owner a durable claim wrote (none for a
+/// locked claim, which wrote nothing), the fence the claim read, and what the settle adds to it
+/// (a durable claim grew it already; a locked one's step grows it here).
 pub fn settle<'q, Q: Bind<'q>>(query: Q, token: &'q ClaimToken, snapshot: &'q Snapshot) -> Q {
+    let (owner, growth) = match token.kind {
+        ClaimKind::Durable => (Some(token.owner.0.as_str()), 0),
+        ClaimKind::Locked => (None, 1),
+    };
     query
         .json(snapshot.to_json())
         .text(snapshot.status.as_str())
         .text(&snapshot.instance.tenant)
         .text(&snapshot.instance.id)
-        .text(&token.owner.0)
+        .maybe_text(owner)
         .int(token.fence)
+        .int(growth)
 }
 
 /// A new instance: id, tenant, deployment, version, flow, status, snapshot.

@@ -11,9 +11,9 @@ use sutra_core::snapshot::{ParkId, Snapshot, TokenId};
 use sutra_core::step::HistoryEvent;
 use sutra_store::codec::{corrupt, park_id, parse_history_kind, timestamp, unsigned};
 use sutra_store::{
-    ClaimToken, Claimed, Delivery, DeliveryId, DeliveryKind, DeploymentRecord, DeploymentStatus,
-    InboxAnswer, InstanceKey, InstanceRecord, Lease, OutboxEntry, OutboxId, OutboxRecord, Owner,
-    Result, SweepOutcome, TaskLock, TaskRecord, TaskState, WaitTarget,
+    ClaimKind, ClaimToken, Claimed, Delivery, DeliveryId, DeliveryKind, DeploymentRecord,
+    DeploymentStatus, InboxAnswer, InstanceKey, InstanceRecord, Lease, OutboxEntry, OutboxId,
+    OutboxRecord, Owner, Result, SweepOutcome, TaskLock, TaskRecord, TaskState, WaitTarget,
 };
 
 pub fn snapshot(json: Value) -> Result<Snapshot> {
@@ -28,11 +28,12 @@ pub struct ClaimedRow {
 }
 
 impl ClaimedRow {
-    pub fn decode(self, owner: &Owner) -> Result<Claimed> {
+    pub fn decode(self, owner: &Owner, kind: ClaimKind) -> Result<Claimed> {
         Ok(Claimed {
             token: ClaimToken {
                 owner: owner.clone(),
                 fence: self.fence,
+                kind,
             },
             snapshot: snapshot(self.snapshot.0)?,
         })

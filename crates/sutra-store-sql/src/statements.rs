@@ -172,12 +172,9 @@ pub trait Statements: Send + Sized {
     /// Commits; dropping the transaction instead rolls it back.
     fn commit(self) -> impl Future<Output = Result<()>> + Send;
 
-    /// Opens the next member of a group (`sutra_store::Group::member`), acting for `tenant`:
-    /// keeps what the members before it wrote and marks where its own writes begin.
+    /// Opens the next member of a group (`sutra_store::Group::member`): from here on the
+    /// transaction acts for `tenant`, and holds whatever lock its statements need to.
     fn begin_member(&mut self, tenant: &str) -> impl Future<Output = Result<()>> + Send;
-
-    /// Rolls back to where the open member began, leaving the transaction usable.
-    fn undo_member(&mut self) -> impl Future<Output = Result<()>> + Send;
 
     /// Orders this transaction with every other that names any of `on`, until it ends.
     fn serialize(&mut self, on: &[LockOn<'_>]) -> impl Future<Output = Result<()>> + Send;
@@ -215,6 +212,16 @@ pub trait ClaimStatements: Statements {
         claim: &NewClaim<'_>,
     ) -> impl Future<Output = Result<Option<ClaimedRow>>> + Send;
 
+    /// Locks the instance's row for this transaction if the claim predicate holds and no other
+    /// transaction holds the row (skipping it, never waiting); its fence and snapshot, or
+    /// `None`, having written nothing. The claim of a group member ([`ClaimKind::Locked`]).
+    ///
+    /// [`ClaimKind::Locked`]: sutra_store::ClaimKind::Locked
+    fn lock_claimable(
+        &mut self,
+        claim: &NewClaim<'_>,
+    ) -> impl Future<Output = Result<Option<ClaimedRow>>> + Send;
+
     fn instance_exists(
         &mut self,
         tenant: &str,
@@ -238,7 +245,8 @@ pub trait ClaimStatements: Statements {
 
 /// The statements of a step's commit (`commit`).
 pub trait StepStatements: Statements {
-    /// Writes the snapshot and clears the owner if `token` still holds the claim; whether it did.
+    /// Writes the snapshot and clears the owner if `token` still holds the claim, growing the
+    /// fence for a locked claim; whether it did.
     fn settle(
         &mut self,
         token: &ClaimToken,

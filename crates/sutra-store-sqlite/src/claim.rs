@@ -30,6 +30,21 @@ impl ClaimStatements for Session {
         .map_err(db)
     }
 
+    /// Inside the write transaction, whose lock is the row lock: the read is the claim.
+    async fn lock_claimable(&mut self, claim: &NewClaim<'_>) -> Result<Option<ClaimedRow>> {
+        let now = self.write().await?.now();
+        let query = sqlx::query_as(
+            "SELECT fence, snapshot FROM instances
+             WHERE tenant = ?2 AND id = ?3
+               AND (owner IS NULL OR owner = ?1 OR claimed_at < ?4)",
+        )
+        .bind(&claim.owner.0)
+        .bind(claim.tenant)
+        .bind(claim.instance)
+        .bind(micros_before(now, claim.timeout));
+        self.fetch_optional(query).await
+    }
+
     async fn instance_exists(&mut self, tenant: &str, instance: &str) -> Result<bool> {
         let found: Option<i64> =
             sqlx::query_scalar("SELECT 1 FROM instances WHERE tenant = ?1 AND id = ?2")

@@ -18,8 +18,8 @@ impl StepStatements for Session {
         let query = sqlx::query(
             "UPDATE instances
              SET snapshot = ?1, status = ?2, owner = NULL, claimed_at = NULL, recoveries = 0,
-                 updated_at = ?7
-             WHERE tenant = ?3 AND id = ?4 AND owner = ?5 AND fence = ?6",
+                 fence = fence + ?7, updated_at = ?8
+             WHERE tenant = ?3 AND id = ?4 AND (?5 IS NULL OR owner = ?5) AND fence = ?6",
         );
         let query = params::settle(query, token, snapshot).bind(micros(tx.now()));
         Ok(tx.execute(query).await? == 1)

@@ -27,8 +27,6 @@ pub struct Session {
     pool: SqlitePool,
     write: Option<Write>,
     alone: Option<PoolConnection<sqlx::Sqlite>>,
-    /// Whether a group member's savepoint is open ([`Statements::begin_member`]).
-    member: bool,
 }
 
 /// A write transaction, and the one "now" every statement in it writes: the process's clock,
@@ -126,7 +124,6 @@ impl Backend for Sqlite {
             pool: self.pool.clone(),
             write: None,
             alone: None,
-            member: false,
         })
     }
 
@@ -149,30 +146,10 @@ impl Statements for Session {
         }
     }
 
-    /// A savepoint per member, inside the write transaction (begun here if need be, so that a
-    /// group holds the write lock from its first member). The tenant is the scripts' business.
+    /// The write transaction, begun if need be, so that a group holds the write lock — every
+    /// row's lock, on SQLite — from its first member's claim. The tenant is the scripts' business.
     async fn begin_member(&mut self, _tenant: &str) -> Result<()> {
-        let statement = if self.member {
-            "RELEASE SAVEPOINT member; SAVEPOINT member"
-        } else {
-            "SAVEPOINT member"
-        };
-        let write = self.write().await?;
-        sqlx::raw_sql(statement)
-            .execute(write.connection())
-            .await
-            .map_err(db)?;
-        self.member = true;
-        Ok(())
-    }
-
-    async fn undo_member(&mut self) -> Result<()> {
-        let write = self.write().await?;
-        sqlx::raw_sql("ROLLBACK TO SAVEPOINT member")
-            .execute(write.connection())
-            .await
-            .map_err(db)
-            .map(drop)
+        self.write().await.map(drop)
     }
 
     /// Nothing to take: every write transaction holds SQLite's one write lock from its `BEGIN

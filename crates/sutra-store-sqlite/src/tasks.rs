@@ -36,15 +36,14 @@ impl TaskStatements for Session {
         let tx = self.write().await?;
         let now = micros(tx.now());
         sqlx::query_as(
-            "UPDATE tasks SET state = ?3, lock_token = NULL, locked_until = NULL, updated_at = ?5
+            "UPDATE tasks
+             SET state = 'terminal', lock_token = NULL, locked_until = NULL, updated_at = ?3
              WHERE tenant = ?1 AND topic IN (SELECT value FROM json_each(?2))
-               AND state = ?4 AND locked_until <= ?5 AND attempt > retries
+               AND state = 'locked' AND locked_until <= ?3 AND attempt > retries
              RETURNING instance, park, worker, attempt",
         )
         .bind(tenant)
         .bind(Json(topics))
-        .bind(TaskState::Terminal.as_str())
-        .bind(TaskState::Locked.as_str())
         .bind(now)
         .fetch_all(tx.connection())
         .await
@@ -59,14 +58,13 @@ impl TaskStatements for Session {
         let candidates: Vec<Candidate> = sqlx::query_as(
             "SELECT id, instance, topic, input, state, attempt, lock_us FROM tasks
              WHERE tenant = ?1 AND topic IN (SELECT value FROM json_each(?2))
-               AND ((state = ?3 AND available_at <= ?5) OR (state = ?4 AND locked_until <= ?5))
-             ORDER BY CASE state WHEN ?4 THEN locked_until ELSE available_at END, id
-             LIMIT ?6",
+               AND ((state = 'available' AND available_at <= ?3)
+                    OR (state = 'locked' AND locked_until <= ?3))
+             ORDER BY CASE state WHEN 'locked' THEN locked_until ELSE available_at END, id
+             LIMIT ?4",
         )
         .bind(&poll.tenant)
         .bind(Json(&poll.topics))
-        .bind(TaskState::Available.as_str())
-        .bind(TaskState::Locked.as_str())
         .bind(micros(now))
         .bind(poll.max)
         .fetch_all(tx.connection())
@@ -135,14 +133,18 @@ impl TaskStatements for Session {
 
     async fn next_task_at(&mut self, tenant: &str, topics: &[String]) -> Result<Option<i64>> {
         sqlx::query_scalar(
-            "SELECT MIN(CASE state WHEN ?4 THEN locked_until ELSE available_at END) FROM tasks
-             WHERE tenant = ?1 AND topic IN (SELECT value FROM json_each(?2))
-               AND state IN (?3, ?4)",
+            // The aggregate, not the two-argument `min`, which is NULL when either side is.
+            "SELECT MIN(at) FROM (
+                 SELECT MIN(available_at) AS at FROM tasks
+                 WHERE tenant = ?1 AND topic IN (SELECT value FROM json_each(?2))
+                   AND state = 'available'
+                 UNION ALL
+                 SELECT MIN(locked_until) FROM tasks
+                 WHERE tenant = ?1 AND topic IN (SELECT value FROM json_each(?2))
+                   AND state = 'locked')",
         )
         .bind(tenant)
         .bind(Json(topics))
-        .bind(TaskState::Available.as_str())
-        .bind(TaskState::Locked.as_str())
         .fetch_one(self.connection().await?)
         .await
         .map_err(db)

@@ -16,7 +16,21 @@ pub struct Owner(pub String);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimToken {
     pub owner: Owner,
+    /// The fence the claim read: a durable claim grew it; a locked one's commit grows it.
     pub fence: i64,
+    pub kind: ClaimKind,
+}
+
+/// How a claim is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimKind {
+    /// Written on the row ([`Claims::claim`]): it outlives its transaction until a commit or
+    /// release clears it, or the sweep does by age.
+    Durable,
+    /// The row lock of the transaction it was taken in ([`crate::Group::claim`]): nothing is
+    /// written until the step's commit, which grows the fence, and nothing outlives the
+    /// transaction.
+    Locked,
 }
 
 /// What a successful claim returns: the fence and everything needed to rehydrate the instance.

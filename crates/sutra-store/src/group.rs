@@ -6,9 +6,10 @@
 //! transaction ([`Group::commit_step`], the same script as [`crate::Steps::commit`]). A group is
 //! such a transaction carrying several steps — its *members* — one after the other:
 //!
-//! - each member is claimed, guarded by its fence and written on its own predicate, inside a
-//!   mark of its own ([`Group::member`]); a member refused, stale or failing is undone alone
-//!   ([`Group::undo`]) and the others stay;
+//! - each member is claimed, guarded by its fence and written on its own predicate; its claim is
+//!   the row lock ([`crate::ClaimKind::Locked`]), so a member refused, stale or rejected before
+//!   its writes leaves nothing, and the others stay. A member that fails *after* writing
+//!   something (a database error) fails the group: the caller runs each member again alone;
 //! - nothing of any member is durable until [`Group::commit`] returns, so a caller is answered
 //!   only after it: *reply implies committed* holds for every member;
 //! - a process that dies before the commit leaves nothing: its transaction rolls back, and the
@@ -39,12 +40,8 @@ pub trait Groups: Send + Sync {
 /// rolls every member back.
 #[async_trait::async_trait]
 pub trait Group: Send {
-    /// Opens the next member, acting for `tenant`: what it writes from here on is undone alone
-    /// by [`Group::undo`], and kept by opening the next member or committing.
+    /// Opens the next member, acting for `tenant`.
     async fn member(&mut self, tenant: &str) -> Result<()>;
-
-    /// Undoes everything the open member wrote, its claim included; the members before it stay.
-    async fn undo(&mut self) -> Result<()>;
 
     /// [`crate::Claims::claim`] inside the group's transaction: the instance's row stays locked
     /// until the group ends, so the claim and the step's commit are one transaction. Refuses with
@@ -57,7 +54,10 @@ pub trait Group: Send {
         claim_timeout: SignedDuration,
     ) -> Result<Claimed>;
 
-    /// [`crate::Steps::commit`]'s writes, in the group's transaction.
+    /// [`crate::Steps::commit`]'s writes, in the group's transaction. A refusal found before
+    /// the first write ([`crate::Error::Duplicate`], [`crate::Error::AliasTaken`]) leaves the
+    /// transaction as it was; any other error may leave the member half written, and the group
+    /// must not commit.
     async fn commit_step(&mut self, step: &StepCommit) -> Result<Committed>;
 
     /// [`crate::Tasks::complete_task`] in the group's transaction; returns the delivery that

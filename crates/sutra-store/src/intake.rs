@@ -42,6 +42,14 @@ pub struct BufferedMessage {
     pub expires_at: Timestamp,
 }
 
+/// What intake learns of a message before it runs a step: how it was answered, if it was
+/// consumed already, and otherwise the park its correlation key names, if any.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Lookup {
+    pub answer: Option<InboxAnswer>,
+    pub wait: Option<WaitTarget>,
+}
+
 /// A correlation alias found for a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WaitTarget {
@@ -61,6 +69,16 @@ pub trait Intake: Send + Sync {
         channel: &str,
         event_id: &str,
     ) -> Result<Option<InboxAnswer>>;
+
+    /// [`Intake::inbox_answer`], then, unless the message was consumed, [`Intake::find_wait`]
+    /// for `key`: the two reads of a message's intake in one round of the store's.
+    async fn look_up(
+        &self,
+        tenant: &str,
+        channel: &str,
+        event_id: &str,
+        key: Option<&str>,
+    ) -> Result<Lookup>;
 
     /// Keeps an uncorrelated message until a `receive` parks on its key or it expires. Also
     /// records its inbox row; returns the earlier answer if the message was already consumed.

@@ -38,12 +38,12 @@ mod reads;
 mod steps;
 mod tasks;
 
-pub use claim::{ClaimToken, Claimed, Claims, InstanceKey, Owner, SweepOutcome};
+pub use claim::{ClaimKind, ClaimToken, Claimed, Claims, InstanceKey, Owner, SweepOutcome};
 pub use deliveries::{Deliveries, Delivery, DeliveryId, DeliveryKind, NewDelivery};
 pub use deployments::{DeploymentRecord, DeploymentStatus, Deployments};
 pub use error::{Error, Result};
 pub use group::{Group, Groups, RecordedCompletion};
-pub use intake::{BufferedMessage, InboxAnswer, InboxEntry, Intake, WaitTarget};
+pub use intake::{BufferedMessage, InboxAnswer, InboxEntry, Intake, Lookup, WaitTarget};
 pub use leases::{Lease, Leases};
 pub use outbox::{Outbox, OutboxId, OutboxRecord, OutboxRetry, OutboxRow, SendError, Sender};
 pub use purge::{Purge, Purged};

@@ -10,9 +10,9 @@ pub(super) use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot, Status, To
 pub(super) use sutra_core::step::{HistoryEvent, HistoryKind, Message};
 
 pub(super) use crate::{
-    Arm, BufferedMessage, Claimed, Delivery, DeliveryId, DeliveryKind, DeploymentRecord,
+    Arm, BufferedMessage, ClaimKind, Claimed, Delivery, DeliveryId, DeliveryKind, DeploymentRecord,
     DeploymentStatus, Error, InboxAnswer, InboxEntry, InstanceFilter, InstanceKey, InstanceRecord,
-    NewDelivery, OutboxEntry, OutboxRecord, Owner, Result, StepCommit, Store, SweepOutcome,
+    Lookup, NewDelivery, OutboxEntry, OutboxRecord, Owner, Result, StepCommit, Store, SweepOutcome,
     TaskRecord, TaskState, WaitTarget,
 };
 

@@ -1,6 +1,6 @@
-//! Conformance of group commit (decision 0024): the claim taken inside the group's transaction,
-//! members undone alone, nothing durable before the commit, each member acting for its own
-//! tenant.
+//! Conformance of group commit (decision 0024): the claim taken inside the group's transaction
+//! as its row lock, a refused or unwritten member leaving nothing, nothing durable before the
+//! commit, each member acting for its own tenant.
 
 use super::fixtures::*;
 
@@ -32,7 +32,6 @@ pub async fn a_refused_member_writes_nothing_and_the_others_commit<S: Store>(sto
     group.member(TENANT).await.unwrap();
     let refused = group.claim(TENANT, &held, &owner(LANE_A), HOUR).await;
     assert_eq!(refused, Err(Error::ClaimHeld));
-    group.undo().await.unwrap();
     group.commit().await.unwrap();
 
     let landed = record(store, &free).await;
@@ -44,37 +43,42 @@ pub async fn a_refused_member_writes_nothing_and_the_others_commit<S: Store>(sto
     assert_eq!(owner_of(store, &held).await.as_deref(), Some(LANE_B));
 }
 
-pub async fn an_undone_member_leaves_no_claim_and_keeps_the_members_before_it<S: Store>(store: &S) {
-    let (kept, undone) = (id(1), id(2));
-    started(store, TENANT, &kept).await;
-    started(store, TENANT, &undone).await;
-    let before = record(store, &undone).await;
+pub async fn a_member_claim_writes_nothing_and_its_commit_grows_the_fence<S: Store>(store: &S) {
+    let (written, unwritten) = (id(1), id(2));
+    started(store, TENANT, &written).await;
+    started(store, TENANT, &unwritten).await;
+    let (before, untouched) = (
+        record(store, &written).await,
+        record(store, &unwritten).await,
+    );
 
     let mut group = store.group().await.unwrap();
     group.member(TENANT).await.unwrap();
     let first = group
-        .claim(TENANT, &kept, &owner(LANE_A), HOUR)
+        .claim(TENANT, &written, &owner(LANE_A), HOUR)
         .await
         .unwrap();
+    assert_eq!(first.token.kind, ClaimKind::Locked);
+    assert_eq!(
+        first.token.fence, before.fence,
+        "the claim itself writes nothing"
+    );
     group.commit_step(&advanced(&first)).await.unwrap();
+    // Claimed, then rejected by the executor: the member writes nothing at all.
     group.member(TENANT).await.unwrap();
-    let second = group
-        .claim(TENANT, &undone, &owner(LANE_A), HOUR)
+    group
+        .claim(TENANT, &unwritten, &owner(LANE_A), HOUR)
         .await
         .unwrap();
-    group.commit_step(&advanced(&second)).await.unwrap();
-    group.undo().await.unwrap();
     group.commit().await.unwrap();
 
+    let after = record(store, &written).await;
     assert_eq!(
-        record(store, &kept).await.snapshot,
-        advanced(&first).snapshot
+        (&after.snapshot, &after.owner, after.fence),
+        (&advanced(&first).snapshot, &None, before.fence + 1),
+        "the step grows the fence by one and leaves the instance unowned"
     );
-    assert_eq!(
-        record(store, &undone).await,
-        before,
-        "an undone member leaves nothing, its claim included"
-    );
+    assert_eq!(record(store, &unwritten).await, untouched);
 }
 
 pub async fn nothing_of_a_group_is_durable_before_its_commit<S: Store>(store: &S) {
@@ -107,25 +111,29 @@ pub async fn a_group_claim_of_a_step_in_flight_is_refused<S: Store>(store: &S) {
         .await
         .unwrap();
 
-    // A second group while the first still holds the instance: on a store with concurrent
-    // writers it must be refused, not wait for the first to commit. SQLite's single writer
-    // makes the second wait for the write lock instead (bounded by its busy timeout), so only
-    // the refusal is checked there, after the first has ended.
+    // A second group while the first still holds the instance must not get it while the first
+    // is in flight: on a store with concurrent writers it is refused at once; SQLite's single
+    // writer makes it wait for the first to end (bounded by the busy timeout), and then the
+    // instance is free, since the first wrote nothing.
+    let first_ended = std::sync::atomic::AtomicBool::new(false);
     let second = async {
         let mut second = store.group().await?;
         second.member(TENANT).await?;
-        second.claim(TENANT, &id, &owner(LANE_B), HOUR).await
+        let claimed = second.claim(TENANT, &id, &owner(LANE_B), HOUR).await;
+        Ok::<_, Error>((
+            claimed,
+            first_ended.load(std::sync::atomic::Ordering::SeqCst),
+        ))
     };
     let first_ends = async {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        first.commit().await
+        first.commit().await.unwrap();
+        first_ended.store(true, std::sync::atomic::Ordering::SeqCst);
     };
-    let (second, ended) = tokio::join!(second, first_ends);
-    ended.unwrap();
-    match second {
-        // The first group's claim is live (an hour), committed without a step: still held.
-        Err(Error::ClaimHeld) => {}
-        other => panic!("a claim held by a group in flight must be refused: {other:?}"),
+    let (second, ()) = tokio::join!(second, first_ends);
+    match second.unwrap() {
+        (Err(Error::ClaimHeld), _) | (Ok(_), true) => {}
+        other => panic!("a claim held by a group in flight must not be taken: {other:?}"),
     }
 }
 
@@ -141,8 +149,6 @@ pub async fn each_member_acts_for_its_own_tenant<S: Store>(store: &S) {
         matches!(foreign, Err(Error::InstanceNotFound(_))),
         "a member acting for {OTHER_TENANT} must not see {TENANT}'s instance: {foreign:?}"
     );
-    group.undo().await.unwrap();
-    group.member(OTHER_TENANT).await.unwrap();
     let claim = group
         .claim(OTHER_TENANT, &theirs, &owner(LANE_A), HOUR)
         .await

@@ -118,3 +118,55 @@ pub async fn buffer_relays_to_a_wait_armed_since_the_intake_looked<S: Store>(sto
         "nothing was buffered"
     );
 }
+
+pub async fn a_lookup_answers_a_consumed_message_and_otherwise_finds_its_wait<S: Store>(store: &S) {
+    let id = id(1);
+    started(store, TENANT, &id).await;
+    let claim = claimed(store, &id, LANE_A).await;
+    let commit = full_step(&claim, None);
+    store.commit(&commit).await.unwrap();
+    let consumed = commit.inbox.as_ref().expect("the step consumed a message");
+
+    let again = store
+        .look_up(TENANT, &consumed.channel, &consumed.event_id, Some(&id))
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        Lookup {
+            answer: Some(consumed.answer.clone()),
+            wait: None
+        },
+        "a consumed message is answered as it was first, whatever its key now names"
+    );
+    let fresh = store
+        .look_up(TENANT, REPLIES, "reply-new", Some(&id))
+        .await
+        .unwrap();
+    let park = WaitTarget {
+        instance: id.clone(),
+        park: WAIT_PARK,
+    };
+    assert_eq!(
+        fresh,
+        Lookup {
+            answer: None,
+            wait: Some(park)
+        }
+    );
+    let uncorrelated = store.look_up(TENANT, REPLIES, "reply-new", None).await;
+    assert_eq!(uncorrelated.unwrap(), Lookup::default());
+    let foreign = store
+        .look_up(
+            OTHER_TENANT,
+            &consumed.channel,
+            &consumed.event_id,
+            Some(&id),
+        )
+        .await;
+    assert_eq!(
+        foreign.unwrap(),
+        Lookup::default(),
+        "tenants never see each other's rows"
+    );
+}
