@@ -186,6 +186,29 @@ async fn a_flow_of_tasks_completes_when_workers_poll_and_complete_over_http() {
 }
 
 #[tokio::test]
+async fn a_completion_resumes_its_instance_before_it_is_answered() {
+    // Decision 0024: with the instance's claim free, the completion and the resuming step are
+    // one transaction, so the worker's answer implies the instance has moved on — the next task
+    // is there to take at once, with no dispatcher in between and no wait.
+    let scratch = Scratch::new("tasks-in-place");
+    let server = deployed(&scratch).await;
+    let instance = start_transfer(&server, "p1").await;
+    let debit = poll_one(&server, "w", "debit", json!({})).await;
+    let (status, body) = complete(&server, &debit, json!({"ok": true})).await;
+    assert_eq!(status, 200, "{body}");
+
+    let credit = poll(&server, "w", "credit", json!({"wait": "PT0S"})).await;
+    assert_eq!(
+        credit.len(),
+        1,
+        "the credit task was not armed by the completion's own step"
+    );
+    let history = server.history(&instance).await;
+    assert_audit_sequence_is_whole(&history);
+    assert_eq!(count_kind(&history, "task_completed"), 1, "{history:?}");
+}
+
+#[tokio::test]
 async fn a_wrong_or_expired_lock_token_is_refused_and_changes_nothing() {
     let scratch = Scratch::new("tasks-tokens");
     let server = deployed(&scratch).await;

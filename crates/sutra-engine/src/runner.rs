@@ -186,60 +186,65 @@ impl Stepper<'_> {
         result.map(|written| written.since(started))
     }
 
-    /// Records a worker's completion and, when the instance's claim is free, resumes the
-    /// instance in the same member. When the claim refuses (or the resumed step cannot be
-    /// written), the completion stays recorded as a durable delivery, due now, which the
+    /// A worker's completion: the task's lock is checked, and when the instance's claim is free
+    /// the task is completed and the instance resumed with its output in the same member, with
+    /// no delivery written at all. When the claim refuses (or the resumed step is rejected before
+    /// it writes), the completion is recorded as a durable delivery, due now, which the
     /// dispatcher takes with look-again (SPEC §5.6): `None`.
     pub(crate) async fn complete(
         &self,
         group: &mut dyn Group,
         completion: &Completion,
     ) -> Result<Option<Written>, Error> {
-        let recorded = self.record(group, completion).await?;
+        let started = std::time::Instant::now();
+        let Completion {
+            tenant,
+            task,
+            lock_token,
+            output,
+        } = completion;
+        let held = group
+            .hold_task(tenant, task, lock_token)
+            .await
+            .map_err(task_error)?;
         let key = InstanceKey {
-            tenant: completion.tenant.clone(),
-            id: recorded.instance.clone(),
+            tenant: tenant.clone(),
+            id: held.instance.clone(),
         };
+        let claimed = match self.claim(group, &key).await {
+            Ok(claimed) => claimed,
+            Err(Error::Busy) => {
+                metrics::claim_bounce(metrics::BouncePath::Timer);
+                group
+                    .complete_held(tenant, task, &held, Some(output))
+                    .await?;
+                return Ok(None);
+            }
+            Err(error) => return Err(error),
+        };
+        fault::point("after-claim");
+        group.complete_held(tenant, task, &held, None).await?;
         let resumption = Resumption {
             event: Event::TaskCompleted {
-                park: recorded.park,
-                output: completion.output.clone(),
+                park: held.park,
+                output: output.clone(),
             },
-            taken: Some(recorded.delivery),
+            taken: None,
             consumed: None,
             hold: false,
         };
-        let started = std::time::Instant::now();
-        match self.resume(group, &key, resumption).await {
+        match self.advance_metered(group, claimed, resumption).await {
             Ok(written) => Ok(Some(written.since(started))),
-            // The claim refused having written nothing: the completion's delivery stands.
-            Err(Error::Busy) => {
-                metrics::claim_bounce(metrics::BouncePath::Timer);
-                Ok(None)
-            }
             // The step wrote nothing: the completion stands alone, as a delivery, due now.
             Err(error) if fails_clean(&error) => {
-                debug!(task = %completion.task, %error, "a completion could not resume in place");
+                debug!(%task, %error, "a completion could not resume in place");
+                group
+                    .complete_held(tenant, task, &held, Some(output))
+                    .await?;
                 Ok(None)
             }
             Err(error) => Err(error),
         }
-    }
-
-    async fn record(
-        &self,
-        group: &mut dyn Group,
-        completion: &Completion,
-    ) -> Result<sutra_store::RecordedCompletion, Error> {
-        group
-            .complete_task(
-                &completion.tenant,
-                &completion.task,
-                &completion.lock_token,
-                &completion.output,
-            )
-            .await
-            .map_err(task_error)
     }
 
     /// The first step of a new instance. There is no claim to take: the instance row does not
@@ -282,6 +287,16 @@ impl Stepper<'_> {
         let claimed = self.claim(group, key).await?;
         fault::point("after-claim");
         debug!(instance = %key.id, owner = %self.owner.0, fence = claimed.token.fence, "claimed");
+        self.advance_metered(group, claimed, resumption).await
+    }
+
+    /// [`Stepper::advance`], counting a step that did not commit under its flow.
+    async fn advance_metered(
+        &self,
+        group: &mut dyn Group,
+        claimed: Claimed,
+        resumption: Resumption,
+    ) -> Result<Written, Error> {
         let flow = claimed.snapshot.instance.flow.clone();
         let started = std::time::Instant::now();
         let advanced = self.advance(group, claimed, resumption).await;

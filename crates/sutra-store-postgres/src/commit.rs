@@ -96,15 +96,16 @@ impl StepStatements for Scoped {
         self.execute(query).await.map(drop)
     }
 
+    /// One statement for both tables: they hold different rows, so one snapshot for both
+    /// deletes is the same as two.
     async fn delete_park_rows(&mut self, instance: &str, park_id: ParkId) -> Result<()> {
-        for resolve in [
-            "DELETE FROM waits WHERE instance = $1 AND park = $2",
-            "DELETE FROM deliveries WHERE instance = $1 AND park = $2",
-        ] {
-            let query = sqlx::query(resolve).bind(instance).bind(park(park_id)?);
-            self.execute(query).await?;
-        }
-        Ok(())
+        let query = sqlx::query(
+            "WITH waited AS (DELETE FROM waits WHERE instance = $1 AND park = $2)
+             DELETE FROM deliveries WHERE instance = $1 AND park = $2",
+        )
+        .bind(instance)
+        .bind(park(park_id)?);
+        self.execute(query).await.map(drop)
     }
 
     async fn insert_wait(&mut self, wait: &WaitArm<'_>) -> Result<bool> {

@@ -1,20 +1,18 @@
 //! Group commit (decision 0024): [`sutra_store::Group`] over a backend's transaction. Each
-//! member's statements are the scripts' own (`lock_claim`, `write_step`, `record_completion`),
+//! member's statements are the scripts' own (`lock_claim`, `write_step`, the task scripts),
 //! each acting for the member's tenant ([`Statements::begin_member`]). A member's claim is the
 //! row lock, so a refusal, and every error the scripts return before their first write, leave
 //! the transaction as it was, for the members after it.
 
 use jiff::SignedDuration;
 use serde_json::Value;
-use sutra_store::{
-    Claimed, Committed, Group, Groups, Owner, RecordedCompletion, Result, StepCommit,
-};
+use sutra_store::{Claimed, Committed, Group, Groups, HeldTask, Owner, Result, StepCommit};
 
 use crate::claim::lock_claim;
 use crate::commit::write_step;
 use crate::statements::{Backend, NewClaim, Scope, Statements};
 use crate::store::SqlStore;
-use crate::tasks::record_completion;
+use crate::tasks::{complete_held, held};
 
 #[async_trait::async_trait]
 impl<B: Backend> Groups for SqlStore<B> {
@@ -56,14 +54,22 @@ impl<B: Backend> Group for SqlGroup<B> {
         write_step(&mut self.tx, step).await
     }
 
-    async fn complete_task(
+    async fn hold_task(&mut self, tenant: &str, id: &str, lock_token: &str) -> Result<HeldTask> {
+        let held = held(&mut self.tx, tenant, id, lock_token).await?;
+        Ok(HeldTask {
+            instance: held.instance,
+            park: held.park,
+        })
+    }
+
+    async fn complete_held(
         &mut self,
         tenant: &str,
         id: &str,
-        lock_token: &str,
-        output: &Value,
-    ) -> Result<RecordedCompletion> {
-        record_completion(&mut self.tx, tenant, id, lock_token, output).await
+        task: &HeldTask,
+        deliver: Option<&Value>,
+    ) -> Result<()> {
+        complete_held(&mut self.tx, tenant, id, task, deliver).await
     }
 
     async fn commit(self: Box<Self>) -> Result<()> {

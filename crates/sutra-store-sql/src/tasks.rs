@@ -10,8 +10,8 @@ use serde_json::Value;
 use sutra_core::step::TaskError;
 use sutra_store::codec::{park_id, timestamp, unsigned};
 use sutra_store::{
-    DeliveryId, DeliveryKind, Error, Polled, RecordedCompletion, Result, TaskFailure, TaskPoll,
-    TaskState, Tasks, after_failure, lock_expired, retry_backoff,
+    DeliveryId, DeliveryKind, Error, HeldTask, Polled, Result, TaskFailure, TaskPoll, TaskState,
+    Tasks, after_failure, lock_expired, retry_backoff,
 };
 
 use crate::rows::{Held, HeldRow};
@@ -46,7 +46,12 @@ impl<B: Backend> Tasks for SqlStore<B> {
         output: &Value,
     ) -> Result<()> {
         let mut tx = self.begin(Scope::Tenant(tenant)).await?;
-        record_completion(&mut tx, tenant, id, lock_token, output).await?;
+        let held = held(&mut tx, tenant, id, lock_token).await?;
+        let task = HeldTask {
+            instance: held.instance,
+            park: held.park,
+        };
+        complete_held(&mut tx, tenant, id, &task, Some(output)).await?;
         tx.commit().await
     }
 
@@ -96,26 +101,30 @@ impl<B: Backend> Tasks for SqlStore<B> {
     }
 }
 
-/// Completes the task in the caller's transaction (its own, or a group's), with the delivery that
-/// carries the output to its park; returns that delivery.
-pub(crate) async fn record_completion<T: TaskStatements>(
+/// Completes a task the caller holds ([`held`]) in the caller's transaction (its own, or a
+/// group's), recording its output as a delivery to its park when `deliver` carries it.
+pub(crate) async fn complete_held<T: TaskStatements>(
     tx: &mut T,
     tenant: &str,
     id: &str,
-    lock_token: &str,
-    output: &Value,
-) -> Result<RecordedCompletion> {
-    let held = held(tx, tenant, id, lock_token).await?;
+    task: &HeldTask,
+    deliver: Option<&Value>,
+) -> Result<()> {
     tx.end_lock(id, TaskState::Completed).await?;
+    let Some(output) = deliver else {
+        return Ok(());
+    };
     let completed = DeliveryKind::TaskCompleted {
         output: output.clone(),
     };
-    let delivery = deliver(tx, tenant, &held, &completed).await?;
-    Ok(RecordedCompletion {
-        delivery,
-        instance: held.instance,
-        park: held.park,
-    })
+    let row = NewDeliveryRow {
+        tenant,
+        instance: &task.instance,
+        park: task.park,
+        kind: &completed,
+        due_at: None,
+    };
+    tx.insert_delivery(row).await.map(drop)
 }
 
 /// Turns terminal every task of the topics whose last attempt's lock expired, recording the
@@ -147,7 +156,7 @@ async fn exhaust_expired<T: TaskStatements>(
 
 /// Reads the task inside the transaction and checks that `lock_token` holds it now, by the
 /// store's clock. A refusal returns before anything is written.
-async fn held<T: TaskStatements>(
+pub(crate) async fn held<T: TaskStatements>(
     tx: &mut T,
     tenant: &str,
     id: &str,

@@ -19,12 +19,12 @@ use jiff::SignedDuration;
 use serde_json::Value;
 use sutra_core::snapshot::ParkId;
 
-use crate::{Claimed, Committed, DeliveryId, Owner, Result, StepCommit};
+use crate::{Claimed, Committed, Owner, Result, StepCommit};
 
-/// A task completion written in a group: the delivery that carries it to its instance's park.
+/// A task a worker's lock token holds, read in a group: whose park it is. Its row stays locked
+/// until the group ends.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RecordedCompletion {
-    pub delivery: DeliveryId,
+pub struct HeldTask {
     pub instance: String,
     pub park: ParkId,
 }
@@ -60,16 +60,21 @@ pub trait Group: Send {
     /// must not commit.
     async fn commit_step(&mut self, step: &StepCommit) -> Result<Committed>;
 
-    /// [`crate::Tasks::complete_task`] in the group's transaction; returns the delivery that
-    /// carries the completion to its instance, which a step that follows in the same member may
-    /// take at once (the completion resumes in place).
-    async fn complete_task(
+    /// The first half of [`crate::Tasks::complete_task`] in the group's transaction: reads the
+    /// task and checks that `lock_token` holds it, refusing ([`crate::Error::LockLost`],
+    /// [`crate::Error::TaskNotFound`]) before anything is written.
+    async fn hold_task(&mut self, tenant: &str, id: &str, lock_token: &str) -> Result<HeldTask>;
+
+    /// The second half: the held task is completed. With `deliver`, the output is recorded as a
+    /// `TaskCompleted` delivery to its park, due now, for the dispatcher; without, a step of the
+    /// same member resumes the instance with it in place.
+    async fn complete_held(
         &mut self,
         tenant: &str,
         id: &str,
-        lock_token: &str,
-        output: &Value,
-    ) -> Result<RecordedCompletion>;
+        held: &HeldTask,
+        deliver: Option<&Value>,
+    ) -> Result<()>;
 
     /// Commits every member kept.
     async fn commit(self: Box<Self>) -> Result<()>;
