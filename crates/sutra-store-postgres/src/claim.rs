@@ -1,6 +1,7 @@
 //! The claim (SPEC §5.2) on PostgreSQL: claim, release and sweep are each one conditional
-//! statement in a transaction of their own, compared against the database's clock, so that
-//! replicas never compare claims across clocks.
+//! statement in a transaction of their own, and a group member's claim (`lock_claimable`) one in
+//! its group's; all compared against the database's clock, so that replicas never compare claims
+//! across clocks.
 
 use jiff::SignedDuration;
 use sutra_store::{ClaimToken, Result};
@@ -9,6 +10,25 @@ use sutra_store_sql::{ClaimStatements, NewClaim, params};
 
 use crate::codec::{age, db};
 use crate::statements::Scoped;
+
+impl Scoped {
+    /// Runs a claim statement, whose parameters are the claim's owner, tenant, instance and
+    /// timeout, in that order.
+    async fn claimed_row(
+        &mut self,
+        sql: &'static str,
+        claim: &NewClaim<'_>,
+    ) -> Result<Option<ClaimedRow>> {
+        sqlx::query_as(sql)
+            .bind(&claim.owner.0)
+            .bind(claim.tenant)
+            .bind(claim.instance)
+            .bind(age(claim.timeout))
+            .fetch_optional(self.connection())
+            .await
+            .map_err(db)
+    }
+}
 
 impl ClaimStatements for Scoped {
     async fn claim(&mut self, claim: &NewClaim<'_>) -> Result<Option<ClaimedRow>> {
@@ -20,41 +40,25 @@ impl ClaimStatements for Scoped {
         // that would abort a group's transaction (decision 0024). `NO KEY UPDATE`, so that a
         // transaction merely inserting a row that references the instance (a key-share lock)
         // is not mistaken for a holder.
-        sqlx::query_as(
-            "WITH locked AS (
+        let sql = "WITH locked AS (
                  SELECT id FROM instances WHERE tenant = $2 AND id = $3
                  FOR NO KEY UPDATE SKIP LOCKED)
              UPDATE instances SET owner = $1, claimed_at = sutra_now(), fence = fence + 1
              FROM locked
              WHERE instances.tenant = $2 AND instances.id = locked.id
                AND (owner IS NULL OR owner = $1 OR claimed_at < sutra_now() - $4)
-             RETURNING fence, snapshot",
-        )
-        .bind(&claim.owner.0)
-        .bind(claim.tenant)
-        .bind(claim.instance)
-        .bind(age(claim.timeout))
-        .fetch_optional(self.connection())
-        .await
-        .map_err(db)
+             RETURNING fence, snapshot";
+        self.claimed_row(sql, claim).await
     }
 
     /// The row is taken as the durable claim's is, without writing it: the step's own commit
     /// grows the fence, in this same transaction.
     async fn lock_claimable(&mut self, claim: &NewClaim<'_>) -> Result<Option<ClaimedRow>> {
-        sqlx::query_as(
-            "SELECT fence, snapshot FROM instances
+        let sql = "SELECT fence, snapshot FROM instances
              WHERE tenant = $2 AND id = $3
                AND (owner IS NULL OR owner = $1 OR claimed_at < sutra_now() - $4)
-             FOR NO KEY UPDATE SKIP LOCKED",
-        )
-        .bind(&claim.owner.0)
-        .bind(claim.tenant)
-        .bind(claim.instance)
-        .bind(age(claim.timeout))
-        .fetch_optional(self.connection())
-        .await
-        .map_err(db)
+             FOR NO KEY UPDATE SKIP LOCKED";
+        self.claimed_row(sql, claim).await
     }
 
     async fn instance_exists(&mut self, tenant: &str, instance: &str) -> Result<bool> {

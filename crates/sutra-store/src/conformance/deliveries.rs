@@ -38,13 +38,7 @@ pub async fn asked_delivery_is_durable_and_taken_in_the_commit<S: Store>(store: 
     };
     store.commit(&taking).await.unwrap();
     assert_eq!(store.delivery(delivery).await.unwrap(), None);
-    assert!(
-        store
-            .due_deliveries(10, REDELIVER_AT_ONCE)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(nothing_due(store).await);
 }
 
 pub async fn every_delivery_kind_reads_back_as_asked<S: Store>(store: &S) {
@@ -90,13 +84,7 @@ pub async fn deferred_delivery_is_not_due_until_its_time<S: Store>(store: &S) {
 
     store.defer(delivery, later).await.unwrap();
 
-    assert!(
-        store
-            .due_deliveries(10, REDELIVER_AT_ONCE)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(nothing_due(store).await);
     let deferred = delivered(
         delivery,
         NewDelivery {
@@ -152,13 +140,7 @@ pub async fn discard_deletes<S: Store>(store: &S) {
     store.discard(delivery).await.unwrap();
 
     assert_eq!(store.delivery(delivery).await.unwrap(), None);
-    assert!(
-        store
-            .due_deliveries(10, REDELIVER_AT_ONCE)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(nothing_due(store).await);
     store
         .discard(delivery)
         .await
@@ -195,13 +177,7 @@ pub async fn timer_arm_is_a_future_delivery<S: Store>(store: &S) {
         .await
         .unwrap();
 
-    assert!(
-        store
-            .due_deliveries(10, REDELIVER_AT_ONCE)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(nothing_due(store).await);
     assert_eq!(store.next_due().await.unwrap(), Some(due));
 
     let past = now() - SignedDuration::from_secs(1);

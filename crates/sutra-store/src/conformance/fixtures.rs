@@ -389,6 +389,15 @@ pub(super) async fn owner_of<S: Store>(store: &S, id: &str) -> Option<String> {
     record(store, id).await.owner
 }
 
+/// Whether no delivery is due now (handing none out: nothing is marked).
+pub(super) async fn nothing_due<S: Store>(store: &S) -> bool {
+    store
+        .due_deliveries(10, REDELIVER_AT_ONCE)
+        .await
+        .unwrap()
+        .is_empty()
+}
+
 pub(super) async fn record<S: Store>(store: &S, id: &str) -> InstanceRecord {
     store
         .instance(TENANT, id)
