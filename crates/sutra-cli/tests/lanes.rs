@@ -263,4 +263,8 @@ async fn metrics_are_open_and_name_every_lane() {
         metric(&server, r#"sutra_lease_leader{role="timers"}"#).await,
         1.0
     );
+    assert!(
+        metric(&server, r#"sutra_group_members_bucket{le="1"}"#).await >= 1.0,
+        "the start's group of one is counted"
+    );
 }

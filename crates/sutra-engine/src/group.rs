@@ -20,8 +20,8 @@ use tokio::sync::oneshot;
 use tracing::warn;
 
 use crate::error::Error;
-use crate::fault;
 use crate::runner::{Completion, StepOutcome, StepRequest, Stepper, Written, fails_clean};
+use crate::{fault, metrics};
 
 /// One member of a group, and where its answer goes.
 pub(crate) enum Member {
@@ -116,6 +116,7 @@ impl Ran {
 
 /// Runs `members` as one group, or, when the group fails as a whole, each alone.
 pub(crate) async fn run(stepper: &Stepper<'_>, members: Vec<Member>) {
+    metrics::group_members(members.len());
     if members.len() == 1 {
         for member in members {
             alone(stepper, member).await;

@@ -2,7 +2,7 @@
 //! installs the one recorder per process, and without one every call here is a no-op.
 //!
 //! The names live here and nowhere else, so that docs/decisions/0020-metrics.md has one place to
-//! agree with. Counters and the histogram are recorded where the event happens; the gauges that
+//! agree with. Counters and the histograms are recorded where the event happens; the gauges that
 //! mirror in-memory state (lane queue depth, lease leadership) are refreshed by
 //! [`crate::Engine::publish_gauges`] when `/metrics` is scraped.
 
@@ -13,6 +13,7 @@ use metrics::{counter, gauge, histogram};
 pub const STEPS: &str = "sutra_steps_total";
 pub const STEP_DURATION: &str = "sutra_step_duration_seconds";
 pub const CLAIM_BOUNCES: &str = "sutra_claim_bounces_total";
+pub const GROUP_MEMBERS: &str = "sutra_group_members";
 pub const LANE_QUEUE_DEPTH: &str = "sutra_lane_queue_depth";
 pub const SWEEPS_CLEARED: &str = "sutra_sweeps_cleared_total";
 pub const LEASE_LEADER: &str = "sutra_lease_leader";
@@ -42,6 +43,12 @@ impl BouncePath {
 pub(crate) fn step(flow: &str, outcome: &'static str, started: Instant) {
     counter!(STEPS, "flow" => flow.to_owned(), "outcome" => outcome).increment(1);
     histogram!(STEP_DURATION).record(started.elapsed().as_secs_f64());
+}
+
+/// One group commit's size: how many steps shared its transaction (decision 0024). Groups of one
+/// mean the lanes do not queue, and group commit saves nothing.
+pub(crate) fn group_members(members: usize) {
+    histogram!(GROUP_MEMBERS).record(members as f64);
 }
 
 pub(crate) fn claim_bounce(path: BouncePath) {

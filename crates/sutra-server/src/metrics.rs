@@ -19,15 +19,21 @@ const STEP_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 ];
 
+/// Group sizes (decision 0024): up to `sutra.engine.group.max`, whose default is 64.
+const GROUP_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
+
 /// The process's recorder, installed on first call.
 fn handle() -> &'static PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE.get_or_init(|| {
         // Without buckets the exporter renders a summary; SPEC §8 asks for a histogram.
         let step_duration = Matcher::Full(sutra_engine::metrics::STEP_DURATION.to_owned());
+        let group_members = Matcher::Full(sutra_engine::metrics::GROUP_MEMBERS.to_owned());
         PrometheusBuilder::new()
             .set_buckets_for_metric(step_duration, STEP_BUCKETS)
             .expect("the step buckets are not empty")
+            .set_buckets_for_metric(group_members, GROUP_BUCKETS)
+            .expect("the group buckets are not empty")
             .install_recorder()
             .expect("no other metrics recorder is installed in this process")
     })
