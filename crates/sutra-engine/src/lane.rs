@@ -54,12 +54,10 @@ impl Lanes {
     }
 
     /// Completes a task on the lane that owns its instance, which the task's id names
-    /// (`{instance}:{park}`), so that the completion can resume the instance in place.
+    /// ([`sutra_store::task_instance`]), so that the completion can resume the instance in place.
+    /// An id that names no instance finds no task on whichever lane it lands.
     pub(crate) async fn complete(&self, completion: Completion) -> Result<(), Error> {
-        let instance = completion
-            .task
-            .rsplit_once(':')
-            .map_or(completion.task.as_str(), |(instance, _)| instance);
+        let instance = sutra_store::task_instance(&completion.task).unwrap_or(&completion.task);
         let lane = self.owner_of(instance);
         let (answer, receive) = oneshot::channel();
         lane.send(Member::Complete(Box::new(completion), answer))

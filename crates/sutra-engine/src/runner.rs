@@ -28,7 +28,6 @@ use crate::shared::Shared;
 use crate::{fault, metrics};
 
 /// Work for one instance, handed to its lane.
-#[derive(Clone)]
 pub(crate) struct StepRequest {
     pub key: InstanceKey,
     pub work: Work,
@@ -36,7 +35,6 @@ pub(crate) struct StepRequest {
     pub hold: bool,
 }
 
-#[derive(Clone)]
 pub(crate) enum Work {
     Start {
         info: InstanceInfo,
@@ -59,7 +57,6 @@ pub(crate) struct Consumed {
 
 /// A worker's completion of a task, handed to the lane of the task's instance, where it resumes
 /// the instance in the same transaction when the claim is free (SPEC §5.5, decision 0024).
-#[derive(Clone)]
 pub(crate) struct Completion {
     pub tenant: String,
     pub task: String,

@@ -13,7 +13,7 @@ use sutra_core::step::Message;
 use sutra_store::codec::corrupt;
 use sutra_store::{
     Arm, ClaimToken, Committed, DeliveryId, DeliveryKind, Error, InboxAnswer, InboxEntry, Result,
-    StepCommit, Steps,
+    StepCommit, Steps, task_id,
 };
 
 use crate::statements::{
@@ -207,7 +207,7 @@ impl<T: StepStatements> StepWriter<'_, T> {
                 let task = TaskArm {
                     instance: self.instance,
                     park: *park,
-                    id: format!("{}:{park}", self.instance.id),
+                    id: task_id(&self.instance.id, *park),
                     topic,
                     input,
                     retries: *retries,

@@ -128,8 +128,7 @@ pub struct WaitArm<'a> {
 pub struct TaskArm<'a> {
     pub instance: &'a InstanceInfo,
     pub park: ParkId,
-    /// `{instance}:{park}`: a park has at most one task, and re-arming it (a restore) replaces
-    /// its earlier, resolved row.
+    /// [`sutra_store::task_id`].
     pub id: String,
     pub topic: &'a str,
     pub input: &'a Value,

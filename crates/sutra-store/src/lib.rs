@@ -51,7 +51,7 @@ pub use reads::{InstanceFilter, InstanceRecord, Reads};
 pub use steps::{Arm, Committed, OutboxEntry, StepCommit, Steps};
 pub use tasks::{
     LockedTask, Polled, TaskFailure, TaskFilter, TaskLock, TaskPoll, TaskRecord, TaskState, Tasks,
-    after_failure, lock_expired, retry_backoff,
+    after_failure, lock_expired, retry_backoff, task_id, task_instance,
 };
 
 /// The area traits, for callers of a concrete store (`use sutra_store::prelude::*`).

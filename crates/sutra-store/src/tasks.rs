@@ -162,6 +162,17 @@ impl TaskLock<'_> {
     }
 }
 
+/// The id of a park's task: `{instance}:{park}`. A park has at most one task, and re-arming it
+/// (a restore) replaces its earlier, resolved row.
+pub fn task_id(instance: &str, park: ParkId) -> String {
+    format!("{instance}:{park}")
+}
+
+/// The instance a task id names ([`task_id`]); `None` for an id no task can have.
+pub fn task_instance(id: &str) -> Option<&str> {
+    id.rsplit_once(':').map(|(instance, _)| instance)
+}
+
 /// Where a failed attempt leaves the task: [`TaskState::Failed`] for a business error,
 /// [`TaskState::Available`] for a retry within the budget, [`TaskState::Terminal`] past it. The
 /// budget is `retries` retries after the first attempt: `retries + 1` attempts in all.
