@@ -175,10 +175,13 @@ enum Unclean {
 /// The group's transaction: every member in order, then the commit. When it does not commit,
 /// nothing of it is durable, and nobody waits on any member's account.
 async fn together(stepper: &Stepper<'_>, members: &[Member]) -> Result<Vec<Ran>, Unclean> {
+    let Some(first) = members.first() else {
+        return Ok(Vec::new());
+    };
     let mut group = stepper
         .shared
         .store
-        .group()
+        .group(first.tenant())
         .await
         .map_err(|error| Unclean::Group(error.into()))?;
     let mut ran: Vec<Ran> = Vec::with_capacity(members.len());

@@ -200,27 +200,29 @@ impl Stepper<'_> {
             lock_token,
             output,
         } = completion;
-        let held = group
-            .hold_task(tenant, task, lock_token)
-            .await
-            .map_err(task_error)?;
+        let instance =
+            sutra_store::task_instance(task).ok_or_else(|| Error::TaskNotFound(task.clone()))?;
         let key = InstanceKey {
             tenant: tenant.clone(),
-            id: held.instance.clone(),
+            id: instance.to_owned(),
         };
+        // The claim first: it writes nothing, so a refused completion after it is still clean.
         let claimed = match self.claim(group, &key).await {
             Ok(claimed) => claimed,
-            Err(Error::Busy) => {
-                metrics::claim_bounce(metrics::BouncePath::Timer);
-                group
-                    .complete_held(tenant, task, &held, Some(output))
-                    .await?;
+            Err(error) if fails_clean(&error) => {
+                if matches!(error, Error::Busy) {
+                    metrics::claim_bounce(metrics::BouncePath::Timer);
+                }
+                self.deliver_completion(group, completion).await?;
                 return Ok(None);
             }
             Err(error) => return Err(error),
         };
         fault::point("after-claim");
-        group.complete_held(tenant, task, &held, None).await?;
+        let held = group
+            .complete_task(tenant, task, lock_token)
+            .await
+            .map_err(task_error)?;
         let resumption = Resumption {
             event: Event::TaskCompleted {
                 park: held.park,
@@ -235,13 +237,32 @@ impl Stepper<'_> {
             // The step wrote nothing: the completion stands alone, as a delivery, due now.
             Err(error) if fails_clean(&error) => {
                 debug!(%task, %error, "a completion could not resume in place");
-                group
-                    .complete_held(tenant, task, &held, Some(output))
-                    .await?;
+                group.deliver_output(tenant, &held, output).await?;
                 Ok(None)
             }
             Err(error) => Err(error),
         }
+    }
+
+    /// A completion that cannot resume its instance now: the task is completed and its output
+    /// left to the dispatcher as a delivery.
+    async fn deliver_completion(
+        &self,
+        group: &mut dyn Group,
+        completion: &Completion,
+    ) -> Result<(), Error> {
+        let Completion {
+            tenant,
+            task,
+            lock_token,
+            output,
+        } = completion;
+        let held = group
+            .complete_task(tenant, task, lock_token)
+            .await
+            .map_err(task_error)?;
+        group.deliver_output(tenant, &held, output).await?;
+        Ok(())
     }
 
     /// The first step of a new instance. There is no claim to take: the instance row does not

@@ -12,14 +12,14 @@ use crate::claim::lock_claim;
 use crate::commit::write_step;
 use crate::statements::{Backend, NewClaim, Scope, Statements};
 use crate::store::SqlStore;
-use crate::tasks::{complete_held, held};
+use crate::tasks::{complete_locked, deliver_output};
 
 #[async_trait::async_trait]
 impl<B: Backend> Groups for SqlStore<B> {
-    async fn group(&self) -> Result<Box<dyn Group>> {
-        // Members name their own tenants; the group's transaction starts as the system's, which
-        // can insert nothing until a member has declared whom it acts for.
-        let tx = self.begin(Scope::System).await?;
+    async fn group(&self, tenant: &str) -> Result<Box<dyn Group>> {
+        // Begun acting for the first member's tenant, which then declares nothing: a group of
+        // one tenant costs no round trip besides its members' statements.
+        let tx = self.begin(Scope::Tenant(tenant)).await?;
         Ok(Box::new(SqlGroup::<B> { tx }))
     }
 }
@@ -54,22 +54,22 @@ impl<B: Backend> Group for SqlGroup<B> {
         write_step(&mut self.tx, step).await
     }
 
-    async fn hold_task(&mut self, tenant: &str, id: &str, lock_token: &str) -> Result<HeldTask> {
-        let held = held(&mut self.tx, tenant, id, lock_token).await?;
-        Ok(HeldTask {
-            instance: held.instance,
-            park: held.park,
-        })
-    }
-
-    async fn complete_held(
+    async fn complete_task(
         &mut self,
         tenant: &str,
         id: &str,
+        lock_token: &str,
+    ) -> Result<HeldTask> {
+        complete_locked(&mut self.tx, tenant, id, lock_token).await
+    }
+
+    async fn deliver_output(
+        &mut self,
+        tenant: &str,
         task: &HeldTask,
-        deliver: Option<&Value>,
+        output: &Value,
     ) -> Result<()> {
-        complete_held(&mut self.tx, tenant, id, task, deliver).await
+        deliver_output(&mut self.tx, tenant, task, output).await
     }
 
     async fn commit(self: Box<Self>) -> Result<()> {

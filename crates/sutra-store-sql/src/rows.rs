@@ -375,6 +375,13 @@ impl HeldRow {
     }
 }
 
+/// A task a worker's completion ended: `RETURNING instance, park`.
+#[derive(sqlx::FromRow)]
+pub struct CompletedRow {
+    pub instance: String,
+    pub park: i64,
+}
+
 /// A task a poll turned terminal because its last attempt's lock expired:
 /// `RETURNING instance, park, worker, attempt`.
 #[derive(sqlx::FromRow)]

@@ -29,8 +29,8 @@ use sutra_store::{
 };
 
 use crate::rows::{
-    ClaimedOutboxRow, ClaimedRow, DeliveryRow, DeploymentRow, ExpiredRow, HeldRow, HistoryRow,
-    InstanceRow, LeaseRow, OutboxRow, SweptRow, TaskRow,
+    ClaimedOutboxRow, ClaimedRow, CompletedRow, DeliveryRow, DeploymentRow, ExpiredRow, HeldRow,
+    HistoryRow, InstanceRow, LeaseRow, OutboxRow, SweptRow, TaskRow,
 };
 
 /// Whose rows a transaction may touch. SQLite keeps no tenants apart by itself and ignores it;
@@ -369,6 +369,15 @@ pub trait TaskStatements: Statements {
         tenant: &str,
         id: &str,
     ) -> impl Future<Output = Result<Option<(HeldRow, Timestamp)>>> + Send;
+
+    /// Completes the task if `lock_token` holds its lock now, by the store's clock; writes
+    /// nothing otherwise.
+    fn complete_locked(
+        &mut self,
+        tenant: &str,
+        id: &str,
+        lock_token: &str,
+    ) -> impl Future<Output = Result<Option<CompletedRow>>> + Send;
 
     /// The lock ends: the task leaves `locked` for `state`.
     fn end_lock(&mut self, id: &str, state: TaskState) -> impl Future<Output = Result<()>> + Send;

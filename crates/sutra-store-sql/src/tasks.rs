@@ -46,12 +46,8 @@ impl<B: Backend> Tasks for SqlStore<B> {
         output: &Value,
     ) -> Result<()> {
         let mut tx = self.begin(Scope::Tenant(tenant)).await?;
-        let held = held(&mut tx, tenant, id, lock_token).await?;
-        let task = HeldTask {
-            instance: held.instance,
-            park: held.park,
-        };
-        complete_held(&mut tx, tenant, id, &task, Some(output)).await?;
+        let task = complete_locked(&mut tx, tenant, id, lock_token).await?;
+        deliver_output(&mut tx, tenant, &task, output).await?;
         tx.commit().await
     }
 
@@ -101,19 +97,35 @@ impl<B: Backend> Tasks for SqlStore<B> {
     }
 }
 
-/// Completes a task the caller holds ([`held`]) in the caller's transaction (its own, or a
-/// group's), recording its output as a delivery to its park when `deliver` carries it.
-pub(crate) async fn complete_held<T: TaskStatements>(
+/// Completes the task if `lock_token` holds it now, by the store's clock, in the caller's
+/// transaction (its own, or a group's): one statement when it does. A refusal writes nothing;
+/// the task's row, read then, says why.
+pub(crate) async fn complete_locked<T: TaskStatements>(
     tx: &mut T,
     tenant: &str,
     id: &str,
+    lock_token: &str,
+) -> Result<HeldTask> {
+    if let Some(completed) = tx.complete_locked(tenant, id, lock_token).await? {
+        return Ok(HeldTask {
+            instance: completed.instance,
+            park: park_id(completed.park)?,
+        });
+    }
+    held(tx, tenant, id, lock_token).await?;
+    // The lock the update did not find holds after all: the row changed between the two.
+    Err(Error::Unavailable(format!(
+        "task {id} changed while it was completed; retry"
+    )))
+}
+
+/// Records a completed task's output as a delivery to its park, due now.
+pub(crate) async fn deliver_output<T: Statements>(
+    tx: &mut T,
+    tenant: &str,
     task: &HeldTask,
-    deliver: Option<&Value>,
+    output: &Value,
 ) -> Result<()> {
-    tx.end_lock(id, TaskState::Completed).await?;
-    let Some(output) = deliver else {
-        return Ok(());
-    };
     let completed = DeliveryKind::TaskCompleted {
         output: output.clone(),
     };

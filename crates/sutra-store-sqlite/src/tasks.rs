@@ -10,7 +10,7 @@ use serde_json::Value;
 use sqlx::types::Json;
 use sutra_store::{LockedTask, Result, TaskPoll, TaskState};
 use sutra_store_sql::TaskStatements;
-use sutra_store_sql::rows::{ExpiredRow, HeldRow};
+use sutra_store_sql::rows::{CompletedRow, ExpiredRow, HeldRow};
 
 use crate::codec::{db, later, micros, unsigned};
 use crate::statements::{Session, Write};
@@ -90,6 +90,30 @@ impl TaskStatements for Session {
         .await
         .map_err(db)?;
         Ok(row.map(|row| (row, now)))
+    }
+
+    async fn complete_locked(
+        &mut self,
+        tenant: &str,
+        id: &str,
+        lock_token: &str,
+    ) -> Result<Option<CompletedRow>> {
+        let tx = self.write().await?;
+        let now = micros(tx.now());
+        sqlx::query_as(
+            "UPDATE tasks SET state = 'completed', lock_token = NULL, locked_until = NULL,
+                              updated_at = ?4
+             WHERE tenant = ?1 AND id = ?2
+               AND state = 'locked' AND lock_token = ?3 AND locked_until > ?4
+             RETURNING instance, park",
+        )
+        .bind(tenant)
+        .bind(id)
+        .bind(lock_token)
+        .bind(now)
+        .fetch_optional(tx.connection())
+        .await
+        .map_err(db)
     }
 
     async fn end_lock(&mut self, id: &str, state: TaskState) -> Result<()> {

@@ -21,8 +21,8 @@ use sutra_core::snapshot::ParkId;
 
 use crate::{Claimed, Committed, Owner, Result, StepCommit};
 
-/// A task a worker's lock token holds, read in a group: whose park it is. Its row stays locked
-/// until the group ends.
+/// A task a worker's lock token held, completed in a group: whose park it was. Its row stays
+/// locked until the group ends.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HeldTask {
     pub instance: String,
@@ -32,8 +32,9 @@ pub struct HeldTask {
 /// Beginning group transactions.
 #[async_trait::async_trait]
 pub trait Groups: Send + Sync {
-    /// Begins a transaction that one or more steps will share.
-    async fn group(&self) -> Result<Box<dyn Group>>;
+    /// Begins a transaction that one or more steps will share, acting for `tenant` (its first
+    /// member's) until a member declares another.
+    async fn group(&self, tenant: &str) -> Result<Box<dyn Group>>;
 }
 
 /// A transaction carrying steps, one member at a time. Dropping it without [`Group::commit`]
@@ -60,21 +61,17 @@ pub trait Group: Send {
     /// must not commit.
     async fn commit_step(&mut self, step: &StepCommit) -> Result<Committed>;
 
-    /// The first half of [`crate::Tasks::complete_task`] in the group's transaction: reads the
-    /// task and checks that `lock_token` holds it, refusing ([`crate::Error::LockLost`],
-    /// [`crate::Error::TaskNotFound`]) before anything is written.
-    async fn hold_task(&mut self, tenant: &str, id: &str, lock_token: &str) -> Result<HeldTask>;
+    /// The first half of [`crate::Tasks::complete_task`] in the group's transaction: the task
+    /// is completed if `lock_token` holds it now, in one statement. A refusal
+    /// ([`crate::Error::LockLost`], [`crate::Error::TaskNotFound`]) writes nothing.
+    async fn complete_task(&mut self, tenant: &str, id: &str, lock_token: &str)
+    -> Result<HeldTask>;
 
-    /// The second half: the held task is completed. With `deliver`, the output is recorded as a
-    /// `TaskCompleted` delivery to its park, due now, for the dispatcher; without, a step of the
-    /// same member resumes the instance with it in place.
-    async fn complete_held(
-        &mut self,
-        tenant: &str,
-        id: &str,
-        held: &HeldTask,
-        deliver: Option<&Value>,
-    ) -> Result<()>;
+    /// The second half, unless a step of the same member resumes the instance with the output
+    /// in place: the output is recorded as a `TaskCompleted` delivery to the completed task's
+    /// park, due now, for the dispatcher.
+    async fn deliver_output(&mut self, tenant: &str, task: &HeldTask, output: &Value)
+    -> Result<()>;
 
     /// Commits every member kept.
     async fn commit(self: Box<Self>) -> Result<()>;

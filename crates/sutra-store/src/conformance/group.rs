@@ -22,7 +22,7 @@ pub async fn a_refused_member_writes_nothing_and_the_others_commit<S: Store>(sto
     claimed(store, &held, LANE_B).await;
     let before = store.instance(TENANT, &held).await.unwrap();
 
-    let mut group = store.group().await.unwrap();
+    let mut group = store.group(TENANT).await.unwrap();
     group.member(TENANT).await.unwrap();
     let first = group
         .claim(TENANT, &free, &owner(LANE_A), HOUR)
@@ -52,7 +52,7 @@ pub async fn a_member_claim_writes_nothing_and_its_commit_grows_the_fence<S: Sto
         record(store, &unwritten).await,
     );
 
-    let mut group = store.group().await.unwrap();
+    let mut group = store.group(TENANT).await.unwrap();
     group.member(TENANT).await.unwrap();
     let first = group
         .claim(TENANT, &written, &owner(LANE_A), HOUR)
@@ -86,7 +86,7 @@ pub async fn nothing_of_a_group_is_durable_before_its_commit<S: Store>(store: &S
     started(store, TENANT, &id).await;
     let before = record(store, &id).await;
 
-    let mut group = store.group().await.unwrap();
+    let mut group = store.group(TENANT).await.unwrap();
     group.member(TENANT).await.unwrap();
     let claim = group
         .claim(TENANT, &id, &owner(LANE_A), HOUR)
@@ -104,7 +104,7 @@ pub async fn nothing_of_a_group_is_durable_before_its_commit<S: Store>(store: &S
 pub async fn a_group_claim_of_a_step_in_flight_is_refused<S: Store>(store: &S) {
     let id = id(1);
     started(store, TENANT, &id).await;
-    let mut first = store.group().await.unwrap();
+    let mut first = store.group(TENANT).await.unwrap();
     first.member(TENANT).await.unwrap();
     first
         .claim(TENANT, &id, &owner(LANE_A), HOUR)
@@ -117,7 +117,7 @@ pub async fn a_group_claim_of_a_step_in_flight_is_refused<S: Store>(store: &S) {
     // first to end (bounded by the busy timeout), and then the instance is free, since the
     // first wrote nothing: there, only that order is checked.
     let second = async {
-        let mut second = store.group().await?;
+        let mut second = store.group(TENANT).await?;
         second.member(TENANT).await?;
         second.claim(TENANT, &id, &owner(LANE_B), HOUR).await
     };
@@ -156,7 +156,7 @@ pub async fn each_member_acts_for_its_own_tenant<S: Store>(store: &S) {
     started(store, TENANT, &ours).await;
     started(store, OTHER_TENANT, &theirs).await;
 
-    let mut group = store.group().await.unwrap();
+    let mut group = store.group(TENANT).await.unwrap();
     group.member(OTHER_TENANT).await.unwrap();
     let foreign = group.claim(OTHER_TENANT, &ours, &owner(LANE_A), HOUR).await;
     assert!(
