@@ -22,6 +22,10 @@ channels:
   refusals:
     transport: http
     correlate: data.id
+  bank:
+    transport: amqp
+    queue: bank.replies
+    correlate: data.id
 flows:
   order:
     start: { channel: orders }
@@ -216,4 +220,26 @@ async fn a_relay_to_a_wait_that_moved_on_answers_relay_stale_and_is_not_consumed
         "{}",
         paid.body
     );
+}
+
+#[tokio::test]
+async fn a_message_for_a_broker_channel_is_refused_over_http_and_changes_nothing() {
+    let scratch = Scratch::new("answers-broker-channel");
+    let (server, mut database) = deployed(&scratch).await;
+
+    let refused = send(&server, "bank", "reply-1", json!({"id": "o1"})).await;
+
+    assert_eq!(
+        (refused.status, refused.body["code"].as_str()),
+        (409, Some("SUTRA.INTAKE.CHANNEL.TRANSPORT")),
+        "{}",
+        refused.body
+    );
+    assert_eq!(refused.body["retryable"], false, "{}", refused.body);
+    let kept: i64 =
+        sqlx::query_scalar("SELECT (SELECT count(*) FROM inbox) + (SELECT count(*) FROM buffered)")
+            .fetch_one(&mut database)
+            .await
+            .unwrap();
+    assert_eq!(kept, 0, "nothing of the refused message was kept");
 }

@@ -10,6 +10,10 @@ use serde_json::{Value, json};
 use sutra_testkit::{Scratch, Server, ServerOptions};
 
 const EXAMPLE: &str = include_str!("../../../examples/approval.yaml");
+/// The example's decisions arrive from an AMQP queue; this test sends them over HTTP, the one
+/// transport it drives, so it declares that channel an http one (intake refuses a message that
+/// arrives by another transport than its channel's).
+const AMQP_APPROVALS: &str = "transport: amqp\n    queue: expense.approvals";
 const GOLDEN: &str = "tests/golden/identity-lanes-1.json";
 
 #[tokio::test]
@@ -18,7 +22,10 @@ async fn one_lane_replays_the_recorded_workload_identically() {
     let options = ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), scratch.database())
         .env("SUTRA_ENGINE_LANES", "1");
     let server = Server::start(&options);
-    let (status, body) = server.deploy(EXAMPLE).await;
+    assert!(EXAMPLE.contains(AMQP_APPROVALS), "the example changed its approvals channel");
+    let (status, body) = server
+        .deploy(&EXAMPLE.replace(AMQP_APPROVALS, "transport: http"))
+        .await;
     assert_eq!(status, 201, "{body}");
 
     let paid = claim(&server, "c1", 50).await;

@@ -187,7 +187,7 @@ async fn past_max_attempts_the_row_is_poisoned_and_stays_visible() {
 }
 
 #[tokio::test]
-async fn unreachable_and_unavailable_transports_fail_with_a_reason() {
+async fn unreachable_and_unconfigured_transports_fail_with_a_reason() {
     let scratch = Scratch::new("outbox-unreachable");
     let receiver = Receiver::accepting();
     let server = Server::start(&options(&scratch));
@@ -204,7 +204,7 @@ async fn unreachable_and_unavailable_transports_fail_with_a_reason() {
         <[Value; 1]>::try_from(server.wait_for_outbox(&brokered, "poisoned").await).unwrap();
     assert_eq!(
         row["last_error"],
-        "the amqp transport is not available in this build"
+        "this replica has no amqp broker: set sutra.transports.amqp.url"
     );
     assert!(receiver.received().is_empty());
 }

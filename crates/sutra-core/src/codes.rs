@@ -58,6 +58,9 @@ codes! {
     INTAKE_CHANNEL_UNKNOWN = ("SUTRA.INTAKE.CHANNEL.UNKNOWN", 404, false,
         "No such channel",
         "No active deployment declares this channel. Check the name, or deploy a document that declares it.");
+    INTAKE_CHANNEL_TRANSPORT = ("SUTRA.INTAKE.CHANNEL.TRANSPORT", 409, false,
+        "Channel takes its messages from a broker",
+        "This channel is declared with `transport: amqp` or `nats`: its messages come from its queue or stream, not over HTTP. Publish the message to the broker, or send it to an http channel.");
     INTAKE_VALIDATION = ("SUTRA.INTAKE.VALIDATION", 422, false,
         "Message failed validation",
         "Fix the message so that its data matches the channel's schema; every violation is listed with its JSON pointer.");

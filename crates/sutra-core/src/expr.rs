@@ -16,7 +16,6 @@ use std::sync::{Arc, LazyLock};
 use cel::common::ast::{EntryExpr, Expr as Ast};
 use serde_json::Value;
 
-
 /// CEL's standard library, built once: `cel::Context::default()` builds it afresh, a tenth of
 /// the engine's CPU when every guard, key and template evaluation paid for it.
 static STDLIB: LazyLock<Arc<cel::Env>> = LazyLock::new(|| Arc::new(cel::Env::stdlib()));

@@ -22,6 +22,13 @@ pub struct Deployment {
     pub flows: BTreeMap<String, Flow>,
 }
 
+impl Channel {
+    /// The routing key an AMQP `emit` publishes with.
+    pub fn amqp_routing_key(&self) -> Option<&str> {
+        self.routing_key.as_deref().or(self.queue.as_deref())
+    }
+}
+
 impl Deployment {
     /// The flows that start on `channel`, in name order.
     pub fn flows_starting_on<'a>(&'a self, channel: &'a str) -> impl Iterator<Item = &'a Flow> {
@@ -38,6 +45,17 @@ pub enum Transport {
     Nats,
 }
 
+impl Transport {
+    /// The word a document declares it with.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Http => "http",
+            Transport::Amqp => "amqp",
+            Transport::Nats => "nats",
+        }
+    }
+}
+
 /// When a transport gets its answer for a message that starts or resumes an instance (SPEC §5.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ack {
@@ -46,6 +64,10 @@ pub enum Ack {
     /// When the instance ends, or at `ack_timeout`, whichever comes first.
     Complete,
 }
+
+/// A broker consumer's default bound on unacknowledged messages (`prefetch`,
+/// `max-ack-pending`): its backpressure.
+pub const UNACKED_DEFAULT: u32 = 64;
 
 #[derive(Debug, Clone)]
 pub struct Channel {
@@ -57,10 +79,23 @@ pub struct Channel {
     pub correlate: Option<Expr>,
     pub ack: Ack,
     pub ack_timeout: SignedDuration,
-    /// AMQP queue to consume from (inbound) or publish to (outbound).
+    /// AMQP queue to consume from (inbound), and the routing key of `emit` when `routing_key`
+    /// is not given.
     pub queue: Option<String>,
+    /// AMQP exchange `emit` publishes to; `""`, the default exchange, routes by queue name.
+    pub exchange: String,
+    /// AMQP routing key of `emit`; the queue's name when absent.
+    pub routing_key: Option<String>,
+    /// AMQP messages delivered to the consumer and not yet acknowledged, at most.
+    pub prefetch: u32,
     /// NATS subject to consume from (inbound) or publish to (outbound).
     pub subject: Option<String>,
+    /// NATS JetStream stream the inbound consumer reads.
+    pub stream: Option<String>,
+    /// NATS durable consumer's name; `sutra-{deployment}-{channel}` when absent.
+    pub consumer: Option<String>,
+    /// NATS messages delivered to the consumer and not yet acknowledged, at most.
+    pub max_ack_pending: u32,
     /// Outbound HTTP target of `emit`.
     pub url: Option<String>,
     pub singleton: bool,

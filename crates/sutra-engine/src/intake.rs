@@ -9,7 +9,7 @@
 use jiff::Timestamp;
 use serde_json::Value;
 use sutra_core::expr::{Bindings, MESSAGE_ROOTS};
-use sutra_core::model::{Ack, Channel};
+use sutra_core::model::{Ack, Channel, Transport};
 use sutra_core::snapshot::InstanceInfo;
 use sutra_core::step::{Event, Message, Reply};
 use sutra_store::{BufferedMessage, InboxAnswer, InstanceKey};
@@ -21,12 +21,13 @@ use crate::registry::{ChannelRoute, Live};
 use crate::runner::{Consumed, StepOutcome, StepRequest, Work};
 use crate::shared::Shared;
 
-/// A decoded message on a channel.
+/// A decoded message on a channel, and the transport it arrived by.
 #[derive(Debug, Clone)]
 pub struct Inbound {
     pub tenant: String,
     pub channel: String,
     pub message: Message,
+    pub via: Transport,
 }
 
 /// How the transport answers its caller.
@@ -49,6 +50,18 @@ pub enum Answer {
 pub enum IntakeError {
     #[error("no channel `{0}` is deployed")]
     UnknownChannel(String),
+    /// The channel is declared on another transport: a message for it arriving by this one
+    /// would bypass the broker's delivery, acknowledgement and ordering.
+    #[error(
+        "channel `{channel}` takes its messages over {}, not {}",
+        declared.name(),
+        via.name()
+    )]
+    WrongTransport {
+        channel: String,
+        declared: Transport,
+        via: Transport,
+    },
     #[error("{detail}")]
     Invalid {
         detail: String,
@@ -88,11 +101,19 @@ pub(crate) async fn receive(
         tenant,
         channel,
         message,
+        via,
     } = inbound;
     let route = live
         .route(&tenant, &channel)
         .ok_or_else(|| IntakeError::UnknownChannel(channel.clone()))?;
     let definition = route.channel(&channel);
+    if definition.transport != via {
+        return Err(IntakeError::WrongTransport {
+            channel,
+            declared: definition.transport,
+            via,
+        });
+    }
     validate(definition, &message)?;
     let key = correlate(definition, &message)?;
     let store = &shared.store;

@@ -12,6 +12,7 @@ use std::path::Path;
 
 use jiff::SignedDuration;
 use sutra_core::duration::parse_duration;
+use sutra_transport::BrokerUrls;
 
 use crate::tokens::Tokens;
 
@@ -75,6 +76,8 @@ pub struct Settings {
     /// `None`: no tokens, so every request acts for tenant `default` with every role, which
     /// only a loopback listener allows.
     pub auth_tokens: Option<Tokens>,
+    /// The brokers `emit` publishes to (`sutra.transports.amqp.url`, `….nats.url`).
+    pub brokers: BrokerUrls,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -200,6 +203,28 @@ impl Sources {
             history_retention: self.parsed("sutra.history.retention", positive_duration)?,
             purge_interval: self.parsed("sutra.history.purge-interval", positive_duration)?,
             auth_tokens: self.tokens("sutra.auth.tokens")?,
+            brokers: BrokerUrls {
+                amqp: self.broker_url("sutra.transports.amqp.url", &["amqp://"])?,
+                nats: self.broker_url("sutra.transports.nats.url", &["nats://"])?,
+            },
+        })
+    }
+
+    /// A broker URL may hold a password, so a wrong one is refused without being repeated.
+    fn broker_url(&self, key: &str, schemes: &[&str]) -> Result<Option<String>, ConfigError> {
+        let Some((value, origin)) = self.values.get(key) else {
+            return Ok(None);
+        };
+        if schemes.iter().any(|scheme| value.starts_with(scheme)) {
+            return Ok(Some(value.clone()));
+        }
+        Err(ConfigError::InvalidSecret {
+            key: key.to_owned(),
+            origin: origin.clone(),
+            reason: format!(
+                "expected a URL starting with {} (TLS is not supported yet)",
+                schemes.join(" or ")
+            ),
         })
     }
 

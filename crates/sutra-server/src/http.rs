@@ -14,6 +14,7 @@ use axum::{Json, Router};
 use futures_util::StreamExt;
 use serde_json::json;
 use sutra_core::codes;
+use sutra_core::model::Transport;
 use sutra_core::snapshot::Status;
 use sutra_core::step::Reply;
 use sutra_engine::intake::{Answer, Inbound, IntakeError};
@@ -120,6 +121,7 @@ async fn intake(
         tenant: caller.tenant,
         channel,
         message,
+        via: Transport::Http,
     };
     match api.engine.intake(inbound).await {
         Ok(answer) => Ok(answered(answer)),
@@ -180,6 +182,20 @@ fn intake_problem(error: IntakeError) -> Problem {
         IntakeError::UnknownChannel(channel) => Problem::new(
             codes::INTAKE_CHANNEL_UNKNOWN,
             format!("no deployed channel is named `{channel}`; deploy a document that declares it"),
+        ),
+        IntakeError::WrongTransport {
+            channel, declared, ..
+        } => Problem::new(
+            codes::INTAKE_CHANNEL_TRANSPORT,
+            format!(
+                "channel `{channel}` is a {} channel: publish its messages to its {}, not over HTTP",
+                declared.name(),
+                if declared == Transport::Amqp {
+                    "queue"
+                } else {
+                    "stream"
+                }
+            ),
         ),
         IntakeError::Invalid { detail, violations } => {
             let violations: Vec<sutra_wire::Violation> = violations

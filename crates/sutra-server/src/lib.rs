@@ -201,8 +201,8 @@ pub async fn serve_until(
     }
     metrics::install();
     let store = open_store(&settings).await?;
-    let transports =
-        sutra_transport::Transports::new().map_err(|e| ServeError::Transports(e.to_string()))?;
+    let transports = sutra_transport::Transports::new(settings.brokers.clone())
+        .map_err(|e| ServeError::Transports(e.to_string()))?;
     let engine = Engine::start(store, engine_config(&settings), Arc::new(transports)).await?;
     let listen_error = |reason: std::io::Error| ServeError::Listen {
         addr: settings.listen,

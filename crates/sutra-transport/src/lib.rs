@@ -2,28 +2,61 @@
 //!
 //! The engine knows no transport; its outbox worker sends through
 //! [`sutra_store::Sender`]. [`Transports`] is the sender the server wires in: it sends
-//! each row over its channel's transport.
+//! each row over its channel's transport — an HTTP webhook ([`webhook`]), an AMQP 0-9-1 broker
+//! ([`amqp`]) or NATS JetStream ([`nats`]), each as a CloudEvents structured-mode event
+//! ([`cloud_event`]) identified by the row's idempotency key.
 //!
-//! Only HTTP webhooks are built ([`webhook`]). A row for an `amqp` or `nats` channel fails with
-//! a reason that says so, and backs off like any failed send: it is poisoned only if its channel
-//! sets `max-attempts`, so nothing emitted is lost — the rows wait, visible, for a build that has
-//! the transport.
+//! A broker transport is configured by its URL (`sutra.transports.amqp.url`,
+//! `sutra.transports.nats.url`). A row for a broker this replica has no URL for fails with a
+//! reason that says so, and backs off like any failed send: it is poisoned only if its channel
+//! sets `max-attempts`, so nothing emitted is lost.
 
+pub mod amqp;
+mod broker;
+pub mod cloud_event;
+pub mod nats;
 pub mod webhook;
+
+pub use broker::redacted;
 
 use sutra_core::model::{Channel, Transport};
 use sutra_store::{OutboxRow, SendError, Sender};
 
+use crate::amqp::Amqp;
+use crate::nats::Nats;
 use crate::webhook::Webhook;
+
+/// The broker URLs a replica is configured with. Their passwords never reach a log: `Debug`
+/// shows them [`redacted`].
+#[derive(Clone, Default, PartialEq)]
+pub struct BrokerUrls {
+    pub amqp: Option<String>,
+    pub nats: Option<String>,
+}
+
+impl std::fmt::Debug for BrokerUrls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = |url: &Option<String>| url.as_deref().map(redacted);
+        f.debug_struct("BrokerUrls")
+            .field("amqp", &shown(&self.amqp))
+            .field("nats", &shown(&self.nats))
+            .finish()
+    }
+}
 
 pub struct Transports {
     webhook: Webhook,
+    amqp: Option<Amqp>,
+    nats: Option<Nats>,
 }
 
 impl Transports {
-    pub fn new() -> Result<Transports, reqwest::Error> {
+    /// Connects to no broker yet: each connects on its first send.
+    pub fn new(brokers: BrokerUrls) -> Result<Transports, reqwest::Error> {
         Ok(Transports {
             webhook: Webhook::new()?,
+            amqp: brokers.amqp.map(Amqp::new),
+            nats: brokers.nats.map(Nats::new),
         })
     }
 }
@@ -33,15 +66,21 @@ impl Sender for Transports {
     async fn send(&self, channel: &Channel, row: &OutboxRow) -> Result<(), SendError> {
         match channel.transport {
             Transport::Http => self.webhook.send(channel, row).await,
-            Transport::Amqp => Err(unavailable("amqp")),
-            Transport::Nats => Err(unavailable("nats")),
+            Transport::Amqp => match &self.amqp {
+                Some(amqp) => amqp.send(channel, row).await,
+                None => Err(unconfigured("amqp")),
+            },
+            Transport::Nats => match &self.nats {
+                Some(nats) => nats.send(channel, row).await,
+                None => Err(unconfigured("nats")),
+            },
         }
     }
 }
 
-fn unavailable(transport: &str) -> SendError {
+fn unconfigured(transport: &str) -> SendError {
     SendError(format!(
-        "the {transport} transport is not available in this build"
+        "this replica has no {transport} broker: set sutra.transports.{transport}.url"
     ))
 }
 
@@ -97,14 +136,14 @@ flows:
     }
 
     #[tokio::test]
-    async fn broker_channels_fail_with_a_reason_that_names_the_missing_transport() {
-        let transports = Transports::new().unwrap();
+    async fn a_broker_channel_without_a_configured_broker_fails_with_a_reason_that_says_which() {
+        let transports = Transports::new(BrokerUrls::default()).unwrap();
         for (name, transport) in [("bus", "amqp"), ("stream", "nats")] {
             let failed = transports.send(&channel(name), &row(name)).await;
             assert_eq!(
                 failed,
                 Err(SendError(format!(
-                    "the {transport} transport is not available in this build"
+                    "this replica has no {transport} broker: set sutra.transports.{transport}.url"
                 )))
             );
         }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::diagnostic::{Diagnostic, Span};
 use crate::expr::MESSAGE_ROOTS;
-use crate::model::{ACK_TIMEOUT_DEFAULT, Ack, Channel, Schema, Transport};
+use crate::model::{ACK_TIMEOUT_DEFAULT, Ack, Channel, Schema, Transport, UNACKED_DEFAULT};
 use crate::yaml::{Entry, Node};
 
 use super::LOWERCASE_NAME;
@@ -18,7 +18,13 @@ const CHANNEL_FIELDS: &[&str] = &[
     "ack",
     "ack-timeout",
     "queue",
+    "exchange",
+    "routing-key",
+    "prefetch",
     "subject",
+    "stream",
+    "consumer",
+    "max-ack-pending",
     "url",
     "singleton",
     "max-attempts",
@@ -36,7 +42,13 @@ const ACKS: &[(&str, Ack)] = &[("commit", Ack::Commit), ("complete", Ack::Comple
 /// Fields that only mean something on some transports.
 const TRANSPORT_FIELDS: &[(&str, &[Transport], &str)] = &[
     ("queue", &[Transport::Amqp], "amqp channels"),
+    ("exchange", &[Transport::Amqp], "amqp channels"),
+    ("routing-key", &[Transport::Amqp], "amqp channels"),
+    ("prefetch", &[Transport::Amqp], "amqp channels"),
     ("subject", &[Transport::Nats], "nats channels"),
+    ("stream", &[Transport::Nats], "nats channels"),
+    ("consumer", &[Transport::Nats], "nats channels"),
+    ("max-ack-pending", &[Transport::Nats], "nats channels"),
     ("url", &[Transport::Http], "http channels"),
     (
         "singleton",
@@ -199,7 +211,19 @@ fn channel(cx: &mut Checker, name: &str, record: &Record) -> Option<Channel> {
             .map(str::to_owned)
     };
     let queue = text(cx, "queue");
+    let exchange = text(cx, "exchange");
+    let routing_key = text(cx, "routing-key");
     let subject = text(cx, "subject");
+    let stream = text(cx, "stream");
+    let consumer = text(cx, "consumer");
+    let unacked = |cx: &mut Checker, field: &str| {
+        record
+            .get(field)
+            .and_then(|node| cx.count(node, &record.label(field), 1))
+            .unwrap_or(UNACKED_DEFAULT)
+    };
+    let prefetch = unacked(cx, "prefetch");
+    let max_ack_pending = unacked(cx, "max-ack-pending");
     let url = text(cx, "url");
     if let (Some(url), Some(node)) = (&url, record.get("url")) {
         check_url(cx, url, node, &record.label("url"));
@@ -233,7 +257,13 @@ fn channel(cx: &mut Checker, name: &str, record: &Record) -> Option<Channel> {
         ack: ack.unwrap_or(Ack::Commit),
         ack_timeout: ack_timeout.unwrap_or(ACK_TIMEOUT_DEFAULT),
         queue,
+        exchange: exchange.unwrap_or_default(),
+        routing_key,
+        prefetch,
         subject,
+        stream,
+        consumer,
+        max_ack_pending,
         url,
         singleton: singleton.unwrap_or(false),
         max_attempts,
@@ -255,31 +285,33 @@ fn check_transport_fields(cx: &mut Checker, record: &Record, transport: Transpor
                     format!(
                         "`{field}` only applies to {applies_to}, and {} is {}",
                         record.what,
-                        transport_name(transport)
+                        transport.name()
                     ),
                 )
                 .with_hint(format!("remove `{field}`, or change the `transport`")),
             );
         }
     }
-    let address = match transport {
-        Transport::Amqp => Some(("queue", "the AMQP queue it consumes from and publishes to")),
-        Transport::Nats => Some((
-            "subject",
-            "the NATS subject it consumes from and publishes to",
-        )),
-        Transport::Http => None,
-    };
-    if let Some((field, meaning)) = address {
-        cx.required(record, field, &format!("add `{field}:` with {meaning}"));
+    match transport {
+        // An outbound-only channel may name its routing key instead of a queue.
+        Transport::Amqp if record.get("routing-key").is_some() => {}
+        Transport::Amqp => {
+            cx.required(
+                record,
+                "queue",
+                "add `queue:` with the AMQP queue it consumes from and publishes to (or \
+                 `routing-key:` for a channel that only publishes)",
+            );
+        }
+        Transport::Nats => {
+            cx.required(
+                record,
+                "subject",
+                "add `subject:` with the NATS subject it consumes from and publishes to",
+            );
+        }
+        Transport::Http => {}
     }
-}
-
-fn transport_name(transport: Transport) -> &'static str {
-    TRANSPORTS
-        .iter()
-        .find(|(_, t)| *t == transport)
-        .map_or("", |(word, _)| word)
 }
 
 fn check_url(cx: &mut Checker, url: &str, node: &Node, label: &str) {
