@@ -76,6 +76,7 @@ pub trait Group: Send {
         deliver: Option<&Value>,
     ) -> Result<()>;
 
-    /// Commits every member kept.
+    /// Commits every member kept, and announces in the same transaction, once for all of them,
+    /// the ends its members asked to announce ([`crate::StepCommit::announce_end`]).
     async fn commit(self: Box<Self>) -> Result<()>;
 }
