@@ -12,25 +12,7 @@ async fn replicas_run_the_workload_to_its_end_and_are_gone_after_it() {
     // The bench makes its scratch database through this admin URL, as it would through
     // `postgres` on the maintenance database.
     let database = TestDatabase::empty().await;
-    let bench = Command::new(env!("CARGO_BIN_EXE_sutra"))
-        .args(["bench", "start-end", "--db", database.admin_url()])
-        .args(["--replicas", "2", "--instances", "40", "--clients", "4"])
-        .args(["--max-seconds", "60", "--reference-seconds", "1", "--json"])
-        .env_remove("SUTRA_SERVER")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("sutra runs");
-    let pid = bench.id();
-    let output = bench.wait_with_output().expect("sutra bench ends");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-
-    let report: Value = serde_json::from_slice(&output.stdout).expect("a JSON report");
+    let (pid, report) = bench(&database, "start-end", 2);
     assert_eq!(report["replicas"], 2, "{report}");
     assert_eq!(report["engine"], "sutra serve replicas (PostgreSQL)");
     assert_eq!(report["instances_requested"], 40);
@@ -52,6 +34,44 @@ async fn replicas_run_the_workload_to_its_end_and_are_gone_after_it() {
     .await
     .expect("the admin connection answers");
     assert_eq!(left, 0, "the scratch database {scratch} was not dropped");
+}
+
+/// `two-tasks` ends most instances on a replica other than the one holding their `ack: complete`
+/// caller: the worker takes tasks through whichever replica it polls, where the completion
+/// resumes the instance in place. Each caller is answered through its replica's end notices
+/// (decision 0024); without them a run waits out its callers' timeouts and fails.
+#[tokio::test]
+async fn two_tasks_completes_when_instances_end_on_other_replicas_than_their_callers() {
+    let database = TestDatabase::empty().await;
+    let (_, report) = bench(&database, "two-tasks", 3);
+    assert_eq!(report["replicas"], 3, "{report}");
+    assert_eq!(report["instances_completed"], 40, "{report}");
+    assert_eq!(report["stopped_early"], false, "{report}");
+}
+
+/// Runs `sutra bench WORKLOAD` over `replicas` replicas, through `database`'s admin URL, to its
+/// end; its pid and its JSON report.
+fn bench(database: &TestDatabase, workload: &str, replicas: usize) -> (u32, Value) {
+    let bench = Command::new(env!("CARGO_BIN_EXE_sutra"))
+        .args(["bench", workload, "--db", database.admin_url()])
+        .args(["--replicas", &replicas.to_string(), "--instances", "40"])
+        .args(["--clients", "4", "--max-seconds", "60"])
+        .args(["--reference-seconds", "1", "--json"])
+        .env_remove("SUTRA_SERVER")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sutra runs");
+    let pid = bench.id();
+    let output = bench.wait_with_output().expect("sutra bench ends");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = serde_json::from_slice(&output.stdout).expect("a JSON report");
+    (pid, report)
 }
 
 /// The command lines of the live processes that contain `needle`: the bench names its

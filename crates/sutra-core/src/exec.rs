@@ -503,6 +503,7 @@ impl<'a> Run<'a> {
         self.snap.tokens.clear();
         self.snap.status = Status::Completed;
         self.record(HistoryKind::Completed, None, json!({}));
+        self.snap.reply = reply.clone();
         self.reply = Some(Reply::Completed(reply));
     }
 

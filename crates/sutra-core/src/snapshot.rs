@@ -66,6 +66,12 @@ pub struct Snapshot {
     pub next_token: u64,
     pub next_park: u64,
     pub failure: Option<Failure>,
+    /// The `end` node's reply, once the instance completed: what a caller held by
+    /// `ack: complete` is answered with, kept so that a replica other than the one whose step
+    /// completed the instance answers it alike (decision 0024). Absent until then, and in
+    /// snapshots written before it was kept: `null`, as an `end` without a reply gives.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub reply: Value,
 }
 
 impl Snapshot {
@@ -81,6 +87,7 @@ impl Snapshot {
             next_token: 1,
             next_park: 1,
             failure: None,
+            reply: Value::Null,
         }
     }
 

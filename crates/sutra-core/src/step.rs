@@ -8,7 +8,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::snapshot::{Park, ParkId, Snapshot, TokenId};
+use crate::snapshot::{Park, ParkId, Snapshot, Status, TokenId};
 
 /// Node visits allowed in one step before it fails with `SUTRA.RUNTIME.STEP.BUDGET_EXCEEDED`.
 pub const TRANSITIONS_PER_STEP_DEFAULT: u32 = 10_000;
@@ -150,6 +150,22 @@ pub enum Reply {
     Completed(Value),
     Failed { code: String, detail: String },
     Cancelled,
+}
+
+impl Reply {
+    /// The reply the step that ended the instance gave, rebuilt from the snapshot it left:
+    /// `None` while the instance runs.
+    pub fn of_ended(snapshot: &Snapshot) -> Option<Reply> {
+        match snapshot.status {
+            Status::Completed => Some(Reply::Completed(snapshot.reply.clone())),
+            Status::Cancelled => Some(Reply::Cancelled),
+            Status::Failed => snapshot.failure.as_ref().map(|failure| Reply::Failed {
+                code: failure.code.clone(),
+                detail: failure.detail.clone(),
+            }),
+            Status::Created | Status::Suspended => None,
+        }
+    }
 }
 
 /// One audit record. `seq` continues the instance's audit sequence without gaps.

@@ -304,6 +304,11 @@ fn check_step(before: &Snapshot, step: &Step) -> Result<(), TestCaseError> {
         step.reply,
         after.status
     );
+    // The reply is the one the snapshot it leaves rebuilds: a replica that did not run the step
+    // answers a caller held on it alike (decision 0024).
+    if step.reply.is_some() {
+        prop_assert_eq!(&Reply::of_ended(after), &step.reply);
+    }
 
     // Tokens: ids unique and ordered, counters ahead of every id, joins count their children.
     let ids: Vec<u64> = after.tokens.iter().map(|t| t.id.0).collect();

@@ -14,6 +14,7 @@ use crate::group;
 use crate::metrics;
 use crate::registry::Current;
 use crate::runner::{StepOutcome, StepRequest, Stepper, Work};
+use crate::settle;
 use crate::shared::Shared;
 
 /// The admin owner's executor: like a lane, it runs one step at a time.
@@ -98,10 +99,17 @@ impl Admin {
         let token = claimed.token.clone();
         match exec::fail(&claimed.snapshot, codes::STEP_POISONED.code, detail, ctx) {
             Ok(step) => {
+                let reply = step.reply.clone();
+                let me = &self.shared.config.replica_id;
                 self.shared
                     .store
-                    .commit(&poisoned_commit(claimed, step))
+                    .commit(&poisoned_commit(claimed, step, me))
                     .await?;
+                // Its callers, here and (through the commit's announcement) elsewhere, are
+                // answered with the failure like those of any step that fails an instance.
+                if let Some(reply) = &reply {
+                    self.shared.settle.settle(&key.id, reply);
+                }
             }
             // It ended or failed meanwhile: nothing to poison.
             Err(_) => {
@@ -115,7 +123,8 @@ impl Admin {
     }
 }
 
-fn poisoned_commit(claimed: Claimed, step: Step) -> StepCommit {
+/// The poisoning step's rows, committed by replica `me`.
+fn poisoned_commit(claimed: Claimed, step: Step, me: &str) -> StepCommit {
     let disarms = step
         .effects
         .iter()
@@ -124,6 +133,8 @@ fn poisoned_commit(claimed: Claimed, step: Step) -> StepCommit {
             _ => None,
         })
         .collect();
+    let announce_end =
+        step.reply.is_some() && settle::held_elsewhere(claimed.held_by.as_deref(), me);
     StepCommit {
         claim: Some(claimed.token),
         snapshot: step.snapshot,
@@ -133,5 +144,7 @@ fn poisoned_commit(claimed: Claimed, step: Step) -> StepCommit {
         outbox: Vec::new(),
         taken: None,
         inbox: None,
+        held_by: None,
+        announce_end,
     }
 }

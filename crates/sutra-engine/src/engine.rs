@@ -23,7 +23,7 @@ use crate::registry::{Current, Live};
 use crate::runner::{Completion, StepOutcome};
 use crate::shared::Shared;
 use crate::tasks::{self, PollRequest};
-use crate::{converge, deliveries, history, metrics, outbox, sweep};
+use crate::{answers, converge, deliveries, history, metrics, outbox, sweep};
 
 pub struct Engine {
     shared: Arc<Shared>,
@@ -37,7 +37,8 @@ pub struct Engine {
     shutdown: watch::Sender<bool>,
     /// Set when waiting long-polls should answer now (see [`Engine::end_polls`]).
     polls_end: watch::Sender<bool>,
-    /// The loops every replica runs: deployment convergence and the outbox worker.
+    /// The loops every replica runs: deployment convergence, the outbox worker, and (on a store
+    /// replicas share) the listener for ends of instances held here.
     background: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -71,6 +72,7 @@ impl Engine {
         history::spawn(&roles, &shared);
         let (shutdown, _) = watch::channel(false);
         let mut background = converge::spawn(&shared, &deployments, &shutdown);
+        background.extend(answers::spawn(&shared, &shutdown));
         background.push(outbox::spawn(
             Arc::clone(&shared),
             Arc::clone(&live),

@@ -43,6 +43,7 @@
 //! [`Store`]: sutra_store::Store
 
 mod admin;
+mod answers;
 mod config;
 mod converge;
 mod deliveries;

@@ -23,7 +23,7 @@ use tracing::debug;
 
 use crate::error::Error;
 use crate::registry::Live;
-use crate::settle::Hold;
+use crate::settle::{self, Hold};
 use crate::shared::Shared;
 use crate::{fault, metrics};
 
@@ -288,6 +288,7 @@ impl Stepper<'_> {
         let step = exec::apply(flow, &before, event, ctx).map_err(rejected)?;
         let pending = PendingCommit {
             claim: None,
+            held_by: None,
             answered: None,
             taken: None,
             consumed: Some(consumed),
@@ -356,6 +357,7 @@ impl Stepper<'_> {
         let step = exec::apply(flow, &claimed.snapshot, event, ctx).map_err(rejected)?;
         let pending = PendingCommit {
             claim: Some(claimed.token),
+            held_by: claimed.held_by,
             answered,
             taken,
             consumed,
@@ -375,12 +377,19 @@ impl Stepper<'_> {
     ) -> Result<Written, Error> {
         let instance = step.snapshot.instance.id.clone();
         let is_start = pending.claim.is_none();
-        let hold = pending.hold.then(|| self.shared.settle.register(&instance));
+        let hold = pending.hold.then(|| {
+            let key = InstanceKey {
+                tenant: step.snapshot.instance.tenant.clone(),
+                id: instance.clone(),
+            };
+            self.shared.settle.register(&key)
+        });
+        let me = &self.shared.config.replica_id;
         fault::point("before-commit");
-        let mut result = group.commit_step(&to_commit(&step, &pending)).await;
+        let mut result = group.commit_step(&to_commit(&step, &pending, me)).await;
         if let Err(sutra_store::Error::AliasTaken { channel, key }) = &result {
             step = fail_on_taken_alias(step, channel, key, ctx);
-            result = group.commit_step(&to_commit(&step, &pending)).await;
+            result = group.commit_step(&to_commit(&step, &pending, me)).await;
         }
         match result {
             Ok(committed) => Ok(Written {
@@ -453,6 +462,8 @@ pub(crate) fn task_error(error: sutra_store::Error) -> Error {
 
 struct PendingCommit {
     claim: Option<ClaimToken>,
+    /// Who held a caller on the instance before this step, as its claim read it.
+    held_by: Option<String>,
     answered: Option<ParkId>,
     taken: Option<DeliveryId>,
     consumed: Option<Consumed>,
@@ -484,7 +495,8 @@ fn fail_on_taken_alias(step: Step, channel: &str, key: &str, ctx: StepContext) -
     }
 }
 
-fn to_commit(step: &Step, pending: &PendingCommit) -> StepCommit {
+/// The rows of `step`, committed by replica `me`.
+fn to_commit(step: &Step, pending: &PendingCommit, me: &str) -> StepCommit {
     let mut arms = Vec::new();
     let mut disarms: Vec<ParkId> = pending.answered.into_iter().collect();
     let mut outbox = Vec::new();
@@ -522,6 +534,11 @@ fn to_commit(step: &Step, pending: &PendingCommit) -> StepCommit {
         outbox,
         taken: pending.taken,
         inbox,
+        held_by: pending
+            .hold
+            .then(|| settle::holder_after(pending.held_by.as_deref(), me)),
+        announce_end: step.reply.is_some()
+            && settle::held_elsewhere(pending.held_by.as_deref(), me),
     }
 }
 

@@ -47,14 +47,14 @@ impl ClaimStatements for Scoped {
              FROM locked
              WHERE instances.tenant = $2 AND instances.id = locked.id
                AND (owner IS NULL OR owner = $1 OR claimed_at < sutra_now() - $4)
-             RETURNING fence, snapshot";
+             RETURNING fence, snapshot, held_by";
         self.claimed_row(sql, claim).await
     }
 
     /// The row is taken as the durable claim's is, without writing it: the step's own commit
     /// grows the fence, in this same transaction.
     async fn lock_claimable(&mut self, claim: &NewClaim<'_>) -> Result<Option<ClaimedRow>> {
-        let sql = "SELECT fence, snapshot FROM instances
+        let sql = "SELECT fence, snapshot, held_by FROM instances
              WHERE tenant = $2 AND id = $3
                AND (owner IS NULL OR owner = $1 OR claimed_at < sutra_now() - $4)
              FOR NO KEY UPDATE SKIP LOCKED";

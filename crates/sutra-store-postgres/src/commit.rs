@@ -14,28 +14,44 @@ use sutra_store::{ClaimToken, DeliveryId, InboxEntry, OutboxEntry, Result};
 use sutra_store_sql::{Correlation, StepStatements, TaskArm, WaitArm, params};
 
 use crate::codec::{db, history_kind, micros, park, signed};
+use crate::notices;
 use crate::statements::Scoped;
 
 impl StepStatements for Scoped {
     /// The row lock this update takes is held until the commit.
-    async fn settle(&mut self, token: &ClaimToken, snapshot: &Snapshot) -> Result<bool> {
+    async fn settle(
+        &mut self,
+        token: &ClaimToken,
+        snapshot: &Snapshot,
+        held_by: Option<&str>,
+    ) -> Result<bool> {
         let query = sqlx::query(
             "UPDATE instances
              SET snapshot = $1, status = $2, owner = NULL, claimed_at = NULL, recoveries = 0,
-                 fence = fence + $7, updated_at = sutra_now()
+                 fence = fence + $7, updated_at = sutra_now(), held_by = COALESCE($8, held_by)
              WHERE tenant = $3 AND id = $4 AND ($5::text IS NULL OR owner = $5) AND fence = $6",
         );
-        let query = params::settle(query, token, snapshot);
+        let query = params::settle(query, token, snapshot, held_by);
         Ok(self.execute(query).await? == 1)
     }
 
-    async fn insert_instance(&mut self, snapshot: &Snapshot) -> Result<()> {
+    async fn insert_instance(&mut self, snapshot: &Snapshot, held_by: Option<&str>) -> Result<()> {
         let query = sqlx::query(
-            "INSERT INTO instances
-                 (id, tenant, deployment, version, flow, status, snapshot, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, sutra_now(), sutra_now())",
+            "INSERT INTO instances (id, tenant, deployment, version, flow, status, snapshot,
+                                    held_by, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, sutra_now(), sutra_now())",
         );
-        let query = params::instance(query, snapshot);
+        let query = params::instance(query, snapshot, held_by);
+        self.execute(query).await.map(drop)
+    }
+
+    /// One `NOTIFY` per payload, in one statement; PostgreSQL delivers them only if this
+    /// transaction commits. A pending `NOTIFY` serialises every committer that has one on a
+    /// global lock, which is why only steps ending instances held elsewhere send any.
+    async fn announce_ended(&mut self, instances: &[String]) -> Result<()> {
+        let query = sqlx::query("SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload")
+            .bind(notices::ENDED)
+            .bind(notices::ended_payloads(instances));
         self.execute(query).await.map(drop)
     }
 

@@ -34,7 +34,7 @@ impl DeploymentStatements for Scoped {
 
     /// Delivered at the commit, to every replica listening (see [`crate::notices`]).
     async fn announce_deployment(&mut self) -> Result<()> {
-        let query = sqlx::query("SELECT pg_notify($1, '')").bind(notices::CHANNEL);
+        let query = sqlx::query("SELECT pg_notify($1, '')").bind(notices::DEPLOYMENTS);
         self.execute(query).await.map(drop)
     }
 

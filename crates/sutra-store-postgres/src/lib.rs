@@ -4,7 +4,7 @@
 //! [`PostgresStore`] is `sutra_store_sql`'s [`SqlStore`], whose scripts implement every area of
 //! the seam once, over the statements of this crate: its SQL, its codec, its schema, its
 //! transaction ([`statements::Scoped`]), and what PostgreSQL adds — the tenant's scope, advisory
-//! locks, deployment notices. Each operation of the seam is one transaction, scoped to the tenant it acts for (see
+//! locks, deployment and end notices. Each operation of the seam is one transaction, scoped to the tenant it acts for (see
 //! [`scope`]): row-level security, enabled and forced on every table, shows it no other tenant's
 //! rows. The claim, release, sweep and delivery updates are single conditional statements inside
 //! it; a step's commit is one transaction led by its fenced update (see [`commit`]). Every "now"
@@ -88,11 +88,12 @@ impl Default for PostgresOptions {
 /// The production store.
 pub type PostgresStore = SqlStore<Postgres>;
 
-/// The PostgreSQL backend: a pool of connections to one database, and the listener for
-/// deployment notices.
+/// The PostgreSQL backend: a pool of connections to one database, and the listeners for
+/// deployment and end notices.
 pub struct Postgres {
     pool: PgPool,
-    notices: notices::Notices,
+    deployments: notices::Notices,
+    ended: notices::Notices,
 }
 
 /// Connects to `postgres://…` (or `postgresql://…`) with a pool of at most `options.pool_size`
@@ -107,7 +108,8 @@ pub async fn open(url: &str, options: &PostgresOptions) -> Result<PostgresStore>
             None => migrate_with(&connect).await?,
         }
     }
-    let notices = notices::Notices::new(connect.clone());
+    let deployments = notices::Notices::new(connect.clone(), notices::DEPLOYMENTS);
+    let ended = notices::Notices::new(connect.clone(), notices::ENDED);
     let session = connect.options([
         ("lock_timeout", millis(LOCK_TIMEOUT)),
         (
@@ -128,7 +130,11 @@ pub async fn open(url: &str, options: &PostgresOptions) -> Result<PostgresStore>
             })
         })
         .connect_lazy_with(session);
-    Ok(SqlStore::new(Postgres { pool, notices }))
+    Ok(SqlStore::new(Postgres {
+        pool,
+        deployments,
+        ended,
+    }))
 }
 
 /// Applies every pending migration to the database at `url` (`sutra db migrate`). Safe to run

@@ -4,15 +4,17 @@
 
 use sqlx::postgres::PgArguments;
 use sqlx::{AssertSqlSafe, PgConnection};
-use sutra_store::{DeliveryId, InboxAnswer, InboxEntry, Result, WaitTarget};
+use sutra_store::{DeliveryId, EndNotice, InboxAnswer, InboxEntry, Result, WaitTarget};
 use sutra_store_sql::rows::{InboxRow, WaitRow};
 use sutra_store_sql::{
     Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements, params,
 };
+use tracing::warn;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::Postgres;
 use crate::codec::{db, micros};
+use crate::notices::{self, Heard};
 use crate::scope::{SYSTEM, Tx, begin, declare};
 
 pub type Query<'q> = sqlx::query::Query<'q, sqlx::Postgres, PgArguments>;
@@ -55,9 +57,24 @@ impl Backend for Postgres {
         true
     }
 
-    /// The next notice on the listener (see [`crate::notices`]).
+    /// The next notice on the deployments' listener (see [`crate::notices`]); any notice, or
+    /// a (re)started listener, is a reason to look at the revision.
     async fn deployment_notice(&self) -> Result<()> {
-        self.notices.next().await
+        self.deployments.next().await.map(drop)
+    }
+
+    /// The next notice on the ends' listener that names instances, or its (re)start. A payload
+    /// no replica of this build sends is logged and skipped.
+    async fn end_notice(&self) -> Result<EndNotice> {
+        loop {
+            match self.ended.next().await? {
+                Heard::Listening => return Ok(EndNotice::Listening),
+                Heard::Notice(payload) => match notices::ended(&payload) {
+                    Some(notice) => return Ok(notice),
+                    None => warn!(payload, "an end notice that names no instances; ignored"),
+                },
+            }
+        }
     }
 }
 

@@ -12,8 +12,8 @@ use sutra_core::snapshot::{InstanceInfo, ParkId};
 use sutra_core::step::Message;
 use sutra_store::codec::corrupt;
 use sutra_store::{
-    Arm, ClaimToken, Committed, DeliveryId, DeliveryKind, Error, InboxAnswer, InboxEntry, Result,
-    StepCommit, Steps, task_id,
+    Arm, ClaimToken, Committed, DeliveryId, DeliveryKind, EndNotice, Error, InboxAnswer,
+    InboxEntry, Result, StepCommit, Steps, task_id,
 };
 
 use crate::statements::{
@@ -29,8 +29,16 @@ impl<B: Backend> Steps for SqlStore<B> {
             .begin(Scope::Tenant(&step.snapshot.instance.tenant))
             .await?;
         let committed = write_step(&mut tx, step).await?;
+        if step.announce_end {
+            let ended = std::slice::from_ref(&step.snapshot.instance.id);
+            tx.announce_ended(ended).await?;
+        }
         tx.commit().await?;
         Ok(committed)
+    }
+
+    async fn end_notice(&self) -> Result<EndNotice> {
+        self.backend().end_notice().await
     }
 }
 
@@ -159,7 +167,8 @@ impl<T: StepStatements> StepWriter<'_, T> {
     /// fence makes a holder whose claim lapsed (and was taken) unable to commit. The row lock it
     /// takes is held until the commit.
     async fn settle(&mut self, token: &ClaimToken) -> Result<()> {
-        if !self.tx.settle(token, &self.step.snapshot).await? {
+        let held_by = self.step.held_by.as_deref();
+        if !self.tx.settle(token, &self.step.snapshot, held_by).await? {
             return Err(Error::ClaimLost);
         }
         Ok(())
@@ -174,7 +183,8 @@ impl<T: StepStatements> StepWriter<'_, T> {
                 return Err(Error::Duplicate(first));
             }
         }
-        self.tx.insert_instance(&self.step.snapshot).await
+        let held_by = self.step.held_by.as_deref();
+        self.tx.insert_instance(&self.step.snapshot, held_by).await
     }
 
     /// Resolves every row behind one park of this instance: its task if a worker may still take

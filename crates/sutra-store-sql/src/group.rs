@@ -10,7 +10,7 @@ use sutra_store::{Claimed, Committed, Group, Groups, HeldTask, Owner, Result, St
 
 use crate::claim::lock_claim;
 use crate::commit::write_step;
-use crate::statements::{Backend, NewClaim, Scope, Statements};
+use crate::statements::{Backend, NewClaim, Scope, Statements, StepStatements};
 use crate::store::SqlStore;
 use crate::tasks::{complete_locked, deliver_output};
 
@@ -20,12 +20,18 @@ impl<B: Backend> Groups for SqlStore<B> {
         // Begun acting for the first member's tenant, which then declares nothing: a group of
         // one tenant costs no round trip besides its members' statements.
         let tx = self.begin(Scope::Tenant(tenant)).await?;
-        Ok(Box::new(SqlGroup::<B> { tx }))
+        Ok(Box::new(SqlGroup::<B> {
+            tx,
+            ended: Vec::new(),
+        }))
     }
 }
 
 struct SqlGroup<B: Backend> {
     tx: B::Tx,
+    /// The instances whose end the members announce, told all at once just before the commit:
+    /// one notice per group, however many members end instances held elsewhere.
+    ended: Vec<String>,
 }
 
 #[async_trait::async_trait]
@@ -51,7 +57,11 @@ impl<B: Backend> Group for SqlGroup<B> {
     }
 
     async fn commit_step(&mut self, step: &StepCommit) -> Result<Committed> {
-        write_step(&mut self.tx, step).await
+        let committed = write_step(&mut self.tx, step).await?;
+        if step.announce_end {
+            self.ended.push(step.snapshot.instance.id.clone());
+        }
+        Ok(committed)
     }
 
     async fn complete_task(
@@ -73,6 +83,10 @@ impl<B: Backend> Group for SqlGroup<B> {
     }
 
     async fn commit(self: Box<Self>) -> Result<()> {
-        self.tx.commit().await
+        let SqlGroup { mut tx, ended } = *self;
+        if !ended.is_empty() {
+            tx.announce_ended(&ended).await?;
+        }
+        tx.commit().await
     }
 }

@@ -96,11 +96,16 @@ pub fn inbox<'q, Q: Bind<'q>>(query: Q, tenant: &'q str, entry: &'q InboxEntry) 
         .text(&entry.answer.status)
 }
 
-/// A fenced settle: snapshot, status, tenant, id, owner, fence.
 /// A step's settle: snapshot, status, tenant, id, the owner a durable claim wrote (none for a
-/// locked claim, which wrote nothing), the fence the claim read, and what the settle adds to it
-/// (a durable claim grew it already; a locked one's step grows it here).
-pub fn settle<'q, Q: Bind<'q>>(query: Q, token: &'q ClaimToken, snapshot: &'q Snapshot) -> Q {
+/// locked claim, which wrote nothing), the fence the claim read, what the settle adds to it
+/// (a durable claim grew it already; a locked one's step grows it here), and who holds a
+/// caller now (none: unchanged).
+pub fn settle<'q, Q: Bind<'q>>(
+    query: Q,
+    token: &'q ClaimToken,
+    snapshot: &'q Snapshot,
+    held_by: Option<&'q str>,
+) -> Q {
     let (owner, growth) = match token.kind {
         ClaimKind::Durable => (Some(token.owner.0.as_str()), 0),
         ClaimKind::Locked => (None, 1),
@@ -113,10 +118,11 @@ pub fn settle<'q, Q: Bind<'q>>(query: Q, token: &'q ClaimToken, snapshot: &'q Sn
         .maybe_text(owner)
         .int(token.fence)
         .int(growth)
+        .maybe_text(held_by)
 }
 
-/// A new instance: id, tenant, deployment, version, flow, status, snapshot.
-pub fn instance<'q, Q: Bind<'q>>(query: Q, snapshot: &'q Snapshot) -> Q {
+/// A new instance: id, tenant, deployment, version, flow, status, snapshot, who holds a caller.
+pub fn instance<'q, Q: Bind<'q>>(query: Q, snapshot: &'q Snapshot, held_by: Option<&'q str>) -> Q {
     let instance = &snapshot.instance;
     query
         .text(&instance.id)
@@ -126,6 +132,7 @@ pub fn instance<'q, Q: Bind<'q>>(query: Q, snapshot: &'q Snapshot) -> Q {
         .text(&instance.flow)
         .text(snapshot.status.as_str())
         .json(snapshot.to_json())
+        .maybe_text(held_by)
 }
 
 /// The park's task, cancellable: instance, park, the cancelled state, then the states a worker

@@ -20,11 +20,12 @@ pub fn snapshot(json: Value) -> Result<Snapshot> {
     Snapshot::from_json(json).map_err(|e| corrupt("a snapshot", e))
 }
 
-/// What a successful claim's `UPDATE … RETURNING fence, snapshot` returns.
+/// What a successful claim's `UPDATE … RETURNING fence, snapshot, held_by` returns.
 #[derive(sqlx::FromRow)]
 pub struct ClaimedRow {
     fence: i64,
     snapshot: Json<Value>,
+    held_by: Option<String>,
 }
 
 impl ClaimedRow {
@@ -36,6 +37,7 @@ impl ClaimedRow {
                 kind,
             },
             snapshot: snapshot(self.snapshot.0)?,
+            held_by: self.held_by,
         })
     }
 }

@@ -23,9 +23,9 @@ use serde_json::Value;
 use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot};
 use sutra_core::step::HistoryEvent;
 use sutra_store::{
-    BufferedMessage, ClaimToken, DeliveryId, DeliveryKind, InboxAnswer, InboxEntry, InstanceFilter,
-    LockedTask, NewDelivery, OutboxEntry, OutboxId, OutboxRetry, Owner, Result, TaskFilter,
-    TaskPoll, TaskState, WaitTarget,
+    BufferedMessage, ClaimToken, DeliveryId, DeliveryKind, EndNotice, InboxAnswer, InboxEntry,
+    InstanceFilter, LockedTask, NewDelivery, OutboxEntry, OutboxId, OutboxRetry, Owner, Result,
+    TaskFilter, TaskPoll, TaskState, WaitTarget,
 };
 
 use crate::rows::{
@@ -164,6 +164,11 @@ pub trait Backend: Send + Sync + 'static {
     fn deployment_notice(&self) -> impl Future<Output = Result<()>> + Send {
         std::future::pending()
     }
+
+    /// [`sutra_store::Steps::end_notice`]: a backend that cannot tell never returns.
+    fn end_notice(&self) -> impl Future<Output = Result<EndNotice>> + Send {
+        std::future::pending()
+    }
 }
 
 /// The statements more than one script runs, and the transaction's end.
@@ -212,8 +217,8 @@ pub trait ClaimStatements: Statements {
     ) -> impl Future<Output = Result<Option<ClaimedRow>>> + Send;
 
     /// Locks the instance's row for this transaction if the claim predicate holds and no other
-    /// transaction holds the row (skipping it, never waiting); its fence and snapshot, or
-    /// `None`, having written nothing. The claim of a group member ([`ClaimKind::Locked`]).
+    /// transaction holds the row (skipping it, never waiting); its fence, snapshot and holder,
+    /// or `None`, having written nothing. The claim of a group member ([`ClaimKind::Locked`]).
     ///
     /// [`ClaimKind::Locked`]: sutra_store::ClaimKind::Locked
     fn lock_claimable(
@@ -245,15 +250,26 @@ pub trait ClaimStatements: Statements {
 /// The statements of a step's commit (`commit`).
 pub trait StepStatements: Statements {
     /// Writes the snapshot and clears the owner if `token` still holds the claim, growing the
-    /// fence for a locked claim; whether it did.
+    /// fence for a locked claim; whether it did. `held_by` replaces who holds a caller, unless
+    /// `None` ([`sutra_store::StepCommit::held_by`]).
     fn settle(
         &mut self,
         token: &ClaimToken,
         snapshot: &Snapshot,
+        held_by: Option<&str>,
     ) -> impl Future<Output = Result<bool>> + Send;
 
-    /// Inserts a new, unowned instance.
-    fn insert_instance(&mut self, snapshot: &Snapshot) -> impl Future<Output = Result<()>> + Send;
+    /// Inserts a new, unowned instance, held by `held_by` if a caller waits for its end.
+    fn insert_instance(
+        &mut self,
+        snapshot: &Snapshot,
+        held_by: Option<&str>,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Tells the other processes on the store, once this transaction commits, that `instances`
+    /// ended ([`sutra_store::Steps::end_notice`]). Sent once per transaction, for every step
+    /// in it that announces one.
+    fn announce_ended(&mut self, instances: &[String]) -> impl Future<Output = Result<()>> + Send;
 
     fn insert_history(
         &mut self,

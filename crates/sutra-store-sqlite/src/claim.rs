@@ -18,7 +18,7 @@ impl ClaimStatements for Session {
             "UPDATE instances SET owner = ?1, claimed_at = ?2, fence = fence + 1
              WHERE tenant = ?3 AND id = ?4
                AND (owner IS NULL OR owner = ?1 OR claimed_at < ?5)
-             RETURNING fence, snapshot",
+             RETURNING fence, snapshot, held_by",
         )
         .bind(&claim.owner.0)
         .bind(micros(now))
@@ -34,7 +34,7 @@ impl ClaimStatements for Session {
     async fn lock_claimable(&mut self, claim: &NewClaim<'_>) -> Result<Option<ClaimedRow>> {
         let now = self.write().await?.now();
         let query = sqlx::query_as(
-            "SELECT fence, snapshot FROM instances
+            "SELECT fence, snapshot, held_by FROM instances
              WHERE tenant = ?2 AND id = ?3
                AND (owner IS NULL OR owner = ?1 OR claimed_at < ?4)",
         )

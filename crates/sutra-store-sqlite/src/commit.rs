@@ -13,27 +13,37 @@ use crate::codec::{db, history_kind, micros, park, signed};
 use crate::statements::Session;
 
 impl StepStatements for Session {
-    async fn settle(&mut self, token: &ClaimToken, snapshot: &Snapshot) -> Result<bool> {
+    async fn settle(
+        &mut self,
+        token: &ClaimToken,
+        snapshot: &Snapshot,
+        held_by: Option<&str>,
+    ) -> Result<bool> {
         let tx = self.write().await?;
         let query = sqlx::query(
             "UPDATE instances
              SET snapshot = ?1, status = ?2, owner = NULL, claimed_at = NULL, recoveries = 0,
-                 fence = fence + ?7, updated_at = ?8
+                 fence = fence + ?7, held_by = COALESCE(?8, held_by), updated_at = ?9
              WHERE tenant = ?3 AND id = ?4 AND (?5 IS NULL OR owner = ?5) AND fence = ?6",
         );
-        let query = params::settle(query, token, snapshot).bind(micros(tx.now()));
+        let query = params::settle(query, token, snapshot, held_by).bind(micros(tx.now()));
         Ok(tx.execute(query).await? == 1)
     }
 
-    async fn insert_instance(&mut self, snapshot: &Snapshot) -> Result<()> {
+    async fn insert_instance(&mut self, snapshot: &Snapshot, held_by: Option<&str>) -> Result<()> {
         let tx = self.write().await?;
         let query = sqlx::query(
-            "INSERT INTO instances
-                 (id, tenant, deployment, version, flow, status, snapshot, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)",
+            "INSERT INTO instances (id, tenant, deployment, version, flow, status, snapshot,
+                                    held_by, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
         );
-        let query = params::instance(query, snapshot).bind(micros(tx.now()));
+        let query = params::instance(query, snapshot, held_by).bind(micros(tx.now()));
         tx.execute(query).await.map(drop)
+    }
+
+    /// One process per file: no other process holds a caller, so there is no one to tell.
+    async fn announce_ended(&mut self, _instances: &[String]) -> Result<()> {
+        Ok(())
     }
 
     /// One statement per event. The primary key `(instance, seq)` refuses a repeated sequence,

@@ -25,6 +25,8 @@ fn start(id: &str) -> StepCommit {
         outbox: Vec::new(),
         taken: None,
         inbox: None,
+        held_by: None,
+        announce_end: false,
     }
 }
 

@@ -38,6 +38,8 @@ pub enum ClaimKind {
 pub struct Claimed {
     pub token: ClaimToken,
     pub snapshot: Snapshot,
+    /// Who holds a caller until the instance ends, as last recorded ([`crate::StepCommit::held_by`]).
+    pub held_by: Option<String>,
 }
 
 /// What a sweep did.

@@ -13,6 +13,7 @@
 mod claim;
 mod deliveries;
 mod deployments;
+mod ends;
 mod fixtures;
 mod group;
 mod intake;
@@ -26,6 +27,7 @@ mod tasks;
 pub use claim::*;
 pub use deliveries::*;
 pub use deployments::*;
+pub use ends::*;
 pub use group::*;
 pub use intake::*;
 pub use leases::*;
@@ -112,6 +114,8 @@ macro_rules! conformance_tests {
             a_released_lease_is_free_at_once,
             the_purger_removes_old_terminal_instances_and_never_failed_ones,
             the_deployment_revision_grows_with_every_deploy,
+            the_holder_a_step_records_is_read_by_the_next_claim,
+            an_announced_end_is_heard_once_its_commit_lands,
         );
     };
     (@each $fresh:expr; $($invariant:ident),+ $(,)?) => {

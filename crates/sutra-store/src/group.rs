@@ -73,6 +73,7 @@ pub trait Group: Send {
     async fn deliver_output(&mut self, tenant: &str, task: &HeldTask, output: &Value)
     -> Result<()>;
 
-    /// Commits every member kept.
+    /// Commits every member kept, and announces in the same transaction, once for all of them,
+    /// the ends its members asked to announce ([`crate::StepCommit::announce_end`]).
     async fn commit(self: Box<Self>) -> Result<()>;
 }

@@ -48,7 +48,7 @@ pub use leases::{Lease, Leases};
 pub use outbox::{Outbox, OutboxId, OutboxRecord, OutboxRetry, OutboxRow, SendError, Sender};
 pub use purge::{Purge, Purged};
 pub use reads::{InstanceFilter, InstanceRecord, Reads};
-pub use steps::{Arm, Committed, OutboxEntry, StepCommit, Steps};
+pub use steps::{Arm, Committed, EndNotice, OutboxEntry, StepCommit, Steps};
 pub use tasks::{
     LockedTask, Polled, TaskFailure, TaskFilter, TaskLock, TaskPoll, TaskRecord, TaskState, Tasks,
     after_failure, lock_expired, retry_backoff, task_id, task_instance,

@@ -28,6 +28,14 @@ pub struct StepCommit {
     /// step it is written whatever was there (the row a buffered message left, whose answer had no
     /// instance yet).
     pub inbox: Option<InboxEntry>,
+    /// Who holds a caller until the instance ends (`ack: complete`), when this step registered
+    /// one: recorded on the instance, and read back by the next claim ([`crate::Claimed`]).
+    /// `None` leaves what was recorded. Opaque to the store, like an [`crate::Owner`].
+    pub held_by: Option<String>,
+    /// The step ends an instance whose caller another process holds: once the commit lands, the
+    /// store tells every process listening ([`Steps::end_notice`]). A group tells them once for
+    /// all its members. A store that cannot tell ignores it: there is no other process to tell.
+    pub announce_end: bool,
 }
 
 /// A durable row behind a park (SPEC §5.6: what was asked).
@@ -69,9 +77,28 @@ pub struct Committed {
     pub due_now: Vec<DeliveryId>,
 }
 
-/// Committing a step.
+/// What [`Steps::end_notice`] heard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndNotice {
+    /// These instances ended in commits of other processes that announced them
+    /// ([`StepCommit::announce_end`]).
+    Ended(Vec<String>),
+    /// The listener (re)started: ends announced before it listened reached no one here, so look
+    /// at every instance a caller waits for.
+    Listening,
+}
+
+/// Committing a step, and hearing of the steps other processes committed that ended instances.
 #[async_trait::async_trait]
 pub trait Steps: Send + Sync {
     /// Writes a step and releases its claim in one transaction.
     async fn commit(&self, step: &StepCommit) -> Result<Committed>;
+
+    /// Waits for the next announcement of ended instances ([`StepCommit::announce_end`]), or
+    /// for the listener to (re)start. A store no other process shares never returns. An error
+    /// means an announcement may have been missed: wait a while, then ask again, which reports
+    /// [`EndNotice::Listening`].
+    async fn end_notice(&self) -> Result<EndNotice> {
+        std::future::pending().await
+    }
 }

@@ -84,6 +84,8 @@ pub async fn started(store: &PostgresStore, tenant: &str, id: &str) {
             },
         }),
         snapshot,
+        held_by: None,
+        announce_end: false,
     };
     store.commit(&start).await.expect("a start commits");
 }
@@ -106,6 +108,8 @@ pub fn arming(claimed: &Claimed, arms: Vec<Arm>) -> StepCommit {
         outbox: Vec::new(),
         taken: None,
         inbox: None,
+        held_by: None,
+        announce_end: false,
     }
 }
 

@@ -7,5 +7,6 @@
 mod common;
 mod leases;
 mod migrations;
+mod notices;
 mod races;
 mod row_security;

@@ -113,6 +113,8 @@ pub(super) fn start(mut snapshot: Snapshot, event_id: &str) -> StepCommit {
         taken: None,
         inbox: Some(inbox),
         snapshot,
+        held_by: None,
+        announce_end: false,
     }
 }
 
@@ -163,6 +165,8 @@ pub(super) fn step(claimed: &Claimed) -> StepCommit {
         outbox: Vec::new(),
         taken: None,
         inbox: None,
+        held_by: None,
+        announce_end: false,
     }
 }
 
