@@ -22,7 +22,10 @@ async fn one_lane_replays_the_recorded_workload_identically() {
     let options = ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), scratch.database())
         .env("SUTRA_ENGINE_LANES", "1");
     let server = Server::start(&options);
-    assert!(EXAMPLE.contains(AMQP_APPROVALS), "the example changed its approvals channel");
+    assert!(
+        EXAMPLE.contains(AMQP_APPROVALS),
+        "the example changed its approvals channel"
+    );
     let (status, body) = server
         .deploy(&EXAMPLE.replace(AMQP_APPROVALS, "transport: http"))
         .await;

@@ -6,19 +6,9 @@
 //! each as a CloudEvent whose `id` — and whose AMQP `message_id` or `Nats-Msg-Id` — is the row's
 //! idempotency key `{instance}:{audit seq}:{node}`.
 
-use std::time::{Duration, Instant};
-
-use async_nats::jetstream::{self, stream};
-use lapin::options::{BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions};
-use lapin::types::{FieldTable, ShortString};
-use lapin::{Connection, ConnectionProperties};
 use serde_json::{Value, json};
+use sutra_testkit::brokers::{TestQueue, TestStream, amqp_url, nats_url};
 use sutra_testkit::{Scratch, Server, ServerOptions};
-
-const AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
-const NATS_URL: &str = "nats://127.0.0.1:4222";
-/// Far longer than a send takes; a broker that never gets the message fails the test here.
-const PATIENCE: Duration = Duration::from_secs(20);
 
 fn deployment(queue: &str, subject: &str) -> String {
     format!(
@@ -57,79 +47,25 @@ async fn emitted_keys(server: &Server, instance: &str) -> Vec<(String, String)> 
 
 #[tokio::test]
 async fn emits_on_broker_channels_are_published_with_the_rows_idempotency_key() {
-    let amqp = Connection::connect(AMQP_URL, ConnectionProperties::default())
-        .await
-        .expect("RabbitMQ runs on this machine (see .ci/run)");
-    let broker = amqp.create_channel().await.unwrap();
-    let id = uuid::Uuid::now_v7().simple().to_string();
-    let queue = format!("sutra-test-outbox-{id}");
-    broker
-        .queue_declare(
-            ShortString::from(queue.clone()),
-            QueueDeclareOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    let nats = jetstream::new(
-        async_nats::connect(NATS_URL)
-            .await
-            .expect("NATS runs on this machine (see .ci/run)"),
-    );
-    let stream_name = format!("SUTRA_TEST_OUTBOX_{id}");
-    let subject = format!("sutra-test-outbox-{id}.orders");
-    let stream = nats
-        .create_stream(stream::Config {
-            name: stream_name.clone(),
-            subjects: vec![subject.clone()],
-            allow_direct: true,
-            max_age: Duration::from_secs(600),
-            ..stream::Config::default()
-        })
-        .await
-        .unwrap();
-
+    let queue = TestQueue::declare("sutra-test-outbox").await;
+    let stream = TestStream::create("sutra-test-outbox").await;
     let scratch = Scratch::new("outbox-brokers");
     let options = ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), scratch.database())
-        .env("SUTRA_TRANSPORTS_AMQP_URL", AMQP_URL)
-        .env("SUTRA_TRANSPORTS_NATS_URL", NATS_URL);
+        .env("SUTRA_TRANSPORTS_AMQP_URL", &amqp_url())
+        .env("SUTRA_TRANSPORTS_NATS_URL", &nats_url());
     let server = Server::start(&options);
-    let (status, body) = server.deploy(&deployment(&queue, &subject)).await;
+    let (status, body) = server
+        .deploy(&deployment(&queue.name, &stream.subject))
+        .await;
     assert_eq!(status, 201, "{body}");
     let (status, body) = server.send("orders", "evt-o1", json!({"id": "o1"})).await;
     assert_eq!(status, 202, "{body}");
     let instance = body["instance"].as_str().unwrap().to_owned();
 
-    let deadline = Instant::now() + PATIENCE;
-    let delivery = loop {
-        let got = broker
-            .basic_get(
-                ShortString::from(queue.clone()),
-                BasicGetOptions { no_ack: true },
-            )
-            .await
-            .unwrap();
-        if let Some(got) = got {
-            break got.delivery;
-        }
-        assert!(Instant::now() < deadline, "nothing reached queue {queue}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let published = loop {
-        if let Ok(message) = stream.direct_get(1).await {
-            break message;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "nothing reached stream {stream_name}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    broker
-        .queue_delete(ShortString::from(queue), QueueDeleteOptions::default())
-        .await
-        .unwrap();
-    nats.delete_stream(&stream_name).await.unwrap();
+    let delivery = queue.next().await;
+    let published = stream.message(1).await;
+    queue.delete().await;
+    stream.delete().await;
 
     let keys = emitted_keys(&server, &instance).await;
     let key = |node: &str| {
@@ -145,7 +81,7 @@ async fn emits_on_broker_channels_are_published_with_the_rows_idempotency_key() 
                 .properties
                 .message_id()
                 .as_ref()
-                .map(ShortString::as_str),
+                .map(|id| id.as_str()),
             event["id"].as_str(),
             &event["data"]
         ),

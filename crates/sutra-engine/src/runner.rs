@@ -251,17 +251,14 @@ impl Stepper<'_> {
         group: &mut dyn Group,
         completion: &Completion,
     ) -> Result<(), Error> {
-        let Completion {
-            tenant,
-            task,
-            lock_token,
-            output,
-        } = completion;
+        let tenant = &completion.tenant;
         let held = group
-            .complete_task(tenant, task, lock_token)
+            .complete_task(tenant, &completion.task, &completion.lock_token)
             .await
             .map_err(task_error)?;
-        group.deliver_output(tenant, &held, output).await?;
+        group
+            .deliver_output(tenant, &held, &completion.output)
+            .await?;
         Ok(())
     }
 

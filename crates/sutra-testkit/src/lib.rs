@@ -6,6 +6,7 @@
 //! deadline, never fixed sleeps: a slow machine makes a test slower, not red.
 
 mod bearer;
+pub mod brokers;
 pub mod postgres;
 mod receiver;
 

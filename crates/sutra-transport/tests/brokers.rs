@@ -1,31 +1,12 @@
 //! The broker transports against the real RabbitMQ and NATS JetStream on this machine
-//! (`SUTRA_TEST_AMQP_URL`, `SUTRA_TEST_NATS_URL`, defaulting to the local brokers' standard
-//! ports). Each test makes its own uniquely named queue or stream and removes it; a broker that
-//! is not running fails the test, it never skips.
+//! (`sutra_testkit::brokers`). Each test makes its own uniquely named queue or stream and
+//! removes it; a broker that is not running fails the test, it never skips.
 
-use std::time::Duration;
-
-use async_nats::jetstream::{self, stream};
-use lapin::options::{BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions};
-use lapin::types::{FieldTable, ShortString};
-use lapin::{Connection, ConnectionProperties};
 use serde_json::{Value, json};
 use sutra_core::model::Channel;
 use sutra_store::{OutboxEntry, OutboxId, OutboxRow, Sender};
+use sutra_testkit::brokers::{TestQueue, TestStream, amqp_url, nats_url, unique};
 use sutra_transport::{BrokerUrls, Transports};
-
-fn amqp_url() -> String {
-    std::env::var("SUTRA_TEST_AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
-}
-
-fn nats_url() -> String {
-    std::env::var("SUTRA_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned())
-}
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}-{}", uuid::Uuid::now_v7().simple())
-}
 
 fn transports() -> Transports {
     Transports::new(BrokerUrls {
@@ -66,50 +47,26 @@ fn row(channel: &str, key: &str) -> OutboxRow {
     }
 }
 
-async fn amqp_channel() -> (Connection, lapin::Channel) {
-    let connection = Connection::connect(&amqp_url(), ConnectionProperties::default())
-        .await
-        .expect("RabbitMQ runs on this machine (see .ci/run)");
-    let channel = connection.create_channel().await.unwrap();
-    (connection, channel)
-}
-
 #[tokio::test]
 async fn an_amqp_emit_is_a_confirmed_persistent_message_identified_by_its_idempotency_key() {
-    let (_connection, broker) = amqp_channel().await;
-    let queue = unique("sutra-test-emit");
-    broker
-        .queue_declare(
-            ShortString::from(queue.clone()),
-            QueueDeclareOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    let bus = channel("bus", &format!("{{ transport: amqp, queue: {queue} }}"));
+    let queue = TestQueue::declare("sutra-test-emit").await;
+    let bus = channel(
+        "bus",
+        &format!("{{ transport: amqp, queue: {} }}", queue.name),
+    );
 
     let sent = transports().send(&bus, &row("bus", "i-1:2:out")).await;
-    let got = broker
-        .basic_get(
-            ShortString::from(queue.clone()),
-            BasicGetOptions { no_ack: true },
-        )
-        .await
-        .unwrap();
-    broker
-        .queue_delete(ShortString::from(queue), QueueDeleteOptions::default())
-        .await
-        .unwrap();
+    let delivery = queue.next().await;
+    queue.delete().await;
 
     assert_eq!(sent, Ok(()));
-    let delivery = got.expect("the message is in the queue").delivery;
     let properties = &delivery.properties;
     assert_eq!(
-        properties.message_id().as_ref().map(ShortString::as_str),
+        properties.message_id().as_ref().map(|id| id.as_str()),
         Some("i-1:2:out")
     );
     assert_eq!(
-        properties.content_type().as_ref().map(ShortString::as_str),
+        properties.content_type().as_ref().map(|kind| kind.as_str()),
         Some("application/cloudevents+json")
     );
     assert_eq!(*properties.delivery_mode(), Some(2));
@@ -139,34 +96,19 @@ async fn an_amqp_emit_no_queue_receives_is_a_failed_send_not_a_silent_drop() {
 
 #[tokio::test]
 async fn a_nats_emit_is_stored_once_however_often_it_is_resent() {
-    let client = async_nats::connect(nats_url())
-        .await
-        .expect("NATS runs on this machine (see .ci/run)");
-    let context = jetstream::new(client);
-    let name = unique("SUTRA_TEST");
-    let subject = format!("{}.events", name.to_lowercase());
-    let mut created = context
-        .create_stream(stream::Config {
-            name: name.clone(),
-            subjects: vec![subject.clone()],
-            allow_direct: true,
-            max_age: Duration::from_secs(600),
-            ..stream::Config::default()
-        })
-        .await
-        .unwrap();
+    let mut stream = TestStream::create("sutra-test-emit").await;
     let out = channel(
         "stream",
-        &format!("{{ transport: nats, subject: {subject} }}"),
+        &format!("{{ transport: nats, subject: {} }}", stream.subject),
     );
     let transports = transports();
 
     let first = transports.send(&out, &row("stream", "i-1:2:out")).await;
     // A crash between the publish and the row's mark sends the same row again.
     let again = transports.send(&out, &row("stream", "i-1:2:out")).await;
-    let stored = created.info().await.unwrap().state.messages;
-    let message = created.direct_get(1).await.unwrap();
-    context.delete_stream(&name).await.unwrap();
+    let stored = stream.stored().await;
+    let message = stream.message(1).await;
+    stream.delete().await;
 
     assert_eq!((first, again), (Ok(()), Ok(())));
     assert_eq!(stored, 1, "the duplicate window drops the resend");
