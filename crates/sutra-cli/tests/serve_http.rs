@@ -38,7 +38,18 @@ channels:
     transport: http
     correlate: data.id
     ack: complete
+  handoffs:
+    transport: http
+    correlate: data.id
 flows:
+  handoff:
+    start: { channel: handoffs }
+    nodes:
+      - id: await-next
+        receive: { channel: handoffs, key: vars.input.next }
+        output: next
+      - id: handed
+        end: {}
   refuse:
     start: { channel: refusals }
     nodes:
@@ -204,6 +215,37 @@ async fn a_redelivered_message_is_answered_as_the_first_and_changes_nothing() {
     assert_eq!(again["dedup"], true);
     let (_, list) = server.get("/v1/instances").await;
     assert_eq!(list["items"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_message_an_instance_waits_for_resumes_it_even_on_a_channel_that_starts_flows() {
+    let scratch = Scratch::new("relay-on-start-channel");
+    let server = deployed(&scratch).await;
+    let (status, first) = server
+        .send("handoffs", "h-1", json!({"id": "a", "next": "b"}))
+        .await;
+    assert_eq!(status, 202, "{first}");
+
+    let (status, relayed) = server
+        .send("handoffs", "h-2", json!({"id": "b", "next": "c"}))
+        .await;
+
+    assert_eq!(status, 202, "{relayed}");
+    assert_eq!(
+        (&relayed["instance"], &relayed["status"], &relayed["dedup"]),
+        (&first["instance"], &json!("completed"), &json!(false)),
+        "the waiting instance took the message; no second one started"
+    );
+    let (_, list) = server.get("/v1/instances").await;
+    assert_eq!(list["items"].as_array().unwrap().len(), 1, "{list}");
+    let (status, again) = server
+        .send("handoffs", "h-2", json!({"id": "b", "next": "c"}))
+        .await;
+    assert_eq!(
+        (status, &again["instance"], &again["dedup"]),
+        (202, &first["instance"], &json!(true)),
+        "{again}"
+    );
 }
 
 #[tokio::test]

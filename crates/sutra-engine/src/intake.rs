@@ -12,7 +12,7 @@ use sutra_core::expr::{Bindings, MESSAGE_ROOTS};
 use sutra_core::model::{Ack, Channel, Transport};
 use sutra_core::snapshot::InstanceInfo;
 use sutra_core::step::{Event, Message, Reply};
-use sutra_store::{BufferedMessage, InboxAnswer, InstanceKey};
+use sutra_store::{BufferedMessage, InboxAnswer, InstanceKey, WaitTarget};
 
 use crate::error::Error;
 use crate::lane::Lanes;
@@ -116,6 +116,20 @@ pub(crate) async fn receive(
     }
     validate(definition, &message)?;
     let key = correlate(definition, &message)?;
+    let hold = definition.ack == Ack::Complete;
+    let arrived = Arrived {
+        tenant: &tenant,
+        channel: &channel,
+        message: &message,
+        key: key.as_deref(),
+        hold,
+    };
+    // A message that can start a flow tries the start first: the start's own transaction
+    // dedups the message and looks for an instance waiting on its key, so the common start
+    // costs no transaction before it. Only a message an instance waits for is looked up.
+    if let Some(started) = try_start(shared, lanes, &route, definition, &arrived).await {
+        return started;
+    }
     let store = &shared.store;
     let lookup = store
         .look_up(&tenant, &channel, &message.id, key.as_deref())
@@ -123,37 +137,24 @@ pub(crate) async fn receive(
     if let Some(answer) = lookup.answer {
         return Ok(dedup(answer));
     }
-    let hold = definition.ack == Ack::Complete;
     if let Some(target) = lookup.wait {
-        let event = Event::Relay {
-            park: target.park,
-            message: message.clone(),
-        };
-        let work = Work::Resume {
-            event,
-            taken: None,
-            consumed: Some(Consumed {
-                channel: channel.clone(),
-                event_id: message.id.clone(),
-            }),
-        };
-        let request = StepRequest {
-            key: InstanceKey {
-                tenant,
-                id: target.instance,
-            },
-            work,
-            hold,
-        };
-        return answer(shared, lanes, definition, request).await;
+        return relay(shared, lanes, definition, &arrived, target).await;
     }
-    if let Some(request) = start_request(&route, &tenant, &channel, message.clone(), hold) {
-        return match answer(shared, lanes, definition, request).await {
-            Err(IntakeError::Engine(Error::Store(sutra_store::Error::Duplicate(first)))) => {
-                Ok(dedup(first))
-            }
-            other => other,
-        };
+    // The instance the start found waiting moved on before the look: start after all. One
+    // found waiting again is a race the sender settles by sending again.
+    if let Some(started) = try_start(shared, lanes, &route, definition, &arrived).await {
+        return started;
+    }
+    if route
+        .deployment
+        .flows_starting_on(&channel)
+        .next()
+        .is_some()
+    {
+        return Err(IntakeError::Engine(Error::Stale(format!(
+            "the instance waiting on channel `{channel}` with this message's key moved on while \
+             the message was correlated"
+        ))));
     }
     match (definition.buffer, key) {
         (Some(buffer), Some(key)) => {
@@ -177,6 +178,66 @@ pub(crate) async fn receive(
         }
         (_, key) => Err(IntakeError::NoMatch { channel, key }),
     }
+}
+
+/// A message as intake resolved it, for the lane request that consumes it.
+struct Arrived<'a> {
+    tenant: &'a str,
+    channel: &'a str,
+    message: &'a Message,
+    key: Option<&'a str>,
+    hold: bool,
+}
+
+/// Starts an instance with the message, if a flow starts on its channel: `None` when none does,
+/// or when an instance waits on the message's key (the message is a relay).
+async fn try_start(
+    shared: &Shared,
+    lanes: &Lanes,
+    route: &ChannelRoute,
+    channel: &Channel,
+    arrived: &Arrived<'_>,
+) -> Option<Result<Answer, IntakeError>> {
+    let request = start_request(route, arrived)?;
+    match answer(shared, lanes, channel, request).await {
+        Err(IntakeError::Engine(Error::Store(sutra_store::Error::Duplicate(first)))) => {
+            Some(Ok(dedup(first)))
+        }
+        Err(IntakeError::Engine(Error::Store(sutra_store::Error::Waited { .. }))) => None,
+        other => Some(other),
+    }
+}
+
+/// Resumes the instance waiting on the message's key with it.
+async fn relay(
+    shared: &Shared,
+    lanes: &Lanes,
+    channel: &Channel,
+    arrived: &Arrived<'_>,
+    target: WaitTarget,
+) -> Result<Answer, IntakeError> {
+    let event = Event::Relay {
+        park: target.park,
+        message: arrived.message.clone(),
+    };
+    let work = Work::Resume {
+        event,
+        taken: None,
+        consumed: Some(Consumed {
+            channel: arrived.channel.to_owned(),
+            event_id: arrived.message.id.clone(),
+            key: None,
+        }),
+    };
+    let request = StepRequest {
+        key: InstanceKey {
+            tenant: arrived.tenant.to_owned(),
+            id: target.instance,
+        },
+        work,
+        hold: arrived.hold,
+    };
+    answer(shared, lanes, channel, request).await
 }
 
 /// Runs the step on the instance's lane, then answers as the channel's `ack` says.
@@ -219,35 +280,30 @@ async fn answer(
     }
 }
 
-/// A new instance of the active flow that starts on `channel`, if there is one.
-fn start_request(
-    route: &ChannelRoute,
-    tenant: &str,
-    channel: &str,
-    message: Message,
-    hold: bool,
-) -> Option<StepRequest> {
-    let flow = route.deployment.flows_starting_on(channel).next()?;
+/// A new instance of the active flow that starts on the message's channel, if there is one.
+fn start_request(route: &ChannelRoute, arrived: &Arrived<'_>) -> Option<StepRequest> {
+    let flow = route.deployment.flows_starting_on(arrived.channel).next()?;
     let id = uuid::Uuid::now_v7().to_string();
     let info = InstanceInfo {
         id: id.clone(),
-        tenant: tenant.to_owned(),
+        tenant: arrived.tenant.to_owned(),
         deployment: route.deployment.name.clone(),
         version: route.version,
         flow: flow.name.clone(),
     };
     let work = Work::Start {
         info,
-        message,
-        channel: channel.to_owned(),
+        message: arrived.message.clone(),
+        channel: arrived.channel.to_owned(),
+        key: arrived.key.map(str::to_owned),
     };
     Some(StepRequest {
         key: InstanceKey {
-            tenant: tenant.to_owned(),
+            tenant: arrived.tenant.to_owned(),
             id,
         },
         work,
-        hold,
+        hold: arrived.hold,
     })
 }
 

@@ -40,6 +40,8 @@ pub(crate) enum Work {
         info: InstanceInfo,
         message: Message,
         channel: String,
+        /// The message's correlation key: the start is refused if an instance waits on it.
+        key: Option<String>,
     },
     Resume {
         event: Event,
@@ -53,6 +55,8 @@ pub(crate) enum Work {
 pub(crate) struct Consumed {
     pub channel: String,
     pub event_id: String,
+    /// A start's correlation key ([`sutra_store::InboxEntry::key`]); `None` for other steps.
+    pub key: Option<String>,
 }
 
 /// A worker's completion of a task, handed to the lane of the task's instance, where it resumes
@@ -155,10 +159,12 @@ impl Stepper<'_> {
                 info,
                 message,
                 channel,
+                key,
             } => {
                 let consumed = Consumed {
                     channel: channel.clone(),
                     event_id: message.id.clone(),
+                    key: key.clone(),
                 };
                 self.start(group, info, message, consumed, *hold).await
             }
@@ -176,8 +182,11 @@ impl Stepper<'_> {
                 self.resume(group, key, resumption).await
             }
         };
-        // A resumed step that failed after its claim was counted by `resume`, under its flow.
-        if let (Err(error), Work::Start { info, .. }) = (&result, work) {
+        // A resumed step that failed after its claim was counted by `resume`, under its flow. A
+        // start refused because an instance waits for its message was no step: intake relays it.
+        if let (Err(error), Work::Start { info, .. }) = (&result, work)
+            && !matches!(error, Error::Store(sutra_store::Error::Waited { .. }))
+        {
             metrics::step(&info.flow, outcome_label(error), started);
         }
         result.map(|written| written.since(started))
@@ -435,6 +444,7 @@ pub(crate) fn fails_clean(error: &Error) -> bool {
             | Error::TaskNotFound(_)
             | Error::LockLost(_)
             | Error::Store(sutra_store::Error::Duplicate(_))
+            | Error::Store(sutra_store::Error::Waited { .. })
     )
 }
 
@@ -521,6 +531,7 @@ fn to_commit(step: &Step, pending: &PendingCommit, me: &str) -> StepCommit {
             instance: Some(step.snapshot.instance.id.clone()),
             status: step.snapshot.status.as_str().to_owned(),
         },
+        key: consumed.key.clone(),
     });
     StepCommit {
         claim: pending.claim.clone(),

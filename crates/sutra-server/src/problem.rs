@@ -96,6 +96,9 @@ impl Problem {
             StoreError::TaskNotFound(_) => Problem::new(codes::TASK_NOT_FOUND, detail),
             StoreError::LockLost(_) => Problem::new(codes::TASK_LOCK_LOST, detail),
             StoreError::AliasTaken { .. } => Problem::new(codes::CORRELATION_ALIAS_TAKEN, detail),
+            // Intake relays such a message; one that still gets here met a wait that came and
+            // went while it was correlated: sent again, it is correlated afresh.
+            StoreError::Waited { .. } => Problem::new(codes::RELAY_STALE, detail),
             StoreError::Unavailable(_) => Problem::new(codes::STORE_UNAVAILABLE, detail),
             StoreError::Corrupt(_) => Problem::new(codes::STORE_CORRUPT, detail),
         }
@@ -221,6 +224,13 @@ mod tests {
                     key: "k".into(),
                 },
                 codes::CORRELATION_ALIAS_TAKEN,
+            ),
+            (
+                StoreError::Waited {
+                    channel: "c".into(),
+                    key: "k".into(),
+                },
+                codes::RELAY_STALE,
             ),
             (
                 StoreError::Unavailable("down".into()),

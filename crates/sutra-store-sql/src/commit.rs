@@ -174,9 +174,12 @@ impl<T: StepStatements> StepWriter<'_, T> {
         Ok(())
     }
 
-    /// Inserts a new, unowned instance, unless another start already consumed its message.
+    /// Inserts a new, unowned instance, unless an instance waits on its message's key (the
+    /// message is a relay) or another start already consumed the message. Both are found before
+    /// anything is written.
     async fn insert_start(&mut self) -> Result<()> {
         if let Some(entry) = &self.step.inbox {
+            self.refuse_if_waited(entry).await?;
             let consumed =
                 insert_inbox_unless_consumed(self.tx, &self.instance.tenant, entry).await?;
             if let Some(first) = consumed {
@@ -185,6 +188,25 @@ impl<T: StepStatements> StepWriter<'_, T> {
         }
         let held_by = self.step.held_by.as_deref();
         self.tx.insert_instance(&self.step.snapshot, held_by).await
+    }
+
+    /// Intake's look for a wait, in the start's own transaction rather than one before it.
+    async fn refuse_if_waited(&mut self, entry: &InboxEntry) -> Result<()> {
+        let Some(key) = &entry.key else {
+            return Ok(());
+        };
+        let on = Correlation {
+            tenant: &self.instance.tenant,
+            channel: &entry.channel,
+            key,
+        };
+        match self.tx.find_wait(on).await? {
+            Some(_) => Err(Error::Waited {
+                channel: entry.channel.clone(),
+                key: key.clone(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Resolves every row behind one park of this instance: its task if a worker may still take

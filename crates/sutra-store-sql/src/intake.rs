@@ -99,6 +99,7 @@ impl<B: Backend> Intake for SqlStore<B> {
             channel: message.channel.clone(),
             event_id: message.message.id.clone(),
             answer: InboxAnswer::buffered(),
+            key: None,
         };
         if let Some(first) = insert_inbox_unless_consumed(&mut tx, tenant, &entry).await? {
             return Ok(Some(first));

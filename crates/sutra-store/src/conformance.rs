@@ -82,6 +82,7 @@ macro_rules! conformance_tests {
             buffered_message_is_matched_in_the_parks_own_transaction,
             buffer_relays_to_a_wait_armed_since_the_intake_looked,
             a_lookup_answers_a_consumed_message_and_otherwise_finds_its_wait,
+            a_start_an_instance_waits_for_is_refused_before_it_writes,
             history_sequence_cannot_repeat,
             tenants_never_see_each_others_rows,
             instances_page_by_keyset,

@@ -17,6 +17,10 @@ pub enum Error {
     /// Another instance already waits on this channel and key.
     #[error("another instance already waits on channel `{channel}` with key `{key}`")]
     AliasTaken { channel: String, key: String },
+    /// A start's message is correlated to an instance that waits on its key: it is a relay,
+    /// not a start. Nothing was written.
+    #[error("an instance waits on channel `{channel}` with key `{key}`: the message is a relay")]
+    Waited { channel: String, key: String },
     /// The start's inbox row already existed: another delivery of the same message started (or
     /// is starting) the instance. Answer as the first delivery was answered.
     #[error("the message was already consumed")]

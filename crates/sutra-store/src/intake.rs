@@ -31,6 +31,10 @@ pub struct InboxEntry {
     pub channel: String,
     pub event_id: String,
     pub answer: InboxAnswer,
+    /// The message's correlation key, when its channel computes one and the step starts an
+    /// instance: the start refuses itself ([`crate::Error::Waited`]) if an instance waits on
+    /// the key, for the message is that instance's. Ignored by every other step.
+    pub key: Option<String>,
 }
 
 /// A message kept for a `receive` that has not parked yet (channel `buffer`).

@@ -82,6 +82,7 @@ pub async fn started(store: &PostgresStore, tenant: &str, id: &str) {
                 instance: Some(id.to_owned()),
                 status: "suspended".to_owned(),
             },
+            key: None,
         }),
         snapshot,
         held_by: None,

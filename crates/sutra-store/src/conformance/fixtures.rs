@@ -103,6 +103,7 @@ pub(super) fn start(mut snapshot: Snapshot, event_id: &str) -> StepCommit {
         channel: STARTS.to_owned(),
         event_id: event_id.to_owned(),
         answer: answer(&snapshot.instance.id, snapshot.status),
+        key: None,
     };
     StepCommit {
         claim: None,
@@ -206,6 +207,7 @@ pub(super) fn full_step(claimed: &Claimed, taken: Option<DeliveryId>) -> StepCom
             channel: REPLIES.to_owned(),
             event_id: format!("reply-{id}"),
             answer: answer(&id, Status::Suspended),
+            key: None,
         }),
         snapshot,
         ..step(claimed)

@@ -170,3 +170,43 @@ pub async fn a_lookup_answers_a_consumed_message_and_otherwise_finds_its_wait<S:
         "tenants never see each other's rows"
     );
 }
+
+pub async fn a_start_an_instance_waits_for_is_refused_before_it_writes<S: Store>(store: &S) {
+    let waiting = id(1);
+    started(store, TENANT, &waiting).await;
+    let claim = claimed(store, &waiting, LANE_A).await;
+    // Parks on REPLIES with the instance's id as its key.
+    store.commit(&full_step(&claim, None)).await.unwrap();
+    let newcomer = id(2);
+    let mut start = start(
+        snapshot(TENANT, &newcomer, Status::Suspended),
+        "reply-early",
+    );
+    let inbox = start.inbox.as_mut().expect("a start consumes a message");
+    inbox.channel = REPLIES.to_owned();
+    inbox.key = Some(waiting.clone());
+
+    let refused = store.commit(&start).await;
+
+    assert_eq!(
+        refused,
+        Err(Error::Waited {
+            channel: REPLIES.to_owned(),
+            key: waiting.clone()
+        })
+    );
+    assert_eq!(store.instance(TENANT, &newcomer).await.unwrap(), None);
+    assert_eq!(
+        store
+            .inbox_answer(TENANT, REPLIES, "reply-early")
+            .await
+            .unwrap(),
+        None,
+        "a refused start consumes nothing"
+    );
+    start.inbox.as_mut().unwrap().key = Some("nobody-waits".to_owned());
+    store
+        .commit(&start)
+        .await
+        .expect("a key nobody waits on starts");
+}
