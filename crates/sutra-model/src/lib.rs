@@ -1,7 +1,8 @@
 //! A model of Sutra's coordination protocol — claims with fences, commits that release, the
 //! owner-blind sweep, look-again after a refusal and `recover` — checked exhaustively by
-//! stateright in `cargo test`; and of decision 0024's protocol, not built yet, in which a lane
-//! step is one transaction committed in a group (`one_transaction`), checked before it is built.
+//! stateright in `cargo test`; and of decision 0024's protocol, in which a lane step is one
+//! transaction committed in a group (`one_transaction`), checked before it was built and built
+//! since (issue 11: `sutra-engine/src/group.rs`, `sutra-store-sql/src/group.rs`).
 //!
 //! Why a model: the protocol's failures live in interleavings of crashes, stalls and lanes that
 //! no example-based test reaches on purpose (an all-green suite at one lane proves nothing about

@@ -1,6 +1,6 @@
-//! Decision 0024's lane step, not built yet: one transaction that claims, writes and releases,
-//! committed in groups, and the dispatcher's mark that counts what it hands out and poisons what
-//! is never taken.
+//! Decision 0024's lane step, as the engine now runs it: one transaction that claims, writes and
+//! releases, committed in groups, and the dispatcher's mark that counts what it hands out and
+//! poisons what is never taken.
 //!
 //! A lane step holds no durable claim, so it is one atomic action: the transaction's first
 //! statement locks the instance rows (`FOR NO KEY UPDATE SKIP LOCKED`) and no other step sees
