@@ -27,10 +27,21 @@ END;\n";
 pub struct Reference {
     /// Committed transactions per second (pgbench's tps, initial connections excluded).
     pub commits_per_second: f64,
+    /// Each transaction's latency, from pgbench's per-transaction log: what a step's latency
+    /// is compared with (issue 11 asks for a step's p99 within 3 × a commit's).
+    pub latency: Latency,
     pub clients: usize,
     pub seconds: u64,
     /// The pgbench command line, the database's URL redacted.
     pub command: String,
+}
+
+/// Percentiles of the reference's transaction latencies.
+#[derive(Debug, Clone, Serialize)]
+pub struct Latency {
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub samples: usize,
 }
 
 /// Runs the reference for `seconds` at `clients` connections on a scratch database.
@@ -49,12 +60,15 @@ async fn measure_on(url: &str, clients: usize, seconds: u64) -> Result<Reference
     let scratch = ScratchDir::create("bench-reference")?;
     let script = scratch.file("update-insert.sql", SCRIPT)?;
     let threads = clients.min(std::thread::available_parallelism().map_or(1, usize::from));
+    let log_prefix = scratch.path().join("transactions");
     let args = [
         "--no-vacuum".to_owned(),
         format!("--client={clients}"),
         format!("--jobs={threads}"),
         format!("--time={seconds}"),
         format!("--file={}", script.display()),
+        "--log".to_owned(),
+        format!("--log-prefix={}", log_prefix.display()),
     ];
     let pgbench = pgbench()?;
     // pgbench blocks for `seconds`: off the async threads, which run nothing else meanwhile but
@@ -81,6 +95,7 @@ async fn measure_on(url: &str, clients: usize, seconds: u64) -> Result<Reference
     Ok(Reference {
         commits_per_second: tps(&stdout)
             .ok_or_else(|| format!("no tps in pgbench's output: {stdout}"))?,
+        latency: logged_latency(scratch.path())?,
         clients,
         seconds,
         command: format!("{} {} {}", pgbench.display(), args.join(" "), redacted(url)),
@@ -140,6 +155,39 @@ fn pgbench() -> Result<PathBuf, String> {
         })
 }
 
+/// The percentiles of every transaction pgbench logged (`--log`: one file per thread, a line
+/// per transaction whose third field is its latency in microseconds).
+fn logged_latency(dir: &std::path::Path) -> Result<Latency, String> {
+    let unreadable = |e: std::io::Error| format!("cannot read pgbench's transaction log: {e}");
+    let mut micros = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(unreadable)? {
+        let path = entry.map_err(unreadable)?.path();
+        let is_log = path
+            .file_name()
+            .and_then(|name| name.to_str())
+            .is_some_and(|name| name.starts_with("transactions."));
+        if is_log {
+            let text = std::fs::read_to_string(&path).map_err(unreadable)?;
+            micros.extend(text.lines().filter_map(transaction_micros));
+        }
+    }
+    micros.sort_unstable();
+    let at = |quantile: f64| {
+        let index = ((micros.len() as f64 * quantile).ceil() as usize).saturating_sub(1);
+        micros.get(index).map_or(0.0, |us| *us as f64 / 1000.0)
+    };
+    Ok(Latency {
+        p50_ms: at(0.50),
+        p99_ms: at(0.99),
+        samples: micros.len(),
+    })
+}
+
+/// A transaction's latency in a pgbench log line: `client transaction latency_us script …`.
+fn transaction_micros(line: &str) -> Option<u64> {
+    line.split_whitespace().nth(2)?.parse().ok()
+}
+
 /// The `tps = N (without initial connection time)` line of pgbench's report.
 fn tps(report: &str) -> Option<f64> {
     report
@@ -161,5 +209,14 @@ mod tests {
                       initial connection time = 12.3 ms\n\
                       tps = 4312.456789 (without initial connection time)\n";
         assert_eq!(super::tps(report), Some(4312.456789));
+    }
+
+    #[test]
+    fn a_transactions_latency_is_the_third_field_of_its_log_line() {
+        assert_eq!(
+            super::transaction_micros("3 117 2410 0 1764590000 123456"),
+            Some(2410)
+        );
+        assert_eq!(super::transaction_micros("garbage"), None);
     }
 }

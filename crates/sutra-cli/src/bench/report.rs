@@ -111,8 +111,13 @@ impl Report {
         });
         lines.push(match &self.reference {
             Some(reference) => format!(
-                "reference             {:.0} commits/s  (pgbench, one-row UPDATE + INSERT, {} clients, {} s: {})",
-                reference.commits_per_second, reference.clients, reference.seconds, reference.command
+                "reference             {:.0} commits/s, p50 {:.1} ms, p99 {:.1} ms  (pgbench, one-row UPDATE + INSERT, {} clients, {} s: {})",
+                reference.commits_per_second,
+                reference.latency.p50_ms,
+                reference.latency.p99_ms,
+                reference.clients,
+                reference.seconds,
+                reference.command
             ),
             None => "reference             n/a (no PostgreSQL: pass --db)".to_owned(),
         });
