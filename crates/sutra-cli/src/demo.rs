@@ -236,7 +236,7 @@ async fn watch(client: &Client, instances: &BTreeMap<&'static str, String>) -> R
 
 /// Ended, or parked somewhere nothing in the demo will move it from.
 fn is_settled(instance: &Instance) -> bool {
-    instance.status != "suspended" || instance.tokens.iter().any(|token| token.node == "approval")
+    instance.status != "suspended" || is_awaiting_the_bank(instance)
 }
 
 fn describe(instance: &Instance) -> String {
@@ -265,9 +265,13 @@ async fn summarize(
     ledger: &Ledger,
 ) -> Result<(), String> {
     let mut rows = Vec::new();
+    let mut awaiting_the_bank = Vec::new();
     for (transfer, id) in instances {
         let instance = client.instance(id).await.map_err(|e| e.to_string())?;
         let steps = client.history(id).await.map_err(|e| e.to_string())?.len();
+        if is_awaiting_the_bank(&instance) {
+            awaiting_the_bank.push(*transfer);
+        }
         rows.push(vec![
             transfer.to_string(),
             short(id),
@@ -286,7 +290,19 @@ async fn summarize(
         "\nThe ledger webhook received {} entries, each with an Idempotency-Key.",
         ledger.received()
     );
+    for transfer in awaiting_the_bank {
+        println!(
+            "{transfer} waits at `approval` for the bank's reply on `bank-replies`, an AMQP channel.\n\
+             This build publishes to brokers but does not consume them yet, so nothing here\n\
+             answers it: after a day its timeout refunds the debit."
+        );
+    }
     Ok(())
+}
+
+/// Parked at the receive whose reply comes from a broker, which nothing in the demo consumes.
+fn is_awaiting_the_bank(instance: &Instance) -> bool {
+    instance.status == "suspended" && instance.tokens.iter().any(|token| token.node == "approval")
 }
 
 fn how_to_continue(url: &str, keep_running: bool) {
