@@ -127,7 +127,7 @@ pub(crate) async fn receive(
     // A message that can start a flow tries the start first: the start's own transaction
     // dedups the message and looks for an instance waiting on its key, so the common start
     // costs no transaction before it. Only a message an instance waits for is looked up.
-    if let Some(started) = try_start(shared, lanes, &route, definition, &arrived).await {
+    if let Start::Answered(started) = try_start(shared, lanes, &route, definition, &arrived).await {
         return started;
     }
     let store = &shared.store;
@@ -142,19 +142,15 @@ pub(crate) async fn receive(
     }
     // The instance the start found waiting moved on before the look: start after all. One
     // found waiting again is a race the sender settles by sending again.
-    if let Some(started) = try_start(shared, lanes, &route, definition, &arrived).await {
-        return started;
-    }
-    if route
-        .deployment
-        .flows_starting_on(&channel)
-        .next()
-        .is_some()
-    {
-        return Err(IntakeError::Engine(Error::Stale(format!(
-            "the instance waiting on channel `{channel}` with this message's key moved on while \
-             the message was correlated"
-        ))));
+    match try_start(shared, lanes, &route, definition, &arrived).await {
+        Start::Answered(started) => return started,
+        Start::Waited => {
+            return Err(IntakeError::Engine(Error::Stale(format!(
+                "the instance waiting on channel `{channel}` with this message's key moved on \
+                 while the message was correlated"
+            ))));
+        }
+        Start::NoFlow => {}
     }
     match (definition.buffer, key) {
         (Some(buffer), Some(key)) => {
@@ -189,22 +185,33 @@ struct Arrived<'a> {
     hold: bool,
 }
 
-/// Starts an instance with the message, if a flow starts on its channel: `None` when none does,
-/// or when an instance waits on the message's key (the message is a relay).
+/// What an attempt to start an instance with a message came to.
+enum Start {
+    /// No flow starts on the message's channel.
+    NoFlow,
+    /// An instance waits on the message's key: the message is a relay, and nothing was written.
+    Waited,
+    /// The start ran (or was answered as a duplicate): the caller's answer.
+    Answered(Result<Answer, IntakeError>),
+}
+
+/// Starts an instance with the message, if a flow starts on its channel.
 async fn try_start(
     shared: &Shared,
     lanes: &Lanes,
     route: &ChannelRoute,
     channel: &Channel,
     arrived: &Arrived<'_>,
-) -> Option<Result<Answer, IntakeError>> {
-    let request = start_request(route, arrived)?;
+) -> Start {
+    let Some(request) = start_request(route, arrived) else {
+        return Start::NoFlow;
+    };
     match answer(shared, lanes, channel, request).await {
         Err(IntakeError::Engine(Error::Store(sutra_store::Error::Duplicate(first)))) => {
-            Some(Ok(dedup(first)))
+            Start::Answered(Ok(dedup(first)))
         }
-        Err(IntakeError::Engine(Error::Store(sutra_store::Error::Waited { .. }))) => None,
-        other => Some(other),
+        Err(IntakeError::Engine(Error::Store(sutra_store::Error::Waited { .. }))) => Start::Waited,
+        other => Start::Answered(other),
     }
 }
 

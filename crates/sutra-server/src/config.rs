@@ -12,6 +12,7 @@ use std::path::Path;
 
 use jiff::SignedDuration;
 use sutra_core::duration::parse_duration;
+use sutra_engine::settle::SEVERAL_HOLDERS;
 use sutra_transport::BrokerUrls;
 
 use crate::tokens::Tokens;
@@ -185,7 +186,7 @@ impl Sources {
                 v.parse::<SocketAddr>().map_err(|e| e.to_string())
             })?,
             replica_id: match self.values.get("sutra.replica-id") {
-                Some((value, _)) => value.clone(),
+                Some(_) => self.parsed("sutra.replica-id", replica_id)?,
                 None => default_replica_id(),
             },
             lanes: self.parsed("sutra.engine.lanes", positive)?,
@@ -357,6 +358,18 @@ pub fn env_name(key: &str) -> String {
 
 /// Hostname plus a random suffix: stable for the process, distinct across restarts, so a
 /// restarted replica never re-enters a claim its previous incarnation held.
+/// A replica's id names it on the instances it holds callers for, where
+/// [`SEVERAL_HOLDERS`] means "more than one replica": no replica may be called that.
+fn replica_id(value: &str) -> Result<String, String> {
+    if value == SEVERAL_HOLDERS {
+        return Err(format!(
+            "`{SEVERAL_HOLDERS}` marks an instance whose callers wait on several replicas; choose \
+             another id"
+        ));
+    }
+    Ok(value.to_owned())
+}
+
 fn default_replica_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .or_else(|_| std::fs::read_to_string("/etc/hostname"))
@@ -400,6 +413,24 @@ mod tests {
             error.contains("sutra.engine.lanes") && error.contains("$SUTRA_ENGINE_LANES"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn the_several_holders_marker_is_no_replicas_id() {
+        let error = Sources::defaults()
+            .flag("sutra.replica-id", Some("*"))
+            .settings()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("sutra.replica-id") && error.contains("several replicas"),
+            "{error}"
+        );
+        let named = Sources::defaults()
+            .flag("sutra.replica-id", Some("replica-a"))
+            .settings()
+            .unwrap();
+        assert_eq!(named.replica_id, "replica-a");
     }
 
     #[test]
