@@ -36,6 +36,18 @@ impl Deployment {
             .values()
             .filter(move |flow| flow.start.channel == channel)
     }
+
+    /// Whether messages on `channel` come in: a flow starts on it or a `receive` waits on it.
+    /// A channel only emitted to is not consumed, even when it names a queue: its messages are
+    /// for someone else.
+    pub fn consumes(&self, channel: &str) -> bool {
+        self.flows.values().any(|flow| {
+            flow.start.channel == channel
+                || flow.nodes.iter().any(
+                    |node| matches!(&node.kind, NodeKind::Receive(receive) if receive.channel == channel),
+                )
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,10 +6,10 @@ use std::sync::{Arc, Mutex};
 
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
-use sutra_core::step::Event;
-use sutra_store::{LockedTask, Store, TaskFailure, TaskState};
+use sutra_core::step::{Event, Reply};
+use sutra_store::{InstanceKey, LockedTask, Store, TaskFailure, TaskState};
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::admin::Admin;
 use crate::config::EngineConfig;
@@ -207,6 +207,28 @@ impl Engine {
         lock: SignedDuration,
     ) -> Result<Timestamp, Error> {
         tasks::extend(&self.shared, tenant, id, lock_token, lock).await
+    }
+
+    /// Waits up to `timeout` for an instance to end, and gives the reply its ending step gave;
+    /// `None` if it runs still. For a redelivered message of an `ack: complete` channel, whose
+    /// acknowledgement waits for the instance its first delivery started or resumed.
+    pub async fn await_end(
+        &self,
+        key: &InstanceKey,
+        timeout: std::time::Duration,
+    ) -> Result<Option<Reply>, Error> {
+        intake::await_end(&self.shared, key, timeout).await
+    }
+
+    /// Runs `work` while this replica leads `role`, started afresh at each term and dropped
+    /// when the term ends, and before this replica gives its leases up: the consumer of a
+    /// `singleton: true` channel (SPEC §6). The handle stops it for good.
+    pub fn while_leading<W, F>(&self, role: &str, work: W) -> AbortHandle
+    where
+        W: FnMut() -> F + Send + 'static,
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.roles.spawn(role, work)
     }
 
     pub fn held_callers(&self) -> usize {

@@ -24,6 +24,7 @@ pub const POINTS: &[&str] = &[
     "after-start-commit",
     "after-send",
     "after-task-complete",
+    "before-broker-ack",
 ];
 
 /// Marks a fault point; dies (or panics) here if the plan says so.

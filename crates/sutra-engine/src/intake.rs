@@ -287,6 +287,40 @@ async fn answer(
     }
 }
 
+/// The reply of `key`'s ending step once it ends, waiting up to `timeout`; `None` if it runs
+/// still. The caller is registered before the instance is read, so an end committed between
+/// the two is not missed; an end on another replica is not told here (no step recorded this
+/// replica as its holder), so the instance is read again when the wait is over.
+pub(crate) async fn await_end(
+    shared: &Shared,
+    key: &InstanceKey,
+    timeout: std::time::Duration,
+) -> Result<Option<Reply>, Error> {
+    let hold = shared.settle.register(key);
+    let hold_id = hold.id;
+    let told = match ended(shared, key).await {
+        Ok(None) => tokio::time::timeout(timeout, hold.reply)
+            .await
+            .ok()
+            .and_then(Result::ok),
+        other => {
+            shared.settle.deregister(&key.id, hold_id);
+            return other;
+        }
+    };
+    shared.settle.deregister(&key.id, hold_id);
+    match told {
+        Some(reply) => Ok(Some(reply)),
+        None => ended(shared, key).await,
+    }
+}
+
+/// The reply the instance's ending step gave, if it has ended.
+async fn ended(shared: &Shared, key: &InstanceKey) -> Result<Option<Reply>, Error> {
+    let record = shared.store.instance(&key.tenant, &key.id).await?;
+    Ok(record.and_then(|record| Reply::of_ended(&record.snapshot)))
+}
+
 /// A new instance of the active flow that starts on the message's channel, if there is one.
 fn start_request(route: &ChannelRoute, arrived: &Arrived<'_>) -> Option<StepRequest> {
     let flow = route.deployment.flows_starting_on(arrived.channel).next()?;

@@ -23,7 +23,7 @@ use std::time::Duration;
 use jiff::SignedDuration;
 use sutra_store::{Lease, Store};
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
@@ -319,16 +319,22 @@ impl RoleLoops {
         }
     }
 
-    /// Runs `work` as role `role`'s loop: while this replica leads it, until it resigns.
-    pub(crate) fn spawn<W, F>(&self, role: &'static str, work: W)
+    /// Runs `work` as role `role`'s loop: while this replica leads it, until it resigns or the
+    /// loop is aborted through the handle returned (a singleton channel no longer deployed).
+    pub(crate) fn spawn<W, F>(&self, role: &str, work: W) -> AbortHandle
     where
         W: FnMut() -> F + Send + 'static,
         F: Future<Output = ()> + Send + 'static,
     {
         let signal = self.leadership.role(role);
         let stop = self.resigned.subscribe();
-        let handle = tokio::spawn(while_leading(role, signal, stop, work));
-        lock(&self.loops).push(handle);
+        let role = role.to_owned();
+        let handle = tokio::spawn(async move { while_leading(&role, signal, stop, work).await });
+        let abort = handle.abort_handle();
+        let mut loops = lock(&self.loops);
+        loops.retain(|running| !running.is_finished());
+        loops.push(handle);
+        abort
     }
 
     /// Stops the role loops, then gives up this replica's leases: in that order, so that no

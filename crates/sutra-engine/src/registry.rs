@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use sutra_core::model::{Channel, Deployment, Flow};
+use sutra_core::model::{Channel, Deployment, Flow, Transport};
 use sutra_core::snapshot::InstanceInfo;
 use sutra_store::{DeploymentRecord, DeploymentStatus};
 
@@ -131,6 +131,21 @@ impl Live {
             deployment,
             version,
         })
+    }
+
+    /// Every channel of an active version whose messages come in by a broker, with its tenant
+    /// and the name of the deployment that declares it: what this replica's broker consumers
+    /// read. An `http` channel comes in by the HTTP server instead.
+    pub fn consumed_broker_channels(&self) -> impl Iterator<Item = (&str, &str, &Channel)> {
+        self.channels
+            .iter()
+            .filter_map(|((tenant, channel), name)| {
+                let version = self.active.get(&(tenant.clone(), name.clone()))?;
+                let deployment = self.version(tenant, name, *version)?;
+                let definition = deployment.channels.get(channel)?;
+                (definition.transport != Transport::Http && deployment.consumes(channel))
+                    .then_some((tenant.as_str(), name.as_str(), definition))
+            })
     }
 
     /// The deployment (other than `name`) whose active version already declares `channel`.

@@ -20,6 +20,7 @@ use sutra_core::step::Reply;
 use sutra_engine::intake::{Answer, Inbound, IntakeError};
 use sutra_engine::{DeployError, Engine, Error as EngineError};
 use sutra_store::{InstanceFilter, InstanceRecord};
+use sutra_transport::consumer::Health;
 use sutra_wire::{Extra, InstanceQuery, Page};
 
 use crate::auth::{Caller, Gate, admit};
@@ -37,6 +38,8 @@ pub struct Api {
     pub max_bytes: usize,
     /// `None`: every request acts for tenant `default` with every role.
     pub tokens: Option<Arc<Tokens>>,
+    /// How this replica's broker consumers are doing.
+    pub consumers: Arc<Health>,
 }
 
 /// The routes in three groups, each behind a gate admitting the role it needs (SPEC §4); a
@@ -177,7 +180,7 @@ fn flow_failure(instance: &str, code: &str, detail: &str) -> Response {
     problem::respond(status, body)
 }
 
-fn intake_problem(error: IntakeError) -> Problem {
+pub(crate) fn intake_problem(error: IntakeError) -> Problem {
     match error {
         IntakeError::UnknownChannel(channel) => Problem::new(
             codes::INTAKE_CHANNEL_UNKNOWN,
@@ -460,14 +463,25 @@ async fn healthy() -> Json<sutra_wire::Health> {
     })
 }
 
-/// Ready means the store accepts a commit and no lane is wedged: a replica that cannot make
-/// progress must not take traffic.
+/// Ready means the store accepts a commit, no lane is wedged and every broker channel is
+/// consumed: a replica that cannot make progress must not take traffic, and says what it cannot
+/// reach.
 async fn ready(State(api): State<Api>) -> Result<Json<sutra_wire::Readiness>> {
     api.engine.store().ping().await.map_err(store_problem)?;
     let wedged = api.engine.wedged_lanes();
     if !wedged.is_empty() {
         let detail =
             format!("lanes {wedged:?} have been on one step for longer than the claim timeout");
+        return Err(Problem::new(codes::ENGINE_UNAVAILABLE, detail));
+    }
+    // The probe is open: it names the channel and its broker, never the tenant.
+    let stalled = api.consumers.stalled();
+    if !stalled.is_empty() {
+        let named: Vec<String> = stalled
+            .iter()
+            .map(|stalled| format!("channel `{}` ({})", stalled.channel, stalled.reason))
+            .collect();
+        let detail = format!("cannot consume {}", named.join("; "));
         return Err(Problem::new(codes::ENGINE_UNAVAILABLE, detail));
     }
     Ok(Json(sutra_wire::Readiness {

@@ -1,12 +1,14 @@
 //! `sutra serve`: reads the configuration, opens the store, starts the engine and serves the
 //! HTTP API until SIGINT or SIGTERM.
 //!
-//! This is the only crate that names concrete implementations (the SQLite store and the
-//! transports today); the engine sees a `dyn Store` and a `dyn Sender`.
+//! This is the only crate that names concrete implementations (the stores and the transports);
+//! the engine sees a `dyn Store` and a `dyn Sender`, and the broker consumers see intake as a
+//! `dyn Receiver` ([`consumers`]).
 
 pub mod auth;
 pub mod cloudevents;
 pub mod config;
+pub mod consumers;
 pub mod http;
 pub mod leases;
 pub mod metrics;
@@ -213,10 +215,13 @@ pub async fn serve_until(
         .map_err(listen_error)?;
     let bound = listener.local_addr().map_err(listen_error)?;
     announce_tokens(&settings);
+    let consumers =
+        consumers::Consumers::spawn(&engine, settings.brokers.clone(), settings.max_bytes);
     let api = http::Api {
         engine: Arc::clone(&engine),
         max_bytes: settings.max_bytes,
         tokens: settings.auth_tokens.map(Arc::new),
+        consumers: consumers.health(),
     };
     listening(bound);
     let draining = Arc::clone(&engine);
@@ -230,6 +235,8 @@ pub async fn serve_until(
     let served = axum::serve(listener, http::router(api))
         .with_graceful_shutdown(async move {
             shutdown.await;
+            // What the consumers hold goes back to the brokers, for other replicas to take.
+            consumers.stop().await;
             // The drain waits for every in-flight request; a long-poll would hold it for its wait.
             draining.end_polls();
             // Other replicas take the roles at their next poll, not after the lease's TTL.

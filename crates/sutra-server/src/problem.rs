@@ -56,6 +56,14 @@ impl Problem {
         self.0.code
     }
 
+    /// The detail, with the extra member when there is one: what a log line says of it.
+    pub fn explained(&self) -> String {
+        match &self.0.extra {
+            Some((name, value)) => format!("{} ({name}: {value})", self.0.detail),
+            None => self.0.detail.clone(),
+        }
+    }
+
     /// Maps an engine error on a given path (`busy` is the path's CLAIM_HELD code).
     pub fn engine(error: EngineError, busy: Code) -> Problem {
         match error {

@@ -1,4 +1,5 @@
-//! Sutra's outbound transports: how an outbox row leaves the process (SPEC §5.4).
+//! Sutra's transports: how an outbox row leaves the process (SPEC §5.4), and how a message on a
+//! broker channel comes in ([`consumer`], SPEC §5.1–§5.3).
 //!
 //! The engine knows no transport; its outbox worker sends through
 //! [`sutra_store::Sender`]. [`Transports`] is the sender the server wires in: it sends
@@ -12,9 +13,12 @@
 //! sets `max-attempts`, so nothing emitted is lost.
 
 pub mod amqp;
+pub mod amqp_consumer;
 mod broker;
 pub mod cloud_event;
+pub mod consumer;
 pub mod nats;
+pub mod nats_consumer;
 pub mod webhook;
 
 pub use broker::redacted;

@@ -1,0 +1,271 @@
+//! End to end: messages coming in by the brokers (SPEC §5.1–§5.3), against a real `sutra serve`
+//! and the real RabbitMQ and NATS JetStream on this machine. Each test declares its own uniquely
+//! named queues and streams and removes them; what a queue holds unacknowledged is read from
+//! RabbitMQ itself.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use sutra_testkit::brokers::{TestQueue, TestStream, amqp_url, nats_url};
+use sutra_testkit::{Scratch, Server, ServerOptions, event};
+
+fn with_brokers(scratch: &Scratch) -> ServerOptions {
+    ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), scratch.database())
+        .env("SUTRA_TRANSPORTS_AMQP_URL", &amqp_url())
+        .env("SUTRA_TRANSPORTS_NATS_URL", &nats_url())
+}
+
+async fn instances(server: &Server) -> Vec<Value> {
+    let (status, list) = server.get("/v1/instances?limit=100").await;
+    assert_eq!(status, 200, "{list}");
+    list["items"].as_array().unwrap().clone()
+}
+
+/// The one instance there is, once there is one.
+async fn only_instance(server: &Server) -> String {
+    for _ in 0..400 {
+        let listed = instances(server).await;
+        if let [only] = listed.as_slice() {
+            return only["id"].as_str().unwrap().to_owned();
+        }
+        assert!(listed.is_empty(), "more than one instance: {listed:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no instance started");
+}
+
+/// A trade starts from an AMQP queue, waits for its confirmation on a NATS stream, and emits to
+/// both brokers.
+fn trade(orders: &str, confirmations: &TestStream, bus: &str, ledger: &TestStream) -> String {
+    format!(
+        r#"
+name: trade
+channels:
+  orders: {{ transport: amqp, queue: {orders}, correlate: data.id }}
+  confirmations: {{ transport: nats, stream: {}, subject: {}, correlate: data.order }}
+  bus: {{ transport: amqp, queue: {bus} }}
+  ledger: {{ transport: nats, subject: {} }}
+flows:
+  trade:
+    start: {{ channel: orders }}
+    nodes:
+      - id: confirmed
+        receive: {{ channel: confirmations, key: vars.input.id }}
+        output: confirmation
+      - id: to-bus
+        emit: {{ channel: bus, data: {{ order: "= vars.input.id" }} }}
+      - id: to-ledger
+        emit: {{ channel: ledger, data: {{ order: "= vars.input.id", by: "= vars.confirmation.by" }} }}
+      - id: done
+        end: {{}}
+"#,
+        confirmations.name, confirmations.subject, ledger.subject
+    )
+}
+
+#[tokio::test]
+async fn an_instance_started_from_amqp_resumes_from_nats_and_emits_to_both() {
+    let orders = TestQueue::declare_with_dead_letters("sutra-test-orders").await;
+    let bus = TestQueue::declare("sutra-test-bus").await;
+    let confirmations = TestStream::create("sutra-test-confirmations").await;
+    let ledger = TestStream::create("sutra-test-ledger").await;
+    let scratch = Scratch::new("broker-intake");
+    let server = Server::start(&with_brokers(&scratch));
+    let (status, body) = server
+        .deploy(&trade(&orders.name, &confirmations, &bus.name, &ledger))
+        .await;
+    assert_eq!(status, 201, "{body}");
+
+    orders
+        .publish_event(&event("order-1", json!({"id": "o1"})))
+        .await;
+    let instance = only_instance(&server).await;
+    server.wait_for_node(&instance, "confirmed").await;
+    confirmations
+        .publish_binary("confirmation-1", &json!({"order": "o1", "by": "desk"}))
+        .await;
+    server.wait_for_status(&instance, "completed").await;
+
+    let sent = bus.next().await;
+    let published = ledger.message(1).await;
+    let history = server.history(&instance).await;
+    let key = |node: &str| {
+        let emitted = history
+            .iter()
+            .find(|e| e["kind"] == "emitted" && e["node"] == node)
+            .unwrap_or_else(|| panic!("no emitted event of {node}"));
+        format!("{instance}:{}:{node}", emitted["seq"])
+    };
+    assert_eq!(
+        sent.properties.message_id().as_ref().map(|id| id.as_str()),
+        Some(key("to-bus").as_str())
+    );
+    assert_eq!(
+        published.headers.get("Nats-Msg-Id").map(|v| v.as_str()),
+        Some(key("to-ledger").as_str())
+    );
+    let ledgered: Value = serde_json::from_slice(&published.payload).unwrap();
+    assert_eq!(ledgered["data"], json!({"order": "o1", "by": "desk"}));
+
+    // Redelivered — here published again with the same id — the message is a dedup hit.
+    orders
+        .publish_event(&event("order-1", json!({"id": "o1"})))
+        .await;
+    // Not a CloudEvent: dead-lettered, and nothing changes.
+    orders.publish(b"{not json", Default::default()).await;
+    let dead = orders.next_dead_letter().await;
+    assert_eq!(dead.data, b"{not json");
+    orders
+        .wait_for_counts("settle every message", |c| {
+            c.ready == 0 && c.unacknowledged == 0
+        })
+        .await;
+    assert_eq!(
+        instances(&server).await.len(),
+        1,
+        "the redelivery is a dedup hit"
+    );
+    assert_eq!(
+        confirmations
+            .consumer_state("sutra-trade-confirmations")
+            .await
+            .map(|(_, _, pending)| pending),
+        Some(0),
+        "the confirmation was acknowledged"
+    );
+
+    orders.delete().await;
+    bus.delete().await;
+    confirmations.delete().await;
+    ledger.delete().await;
+}
+
+/// An approval requested over AMQP, answered over HTTP.
+fn approval(requests: &str) -> String {
+    format!(
+        r#"
+name: approval
+channels:
+  requests: {{ transport: amqp, queue: {requests}, correlate: data.id, ack: complete, ack-timeout: PT60S }}
+  decisions: {{ transport: http, correlate: data.id }}
+flows:
+  approval:
+    start: {{ channel: requests }}
+    nodes:
+      - id: decide
+        receive: {{ channel: decisions, key: vars.input.id }}
+      - id: done
+        end: {{ reply: {{ approved: true }} }}
+"#
+    )
+}
+
+#[tokio::test]
+async fn ack_complete_over_amqp_acknowledges_only_once_the_instance_ended() {
+    let requests = TestQueue::declare("sutra-test-requests").await;
+    let scratch = Scratch::new("broker-ack-complete");
+    let server = Server::start(&with_brokers(&scratch));
+    let (status, body) = server.deploy(&approval(&requests.name)).await;
+    assert_eq!(status, 201, "{body}");
+
+    requests
+        .publish_event(&event("request-1", json!({"id": "r1"})))
+        .await;
+    let instance = only_instance(&server).await;
+    server.wait_for_node(&instance, "decide").await;
+    let held = requests.counts();
+    assert_eq!(
+        (held.ready, held.unacknowledged),
+        (0, 1),
+        "the message is held unacknowledged while its instance runs"
+    );
+
+    let (status, body) = server
+        .send("decisions", "decision-1", json!({"id": "r1"}))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    server.wait_for_status(&instance, "completed").await;
+    requests
+        .wait_for_counts("acknowledge the request", |c| {
+            c.ready == 0 && c.unacknowledged == 0
+        })
+        .await;
+
+    requests.delete().await;
+}
+
+/// A flow that starts on an AMQP queue.
+fn started_by(queue: &str) -> String {
+    format!(
+        r#"
+name: intake
+channels:
+  jobs: {{ transport: amqp, queue: {queue} }}
+flows:
+  job:
+    start: {{ channel: jobs }}
+    nodes:
+      - id: done
+        end: {{}}
+"#
+    )
+}
+
+#[tokio::test]
+async fn readiness_names_a_channel_whose_broker_cannot_be_reached_and_never_its_password() {
+    let scratch = Scratch::new("broker-unreachable");
+    let options = ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), scratch.database()).env(
+        "SUTRA_TRANSPORTS_AMQP_URL",
+        "amqp://guest:s3cret@127.0.0.1:1/%2f",
+    );
+    let server = Server::start(&options);
+    let (status, body) = server.get("/readyz").await;
+    assert_eq!(status, 200, "nothing to consume yet: {body}");
+    let (status, body) = server.deploy(&started_by("sutra-test-nowhere")).await;
+    assert_eq!(status, 201, "{body}");
+
+    let mut answer = (0, Value::Null);
+    for _ in 0..200 {
+        answer = server.get("/readyz").await;
+        if answer.0 == 503 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, body) = answer;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["code"], "SUTRA.RUNTIME.ENGINE.UNAVAILABLE");
+    let detail = body["detail"].as_str().unwrap();
+    assert!(detail.contains("channel `jobs`"), "{detail}");
+    assert!(detail.contains("amqp://guest:***@127.0.0.1:1"), "{detail}");
+    assert!(!body.to_string().contains("s3cret"), "{body}");
+    assert!(!server.stderr_text().contains("s3cret"));
+}
+
+#[tokio::test]
+async fn a_broker_channel_on_a_replica_with_no_broker_url_is_named_with_the_key_to_set() {
+    let scratch = Scratch::new("broker-unconfigured");
+    let server = Server::start(&ServerOptions::new(
+        env!("CARGO_BIN_EXE_sutra"),
+        scratch.database(),
+    ));
+    let (status, body) = server.deploy(&started_by("sutra-test-nowhere")).await;
+    assert_eq!(status, 201, "{body}");
+    let mut answer = (0, Value::Null);
+    for _ in 0..200 {
+        answer = server.get("/readyz").await;
+        if answer.0 == 503 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, body) = answer;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("set sutra.transports.amqp.url"),
+        "{body}"
+    );
+}
