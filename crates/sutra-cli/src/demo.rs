@@ -3,8 +3,13 @@
 //! It starts the engine in this process on a throwaway embedded store, deploys the money
 //! transfer of `examples/money-transfer.yaml`, runs a worker for its two task topics and a stub
 //! ledger for its webhook, drives a handful of transfers through it while showing each instance
-//! start, park, resume and end, and then says how to go on. Everything it uses is the public
-//! surface — the HTTP API through `sutra-client` — so what it shows is what a user gets.
+//! start, park, resume and end, and then says how to go on. When RabbitMQ can be reached, a
+//! pretend bank approves the large transfer over AMQP ([`bank`]); when it cannot, the demo says
+//! that the transfer waits for a reply nobody sends. Everything it uses is the public surface —
+//! the HTTP API through `sutra-client`, and a queue the engine consumes — so what it shows is what
+//! a user gets.
+
+mod bank;
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -18,9 +23,11 @@ use tokio::sync::oneshot;
 
 use crate::in_process::{ScratchDir, serve_while};
 use crate::output;
+use bank::Bank;
 
 const EXAMPLE: &str = include_str!("../../../examples/money-transfer.yaml");
 const EXAMPLE_LEDGER_URL: &str = "http://127.0.0.1:9000/ledger";
+const EXAMPLE_BANK_QUEUE: &str = "queue: bank.replies";
 /// How long the demo waits for its transfers before saying something is wrong.
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -101,27 +108,67 @@ async fn demo(keep_running: bool) -> Result<(), String> {
     } else {
         "127.0.0.1:0"
     };
-    let sources = sutra_server::config::Sources::defaults()
+    let amqp_url = bank::amqp_url();
+    let bank = Bank::open(amqp_url.clone()).await;
+    let mut sources = sutra_server::config::Sources::defaults()
         .flag("sutra.datasource", Some(&database))
         .flag("sutra.listen", Some(listen));
-    serve_while(sources, |url| async move {
-        drive(&url, &database, keep_running).await
+    if bank.is_ok() {
+        sources = sources.flag("sutra.transports.amqp.url", Some(&amqp_url));
+    }
+    let bank = bank.map_err(|reason| Unreachable {
+        url: sutra_server::redacted(&amqp_url),
+        reason,
+    });
+    let (database, banked) = (&database, bank.as_ref());
+    let driven = serve_while(sources, |url| async move {
+        drive(&url, database, banked, keep_running).await
     })
-    .await
+    .await;
+    if let Ok(bank) = bank {
+        bank.close().await;
+    }
+    driven
 }
 
-async fn drive(url: &str, database: &str, keep_running: bool) -> Result<(), String> {
+/// Why the demo runs without its bank.
+struct Unreachable {
+    url: String,
+    reason: String,
+}
+
+async fn drive(
+    url: &str,
+    database: &str,
+    bank: Result<&Bank, &Unreachable>,
+    keep_running: bool,
+) -> Result<(), String> {
     let (ledger_url, ledger) = start_ledger().await?;
     println!("Sutra is running on {url} with an embedded store ({database}).\n");
     let client = Client::new(url).map_err(|e| e.to_string())?;
+    let mut example = EXAMPLE.replace(EXAMPLE_LEDGER_URL, &ledger_url);
+    if let Ok(bank) = bank {
+        example = example.replace(EXAMPLE_BANK_QUEUE, &format!("queue: {}", bank.queue));
+    }
     let deployed = client
-        .deploy(&EXAMPLE.replace(EXAMPLE_LEDGER_URL, &ledger_url))
+        .deploy(&example)
         .await
         .map_err(|e| format!("deploying the example failed: {e}"))?;
     println!(
         "Deployed `{}` version {} (examples/money-transfer.yaml): debit → choice → credit → ledger webhook → end.",
         deployed.name, deployed.version
     );
+    match bank {
+        Ok(bank) => println!(
+            "The bank answers large transfers over RabbitMQ at {}: Sutra consumes its queue {}.",
+            sutra_server::redacted(&bank.url),
+            bank.queue
+        ),
+        Err(unreachable) => println!(
+            "RabbitMQ is not reachable at {} ({}): no bank will answer large transfers.",
+            unreachable.url, unreachable.reason
+        ),
+    }
     let (stop_worker, worker_stopped) = oneshot::channel::<()>();
     let worker = tokio::spawn(bank_worker(client.clone()).run(async {
         let _ = worker_stopped.await;
@@ -129,8 +176,8 @@ async fn drive(url: &str, database: &str, keep_running: bool) -> Result<(), Stri
     println!("Started a worker for the topics debit-account and credit-account.\n");
 
     let instances = send_transfers(&client).await?;
-    watch(&client, &instances).await?;
-    summarize(&client, &instances, &ledger).await?;
+    watch(&client, &instances, bank.ok()).await?;
+    summarize(&client, &instances, &ledger, bank.err()).await?;
     how_to_continue(url, keep_running);
     if keep_running {
         let _ = tokio::signal::ctrl_c().await;
@@ -208,10 +255,16 @@ async fn send_transfers(client: &Client) -> Result<BTreeMap<&'static str, String
     Ok(instances)
 }
 
-/// Shows every change of each instance's position until all have settled.
-async fn watch(client: &Client, instances: &BTreeMap<&'static str, String>) -> Result<(), String> {
+/// Shows every change of each instance's position until all have settled; the bank, if there is
+/// one, approves each transfer that waits for it.
+async fn watch(
+    client: &Client,
+    instances: &BTreeMap<&'static str, String>,
+    bank: Option<&Bank>,
+) -> Result<(), String> {
     let started = Instant::now();
     let mut seen: BTreeMap<&str, String> = BTreeMap::new();
+    let mut approved = Vec::new();
     loop {
         let mut settled = 0;
         for (transfer, id) in instances {
@@ -221,7 +274,20 @@ async fn watch(client: &Client, instances: &BTreeMap<&'static str, String>) -> R
                 println!("  {transfer}  {now}");
                 seen.insert(transfer, now);
             }
-            settled += usize::from(is_settled(&instance));
+            if let Some(bank) = bank
+                && is_awaiting_the_bank(&instance)
+                && !approved.contains(transfer)
+            {
+                bank.approve(transfer)
+                    .await
+                    .map_err(|e| format!("the bank could not publish its approval: {e}"))?;
+                println!(
+                    "  bank  approves {transfer}: a CloudEvent on queue {}",
+                    bank.queue
+                );
+                approved.push(*transfer);
+            }
+            settled += usize::from(is_settled(&instance, bank.is_some()));
         }
         if settled == instances.len() {
             println!();
@@ -234,9 +300,10 @@ async fn watch(client: &Client, instances: &BTreeMap<&'static str, String>) -> R
     }
 }
 
-/// Ended, or parked somewhere nothing in the demo will move it from.
-fn is_settled(instance: &Instance) -> bool {
-    instance.status != "suspended" || is_awaiting_the_bank(instance)
+/// Ended, or parked somewhere nothing in the demo will move it from: waiting for a bank when
+/// there is none.
+fn is_settled(instance: &Instance, banked: bool) -> bool {
+    instance.status != "suspended" || (!banked && is_awaiting_the_bank(instance))
 }
 
 fn describe(instance: &Instance) -> String {
@@ -263,6 +330,7 @@ async fn summarize(
     client: &Client,
     instances: &BTreeMap<&'static str, String>,
     ledger: &Ledger,
+    unbanked: Option<&Unreachable>,
 ) -> Result<(), String> {
     let mut rows = Vec::new();
     let mut awaiting_the_bank = Vec::new();
@@ -283,7 +351,9 @@ async fn summarize(
     rows.into_iter().for_each(|row| table.row(row));
     print!("{}", table.render());
     let deadline = Instant::now() + PATIENCE;
-    while ledger.received() < 3 && Instant::now() < deadline {
+    // Every completed transfer records one entry: t-4 too, when the bank approved it.
+    let entries = if unbanked.is_some() { 3 } else { 4 };
+    while ledger.received() < entries && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     println!(
@@ -291,16 +361,18 @@ async fn summarize(
         ledger.received()
     );
     for transfer in awaiting_the_bank {
+        let url = unbanked.map_or("", |unreachable| unreachable.url.as_str());
         println!(
-            "{transfer} waits at `approval` for the bank's reply on `bank-replies`, an AMQP channel.\n\
-             This build publishes to brokers but does not consume them yet, so nothing here\n\
-             answers it: after a day its timeout refunds the debit."
+            "{transfer} waits at `approval` for the bank's reply on `bank-replies`, an AMQP channel,\n\
+             and no bank answers without RabbitMQ (none at {url}): after a day its timeout refunds\n\
+             the debit. Start RabbitMQ, or set SUTRA_TRANSPORTS_AMQP_URL, and run the demo again\n\
+             to see it approved."
         );
     }
     Ok(())
 }
 
-/// Parked at the receive whose reply comes from a broker, which nothing in the demo consumes.
+/// Parked at the receive whose reply comes from the bank, over a broker.
 fn is_awaiting_the_bank(instance: &Instance) -> bool {
     instance.status == "suspended" && instance.tokens.iter().any(|token| token.node == "approval")
 }

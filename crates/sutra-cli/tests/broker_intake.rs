@@ -269,3 +269,46 @@ async fn a_broker_channel_on_a_replica_with_no_broker_url_is_named_with_the_key_
         "{body}"
     );
 }
+
+/// SIGKILL between the step's commit and the broker's ack: the broker hands the message back,
+/// and its redelivery to the next replica is a dedup hit — applied once.
+#[tokio::test]
+async fn a_message_consumed_before_a_crash_is_a_dedup_hit_when_redelivered() {
+    let jobs = TestQueue::declare("sutra-test-jobs").await;
+    let scratch = Scratch::new("broker-crash-before-ack");
+    let mut doomed = Server::start(&with_brokers(&scratch).env("SUTRA_FAULT", "before-broker-ack"));
+    let (status, body) = doomed.deploy(&started_by(&jobs.name)).await;
+    assert_eq!(status, 201, "{body}");
+    jobs.publish_event(&event("job-1", json!({}))).await;
+    assert!(doomed.wait_for_death(), "killed at before-broker-ack");
+    drop(doomed);
+    let back = jobs
+        .wait_for_counts("take the unacknowledged message back", |c| c.consumers == 0)
+        .await;
+    assert_eq!(
+        back.ready, 1,
+        "the broker holds the message again: {back:?}"
+    );
+
+    let server = Server::start(&with_brokers(&scratch));
+    jobs.wait_for_counts("settle the redelivery", |c| {
+        c.ready == 0 && c.unacknowledged == 0
+    })
+    .await;
+    let listed = instances(&server).await;
+    assert_eq!(
+        listed.len(),
+        1,
+        "the redelivery started nothing: {listed:?}"
+    );
+    let instance = listed[0]["id"].as_str().unwrap();
+    let history = server.history(instance).await;
+    sutra_testkit::assert_audit_sequence_is_whole(&history);
+    assert_eq!(
+        sutra_testkit::count_kind(&history, "started"),
+        1,
+        "{history:?}"
+    );
+
+    jobs.delete().await;
+}

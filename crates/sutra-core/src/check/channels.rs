@@ -63,6 +63,8 @@ pub(super) struct Declared {
     transport: Option<Transport>,
     correlates: bool,
     has_url: bool,
+    /// Whether it names where a broker's messages are read: an amqp `queue`, a nats `stream`.
+    has_source: bool,
     line: usize,
     built: Option<Channel>,
 }
@@ -150,6 +152,30 @@ impl Declared {
         }
     }
 
+    /// A channel messages come in by — a flow starts on it, or a `receive` waits on it — must say
+    /// where a broker's consumer reads them.
+    pub fn check_consumable(&self, cx: &mut Checker, name: &str, at: Span, what: &str) {
+        let (key, hint) = match self.transport {
+            _ if self.has_source => return,
+            Some(Transport::Amqp) => ("queue", "the AMQP queue Sutra consumes"),
+            Some(Transport::Nats) => ("stream", "the JetStream stream Sutra consumes"),
+            Some(Transport::Http) | None => return,
+        };
+        cx.report(
+            Diagnostic::error(
+                "channel-not-consumable",
+                at,
+                format!(
+                    "{what} takes messages from channel `{name}`, which names no `{key}` to read them from"
+                ),
+            )
+            .with_hint(format!(
+                "add `{key}:` with {hint} to channel `{name}` (line {})",
+                self.line
+            )),
+        );
+    }
+
     /// An `emit` over http needs somewhere to send.
     pub fn check_emittable(&self, cx: &mut Checker, name: &str, at: Span, node: &str) {
         if self.transport == Some(Transport::Http) && !self.has_url {
@@ -187,6 +213,11 @@ fn declare(cx: &mut Checker, entry: &Entry) -> Declared {
             .as_ref()
             .is_some_and(|r| r.get("correlate").is_some()),
         has_url: record.as_ref().is_some_and(|r| r.get("url").is_some()),
+        has_source: record.as_ref().is_some_and(|r| match transport {
+            Some(Transport::Amqp) => r.get("queue").is_some(),
+            Some(Transport::Nats) => r.get("stream").is_some(),
+            Some(Transport::Http) | None => true,
+        }),
         line: entry.key_span.line,
         built: record.and_then(|record| channel(cx, &entry.key, &record)),
     }

@@ -129,7 +129,8 @@ fn start<'a>(
     let record = cx.record(&entry.value, what, entry.key_span, "{ channel: requests }")?;
     cx.unknown_fields(&record, &["channel"]);
     let node = cx.required(&record, "channel", "add `channel: <channel name>`")?;
-    let (channel, _) = channels.lookup(cx, node, &record.label("channel"))?;
+    let (channel, declared) = channels.lookup(cx, node, &record.label("channel"))?;
+    declared.check_consumable(cx, &channel, node.span, &format!("flow `{flow}`"));
     starters.claim(cx, &channel, flow, node.span);
     Some(Start { channel })
 }

@@ -327,6 +327,7 @@ fn receive(cx: &mut Checker, site: &Site, kind: &Entry) -> Option<NodeKind> {
     let declared = site.channels.lookup(cx, channel, &record.label("channel"));
     if let Some((name, declared)) = &declared {
         declared.check_receivable(cx, name, channel.span, &site.what);
+        declared.check_consumable(cx, name, channel.span, &site.what);
     }
     let key = cx
         .required(
