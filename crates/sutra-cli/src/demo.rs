@@ -110,12 +110,12 @@ async fn demo(keep_running: bool) -> Result<(), String> {
     };
     let amqp_url = bank::amqp_url();
     let bank = Bank::open(amqp_url.clone()).await;
-    let mut sources = sutra_server::config::Sources::defaults()
+    // Configured even when RabbitMQ is away: a deployment declaring an AMQP channel needs its
+    // broker's URL, and the engine connects again by itself once it is there.
+    let sources = sutra_server::config::Sources::defaults()
         .flag("sutra.datasource", Some(&database))
-        .flag("sutra.listen", Some(listen));
-    if bank.is_ok() {
-        sources = sources.flag("sutra.transports.amqp.url", Some(&amqp_url));
-    }
+        .flag("sutra.listen", Some(listen))
+        .flag("sutra.transports.amqp.url", Some(&amqp_url));
     let bank = bank.map_err(|reason| Unreachable {
         url: sutra_server::redacted(&amqp_url),
         reason,

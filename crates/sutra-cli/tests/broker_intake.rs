@@ -243,31 +243,22 @@ async fn readiness_names_a_channel_whose_broker_cannot_be_reached_and_never_its_
 }
 
 #[tokio::test]
-async fn a_broker_channel_on_a_replica_with_no_broker_url_is_named_with_the_key_to_set() {
+async fn a_deployment_declaring_a_broker_channel_is_refused_on_a_replica_without_its_broker() {
     let scratch = Scratch::new("broker-unconfigured");
     let server = Server::start(&ServerOptions::new(
         env!("CARGO_BIN_EXE_sutra"),
         scratch.database(),
     ));
     let (status, body) = server.deploy(&started_by("sutra-test-nowhere")).await;
-    assert_eq!(status, 201, "{body}");
-    let mut answer = (0, Value::Null);
-    for _ in 0..200 {
-        answer = server.get("/readyz").await;
-        if answer.0 == 503 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let (status, body) = answer;
-    assert_eq!(status, 503, "{body}");
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["code"], "SUTRA.DEPLOY.INVALID");
+    let diagnostics = body["diagnostics"].to_string();
+    assert!(diagnostics.contains("broker-not-configured"), "{body}");
     assert!(
-        body["detail"]
-            .as_str()
-            .unwrap()
-            .contains("set sutra.transports.amqp.url"),
+        diagnostics.contains("set sutra.transports.amqp.url"),
         "{body}"
     );
+    assert!(instances(&server).await.is_empty());
 }
 
 /// SIGKILL between the step's commit and the broker's ack: the broker hands the message back,

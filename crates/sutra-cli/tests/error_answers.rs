@@ -99,7 +99,11 @@ async fn send(server: &Server, channel: &str, id: &str, data: Value) -> Answer {
 
 /// A deployed server, and a connection to its database file beside it.
 async fn deployed(scratch: &Scratch) -> (Server, SqliteConnection) {
-    let options = ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), scratch.database());
+    // `bank` is an amqp channel: a deployment declaring it needs the broker's URL.
+    let options = ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), scratch.database()).env(
+        "SUTRA_TRANSPORTS_AMQP_URL",
+        &sutra_testkit::brokers::amqp_url(),
+    );
     let server = Server::start(&options);
     let (status, body) = server.deploy(FLOWS).await;
     assert_eq!(status, 201, "{body}");

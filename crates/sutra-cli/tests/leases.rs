@@ -83,6 +83,11 @@ fn iso(duration: Duration) -> String {
 
 fn options(datasource: &str, id: &str, leases: Leases) -> ServerOptions {
     ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), datasource)
+        // `bank-replies` is an amqp channel: a deployment declaring it needs the broker's URL.
+        .env(
+            "SUTRA_TRANSPORTS_AMQP_URL",
+            &sutra_testkit::brokers::amqp_url(),
+        )
         .env("SUTRA_REPLICA_ID", id)
         .env("SUTRA_LEASE_TTL", &iso(leases.ttl))
         .env("SUTRA_LEASE_POLL", &iso(leases.poll))

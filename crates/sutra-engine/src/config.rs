@@ -2,6 +2,7 @@
 //! [`crate::Engine::start`].
 
 use jiff::SignedDuration;
+use sutra_core::model::Transport;
 
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -40,6 +41,9 @@ pub struct EngineConfig {
     /// How often the purger looks for history past the retention while it leads
     /// (`sutra.history.purge-interval`).
     pub purge_interval: SignedDuration,
+    /// The brokers this replica has a URL for (`sutra.transports.{amqp,nats}.url`): a
+    /// deployment declaring a channel on another broker is refused here.
+    pub brokers: Vec<Transport>,
 }
 
 impl Default for EngineConfig {
@@ -62,6 +66,7 @@ impl Default for EngineConfig {
             lease_poll: SignedDuration::from_secs(10),
             history_retention: SignedDuration::from_hours(7 * 24),
             purge_interval: SignedDuration::from_mins(1),
+            brokers: Vec::new(),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use sutra_core::check;
 use sutra_core::diagnostic::{Diagnostic, Span};
-use sutra_core::model::Deployment;
+use sutra_core::model::{Deployment, Transport};
 use sutra_store::{DeploymentRecord, DeploymentStatus};
 use tracing::{info, warn};
 
@@ -83,9 +83,10 @@ impl Deployments {
                 deployer: tenant.to_owned(),
             });
         }
-        let conflicts = channel_conflicts(&self.live.get(), tenant, &deployment);
-        if !conflicts.is_empty() {
-            return Err(DeployError::Invalid(conflicts));
+        let mut refused = channel_conflicts(&self.live.get(), tenant, &deployment);
+        refused.extend(brokers_missing(&self.shared.config.brokers, &deployment));
+        if !refused.is_empty() {
+            return Err(DeployError::Invalid(refused));
         }
         let record = self
             .shared
@@ -151,6 +152,33 @@ fn channel_conflicts(live: &Live, tenant: &str, deployment: &Deployment) -> Vec<
         .collect()
 }
 
+/// A broker channel needs its broker: without a URL for it this replica could neither consume
+/// the channel nor publish to it, and the deployment would check, deploy and never move.
+fn brokers_missing(configured: &[Transport], deployment: &Deployment) -> Vec<Diagnostic> {
+    deployment
+        .channels
+        .values()
+        .filter(|channel| {
+            channel.transport != Transport::Http && !configured.contains(&channel.transport)
+        })
+        .map(|channel| {
+            let transport = channel.transport.name();
+            Diagnostic::error(
+                "broker-not-configured",
+                Span::default(),
+                format!(
+                    "channel `{}` is a {transport} channel, and this replica has no {transport} broker",
+                    channel.name
+                ),
+            )
+            .with_hint(format!(
+                "set sutra.transports.{transport}.url (SUTRA_TRANSPORTS_{}_URL) on every replica, then deploy again",
+                transport.to_uppercase()
+            ))
+        })
+        .collect()
+}
+
 /// Every non-retired version of `records` with its checked definition. A version that no longer
 /// checks (written by a newer build, or edited by hand) is skipped loudly rather than stopping
 /// the replica.
@@ -169,7 +197,7 @@ pub(crate) fn loadable(records: Vec<DeploymentRecord>) -> Vec<(DeploymentRecord,
 }
 
 /// Registers the role of every channel of `versions` declared `singleton: true` (SPEC §6: on
-/// first need). Nothing consumes a broker yet, so the role is only held and shown.
+/// first need); the channel's consumer runs while this replica holds it.
 pub(crate) fn contend_for_singleton_channels(
     leadership: &dyn Leadership,
     versions: &[(DeploymentRecord, Deployment)],

@@ -38,6 +38,16 @@ pub struct BrokerUrls {
     pub nats: Option<String>,
 }
 
+impl BrokerUrls {
+    /// The brokers a URL is configured for.
+    pub fn configured(&self) -> Vec<Transport> {
+        [(Transport::Amqp, &self.amqp), (Transport::Nats, &self.nats)]
+            .into_iter()
+            .filter_map(|(transport, url)| url.is_some().then_some(transport))
+            .collect()
+    }
+}
+
 impl std::fmt::Debug for BrokerUrls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let shown = |url: &Option<String>| url.as_deref().map(redacted);
