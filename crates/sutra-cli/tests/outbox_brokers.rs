@@ -106,3 +106,95 @@ async fn emits_on_broker_channels_are_published_with_the_rows_idempotency_key() 
         )
     );
 }
+
+/// One emit on `channel` (declared as `declaration`), started over HTTP.
+fn emitting(declaration: &str) -> String {
+    format!(
+        r#"
+name: shop
+channels:
+  orders: {{ transport: http, correlate: data.id }}
+  out: {declaration}
+flows:
+  order:
+    start: {{ channel: orders }}
+    nodes:
+      - id: publish
+        emit: {{ channel: out, data: {{ order: "= vars.input.id" }} }}
+"#
+    )
+}
+
+/// Starts an instance whose one emit kills the publisher between the broker's confirm and the
+/// row's mark (`after-send`), then restarts it with a claim timeout short enough that the row's
+/// stale claim is taken over; returns the server that sent it again and the instance.
+async fn publish_across_a_crash(scratch: &Scratch, declaration: &str) -> (Server, String) {
+    let options = ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), scratch.database())
+        .env("SUTRA_TRANSPORTS_AMQP_URL", &amqp_url())
+        .env("SUTRA_TRANSPORTS_NATS_URL", &nats_url())
+        .env("SUTRA_INSTANCE_CLAIM_TIMEOUT", "PT1S");
+    let mut doomed = Server::start(&options.clone().env("SUTRA_FAULT", "after-send"));
+    let (status, body) = doomed.deploy(&emitting(declaration)).await;
+    assert_eq!(status, 201, "{body}");
+    // The answer races the send that kills the process.
+    let _ = doomed
+        .try_post_raw(
+            "/v1/channels/orders/messages",
+            sutra_testkit::event("evt-o1", json!({"id": "o1"})).to_string(),
+        )
+        .await;
+    assert!(doomed.wait_for_death(), "the publish was never made");
+    drop(doomed);
+    let server = Server::start(&options);
+    let (_, list) = server.get("/v1/instances").await;
+    let instance = list["items"][0]["id"].as_str().unwrap().to_owned();
+    server.wait_for_outbox(&instance, "sent").await;
+    (server, instance)
+}
+
+#[tokio::test]
+async fn a_publisher_killed_before_marking_the_row_sends_the_same_message_id_to_amqp_again() {
+    let queue = TestQueue::declare("sutra-test-resend").await;
+    let scratch = Scratch::new("outbox-amqp-after-send");
+    let declaration = format!("{{ transport: amqp, queue: {} }}", queue.name);
+    let (server, instance) = publish_across_a_crash(&scratch, &declaration).await;
+
+    let (first, again) = (queue.next().await, queue.next().await);
+    let key = emitted_keys(&server, &instance).await[0].1.clone();
+    let id = |delivery: &lapin::message::Delivery| {
+        delivery
+            .properties
+            .message_id()
+            .as_ref()
+            .map(|id| id.to_string())
+    };
+    assert_eq!(
+        (id(&first), id(&again)),
+        (Some(key.clone()), Some(key)),
+        "published twice with one message_id, for the consumer to drop the second"
+    );
+    assert_eq!(first.data, again.data);
+    queue.delete().await;
+}
+
+#[tokio::test]
+async fn a_publisher_killed_before_marking_the_row_publishes_again_and_jetstream_drops_the_duplicate()
+ {
+    let mut stream = TestStream::create("sutra-test-resend").await;
+    let scratch = Scratch::new("outbox-nats-after-send");
+    let declaration = format!("{{ transport: nats, subject: {} }}", stream.subject);
+    let (server, instance) = publish_across_a_crash(&scratch, &declaration).await;
+
+    let key = emitted_keys(&server, &instance).await[0].1.clone();
+    let stored = stream.message(1).await;
+    assert_eq!(
+        stored.headers.get("Nats-Msg-Id").map(|v| v.as_str()),
+        Some(key.as_str())
+    );
+    assert_eq!(
+        stream.stored().await,
+        1,
+        "the duplicate window dropped the resend"
+    );
+    stream.delete().await;
+}
