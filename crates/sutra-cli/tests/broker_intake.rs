@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use sutra_testkit::brokers::{TestQueue, TestStream, amqp_url, nats_url};
+use sutra_testkit::brokers::{TestQueue, TestStream, TestVhost, amqp_url, nats_url};
 use sutra_testkit::{Scratch, Server, ServerOptions, event};
 
 fn with_brokers(scratch: &Scratch) -> ServerOptions {
@@ -302,4 +302,45 @@ async fn a_message_consumed_before_a_crash_is_a_dedup_hit_when_redelivered() {
     );
 
     jobs.delete().await;
+}
+
+/// The broker drops every connection, as a restart does: the consumer connects again by itself,
+/// and a message published meanwhile is consumed once it is back.
+#[tokio::test]
+async fn a_consumer_whose_broker_dropped_its_connection_connects_again_and_loses_nothing() {
+    let vhost = TestVhost::create("sutra-test-drop");
+    let jobs = TestQueue::declare_in(&vhost, "jobs").await;
+    let scratch = Scratch::new("broker-dropped");
+    let server = Server::start(
+        &ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), scratch.database())
+            .env("SUTRA_TRANSPORTS_AMQP_URL", &vhost.url),
+    );
+    let (status, body) = server.deploy(&started_by(&jobs.name)).await;
+    assert_eq!(status, 201, "{body}");
+    jobs.publish_event(&event("job-1", json!({}))).await;
+    jobs.wait_for_counts("be consumed", |c| c.consumers == 1 && c.ready == 0)
+        .await;
+
+    vhost.close_connections();
+    let jobs = TestQueue::declare_in(&vhost, &jobs.name).await;
+    jobs.publish_event(&event("job-2", json!({}))).await;
+    jobs.wait_for_counts("be consumed again", |c| {
+        c.consumers == 1 && c.ready == 0 && c.unacknowledged == 0
+    })
+    .await;
+    let mut completed = 0;
+    for _ in 0..200 {
+        let listed = instances(&server).await;
+        completed = listed.iter().filter(|i| i["status"] == "completed").count();
+        if completed == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(completed, 2, "both jobs ran");
+    let (status, body) = server.get("/readyz").await;
+    assert_eq!(status, 200, "consuming again: {body}");
+
+    drop(jobs);
+    vhost.delete();
 }

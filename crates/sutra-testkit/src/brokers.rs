@@ -43,6 +43,8 @@ pub struct TestQueue {
     pub name: String,
     /// Where the queue's rejected messages go: `{name}.dead`.
     pub dead_letters: Option<String>,
+    /// The virtual host it is in.
+    vhost: String,
     _connection: Connection,
     channel: lapin::Channel,
 }
@@ -57,18 +59,24 @@ pub struct QueueCounts {
 
 impl TestQueue {
     pub async fn declare(prefix: &str) -> TestQueue {
-        TestQueue::open(unique(prefix), None).await
+        TestQueue::open(&amqp_url(), "/", unique(prefix), None).await
     }
 
     /// A queue whose rejected messages the default exchange routes to a queue `{name}.dead`.
     pub async fn declare_with_dead_letters(prefix: &str) -> TestQueue {
         let name = unique(prefix);
         let dead = format!("{name}.dead");
-        TestQueue::open(name, Some(dead)).await
+        TestQueue::open(&amqp_url(), "/", name, Some(dead)).await
     }
 
-    async fn open(name: String, dead_letters: Option<String>) -> TestQueue {
-        let connection = Connection::connect(&amqp_url(), ConnectionProperties::default())
+    /// A queue in `vhost`, declared afresh: a second handle on the same queue is
+    /// `TestQueue::declare_in(vhost, &queue.name)` again, declaring being idempotent.
+    pub async fn declare_in(vhost: &TestVhost, name: &str) -> TestQueue {
+        TestQueue::open(&vhost.url, &vhost.name, name.to_owned(), None).await
+    }
+
+    async fn open(url: &str, vhost: &str, name: String, dead_letters: Option<String>) -> TestQueue {
+        let connection = Connection::connect(url, ConnectionProperties::default())
             .await
             .expect("RabbitMQ runs on this machine (see .ci/run)");
         let channel = connection.create_channel().await.unwrap();
@@ -92,6 +100,7 @@ impl TestQueue {
         TestQueue {
             name,
             dead_letters,
+            vhost: vhost.to_owned(),
             _connection: connection,
             channel,
         }
@@ -135,6 +144,8 @@ impl TestQueue {
     pub fn counts(&self) -> QueueCounts {
         let listed = rabbitmqctl(&[
             "list_queues",
+            "-p",
+            &self.vhost,
             "name",
             "messages_ready",
             "messages_unacknowledged",
@@ -188,6 +199,39 @@ impl TestQueue {
     }
 }
 
+/// A RabbitMQ virtual host of this test's own, so that a fault the test injects there — every
+/// connection closed by the broker — reaches no other test.
+pub struct TestVhost {
+    pub name: String,
+    /// The AMQP URL of the vhost, as guest.
+    pub url: String,
+}
+
+impl TestVhost {
+    pub fn create(prefix: &str) -> TestVhost {
+        let name = unique(prefix);
+        rabbitmqctl(&["add_vhost", &name]);
+        rabbitmqctl(&["set_permissions", "-p", &name, "guest", ".*", ".*", ".*"]);
+        let url = format!("amqp://guest:guest@127.0.0.1:5672/{name}");
+        TestVhost { name, url }
+    }
+
+    /// The broker closes every connection to the vhost, as it does when it restarts.
+    pub fn close_connections(&self) {
+        rabbitmqctl(&[
+            "close_all_connections",
+            "--vhost",
+            &self.name,
+            "sutra test: the broker drops its connections",
+        ]);
+    }
+
+    /// Removes the vhost, its queues and their messages.
+    pub fn delete(self) {
+        rabbitmqctl(&["delete_vhost", &self.name]);
+    }
+}
+
 async fn declare(channel: &lapin::Channel, queue: &str, arguments: FieldTable) {
     channel
         .queue_declare(
@@ -214,10 +258,14 @@ async fn next(channel: &lapin::Channel, queue: &str) -> Delivery {
     }
 }
 
-/// The rows `rabbitmqctl` lists, tab-separated, without headers.
+/// Runs `rabbitmqctl`; the rows a `list_*` command lists, tab-separated, without headers.
 fn rabbitmqctl(arguments: &[&str]) -> Vec<Vec<String>> {
+    let listing = arguments
+        .first()
+        .is_some_and(|command| command.starts_with("list_"));
     let output = Command::new("rabbitmqctl")
-        .args(["-q", "--no-table-headers"])
+        .arg("-q")
+        .args(listing.then_some("--no-table-headers"))
         .args(arguments)
         .output()
         .expect("rabbitmqctl runs on this machine (see .ci/run)");
