@@ -8,6 +8,7 @@
 //! creates (scratch directories and databases, replicas, its workers) is gone when it ends, all
 //! traffic stays on loopback, and a run is bounded by `--instances` and `--max-seconds`.
 
+mod amqp;
 mod latency;
 mod postgres;
 mod reference;
@@ -26,6 +27,7 @@ use sutra_server::config::Sources;
 use tokio::sync::watch;
 
 use crate::in_process::{ScratchDir, serve_while};
+use amqp::Broker;
 use latency::Recorder;
 use postgres::Admin;
 use replicas::{Interruption, Replicas};
@@ -83,6 +85,8 @@ struct Plan<'a> {
     quiet: bool,
     /// `--token`, for a running server with `sutra.auth.tokens`.
     token: Option<&'a str>,
+    /// Where an AMQP workload's clients publish, and the engine consumes and publishes.
+    broker: Option<Arc<Broker>>,
     args: &'a Args,
 }
 
@@ -117,9 +121,27 @@ pub fn run(args: &Args, server: Option<&str>, token: Option<&str>, json: bool) -
         max: Duration::from_secs(args.max_seconds),
         quiet: json,
         token,
+        broker: None,
         args,
     };
-    match runtime.block_on(bench(&plan, server)) {
+    let plan = match args.workload.uses_amqp() {
+        true => match runtime.block_on(Broker::open(&amqp::url())) {
+            Ok(broker) => Plan {
+                broker: Some(Arc::new(broker)),
+                ..plan
+            },
+            Err(error) => {
+                eprintln!("sutra bench: {error}");
+                return ExitCode::FAILURE;
+            }
+        },
+        false => plan,
+    };
+    let outcome = runtime.block_on(bench(&plan, server));
+    if let Some(broker) = &plan.broker {
+        runtime.block_on(broker.close());
+    }
+    match outcome {
         Ok(report) if json => {
             println!(
                 "{}",
@@ -191,7 +213,7 @@ async fn bench(plan: &Plan<'_>, server: Option<&str>) -> Result<Report, String> 
 
 async fn in_process_embedded(plan: &Plan<'_>) -> Result<Driven, String> {
     let scratch = ScratchDir::create("bench")?;
-    let sources = engine_sources(&scratch.sqlite_datasource(), plan.args.lanes);
+    let sources = engine_sources(&scratch.sqlite_datasource(), plan);
     serve_while(sources, |url| async move {
         let client = deploy(&url, plan).await?;
         drive(plan, std::slice::from_ref(&client)).await
@@ -234,7 +256,7 @@ async fn measure_in_process(
     name: &str,
     url: &str,
 ) -> Result<(Driven, i64), String> {
-    let sources = engine_sources(url, plan.args.lanes);
+    let sources = engine_sources(url, plan);
     serve_while(sources, |server| async move {
         let client = deploy(&server, plan).await?;
         let before = admin.commits(name).await?;
@@ -253,7 +275,8 @@ async fn measure_replicas(
     count: usize,
 ) -> Result<(Driven, i64), String> {
     let mut interruption = Interruption::listen()?;
-    let mut replicas = Replicas::start(url, plan.args.lanes, count)?;
+    let brokers = brokers(plan);
+    let mut replicas = Replicas::start(url, plan.args.lanes, count, &brokers)?;
     let measured = tokio::select! {
         measured = drive_replicas(plan, &mut replicas, admin, name) => measured,
         signal = interruption.received() => Err(format!("interrupted by {signal}")),
@@ -301,6 +324,20 @@ async fn converged(workload: Workload, client: &Client) -> Result<(), String> {
     Ok(())
 }
 
+/// Waits until each of `servers` consumes the AMQP workload's request queue.
+async fn consumed(broker: &Broker, servers: usize) -> Result<(), String> {
+    let deadline = Instant::now() + CONVERGENCE;
+    while (broker.consumers().await? as usize) < servers {
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "the engine did not consume the request queue within {CONVERGENCE:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
 async fn against_server(
     plan: &Plan<'_>,
     url: &str,
@@ -320,12 +357,23 @@ async fn against_server(
 
 /// Defaults, then `SUTRA_*` variables (so `SUTRA_STORE_POOL_SIZE` and the like can be tried),
 /// then what the bench decides.
-fn engine_sources(datasource: &str, lanes: usize) -> Sources {
-    Sources::defaults()
-        .environment(std::env::vars())
-        .flag("sutra.datasource", Some(datasource))
-        .flag("sutra.listen", Some("127.0.0.1:0"))
-        .flag("sutra.engine.lanes", Some(&lanes.to_string()))
+fn engine_sources(datasource: &str, plan: &Plan<'_>) -> Sources {
+    brokers(plan).iter().fold(
+        Sources::defaults()
+            .environment(std::env::vars())
+            .flag("sutra.datasource", Some(datasource))
+            .flag("sutra.listen", Some("127.0.0.1:0"))
+            .flag("sutra.engine.lanes", Some(&plan.args.lanes.to_string())),
+        |sources, (key, url)| sources.flag(key, Some(url)),
+    )
+}
+
+/// The broker settings the engine needs for the workload: RabbitMQ's URL for an AMQP one.
+fn brokers(plan: &Plan<'_>) -> Vec<(&'static str, String)> {
+    match plan.broker {
+        Some(_) => vec![("sutra.transports.amqp.url", amqp::url())],
+        None => Vec::new(),
+    }
 }
 
 async fn deploy(url: &str, plan: &Plan<'_>) -> Result<Client, String> {
@@ -351,6 +399,9 @@ fn connect(url: &str, plan: &Plan<'_>) -> Result<Client, String> {
 /// `servers[i % servers.len()]`; each server's worker runs as many handlers at once as that
 /// server has drivers, so the concurrency is `plan.clients` in all.
 async fn drive(plan: &Plan<'_>, servers: &[Client]) -> Result<Driven, String> {
+    if let Some(broker) = &plan.broker {
+        consumed(broker, servers.len()).await?;
+    }
     let recorder = Recorder::default();
     let progress = progress_bar(plan);
     let (stop_workers, workers_stopped) = watch::channel(());
@@ -382,8 +433,9 @@ async fn drive(plan: &Plan<'_>, servers: &[Client]) -> Result<Driven, String> {
     let next = Arc::new(AtomicU64::new(0));
     let drivers: Vec<_> = (0..plan.clients)
         .map(|driver| {
-            let (client, recorder, progress, next, run) = (
+            let (client, broker, recorder, progress, next, run) = (
                 servers[driver % servers.len()].clone(),
+                plan.broker.clone(),
                 recorder.clone(),
                 progress.clone(),
                 Arc::clone(&next),
@@ -398,7 +450,7 @@ async fn drive(plan: &Plan<'_>, servers: &[Client]) -> Result<Driven, String> {
                         return Ok::<_, String>(());
                     }
                     workload
-                        .drive(&client, &format!("{run}-{n}"), &recorder)
+                        .drive(&client, broker.as_deref(), &format!("{run}-{n}"), &recorder)
                         .await?;
                     progress.inc(1);
                 }

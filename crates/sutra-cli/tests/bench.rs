@@ -80,3 +80,40 @@ fn replicas_are_refused_without_a_database_or_with_a_server() {
         assert!(stderr.contains(reason), "{extra:?}: {stderr}");
     }
 }
+
+#[test]
+fn amqp_start_runs_through_rabbitmq_and_removes_its_queues() {
+    // RabbitMQ runs on this machine (.ci/run starts it).
+    let child = Command::new(env!("CARGO_BIN_EXE_sutra"))
+        .args([
+            "bench",
+            "amqp-start",
+            "--instances",
+            "20",
+            "--clients",
+            "4",
+            "--json",
+        ])
+        .env_remove("SUTRA_SERVER")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("sutra runs");
+    let queues = format!("sutra-bench-{}.", child.id());
+    let output = child.wait_with_output().expect("sutra bench ends");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["workload"], "amqp-start");
+    assert_eq!(report["instances_completed"], 20, "{report}");
+    assert_eq!(report["latency"]["samples"], 20, "{report}");
+    let listed = Command::new("rabbitmqctl")
+        .args(["-q", "--no-table-headers", "list_queues", "name"])
+        .output()
+        .expect("rabbitmqctl runs");
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(!listed.contains(&queues), "left behind: {listed}");
+}

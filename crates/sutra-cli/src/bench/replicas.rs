@@ -14,6 +14,7 @@ use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use sutra_client::Client;
+use sutra_server::config::env_name;
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
@@ -72,7 +73,14 @@ impl Replicas {
     /// Starts `count` replicas serving `datasource` with `lanes` lanes each. Returns once they
     /// are started, not ready: [`Replicas::ready`] waits for that. When one cannot be started,
     /// those before it are left to `kill_on_drop`: they have not served anything yet.
-    pub fn start(datasource: &str, lanes: usize, count: usize) -> Result<Replicas, String> {
+    /// `settings` are more configuration keys, such as a broker's URL, each set in the
+    /// environment as `SUTRA_*`.
+    pub fn start(
+        datasource: &str,
+        lanes: usize,
+        count: usize,
+        settings: &[(&str, String)],
+    ) -> Result<Replicas, String> {
         let mut replicas = Replicas {
             members: Vec::with_capacity(count),
             logs: ScratchDir::create("bench-replicas")?,
@@ -98,6 +106,7 @@ impl Replicas {
                 .env("SUTRA_DATASOURCE", datasource)
                 .env("SUTRA_LEASE_TTL", LEASE_TTL)
                 .env("SUTRA_LEASE_POLL", LEASE_POLL)
+                .envs(settings.iter().map(|(key, value)| (env_name(key), value)))
                 .current_dir(replicas.logs.path())
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())

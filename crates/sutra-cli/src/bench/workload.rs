@@ -14,6 +14,7 @@ use serde_json::json;
 use sutra_client::{Client, CloudEvent, Sent, Task, TaskError, Worker};
 use sutra_core::codes;
 
+use super::amqp::{self, Broker};
 use super::latency::Recorder;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -24,6 +25,9 @@ pub enum Workload {
     TwoTasks,
     /// Two steps: start → receive (the bench sends the message) → end.
     Relay,
+    /// One step, by RabbitMQ: start from an AMQP queue (`ack: commit`) → emit the reply to
+    /// another → end; the client's round trip ends when the reply reaches it.
+    AmqpStart,
 }
 
 /// The held send of `ack: complete` outlives the slowest instance a run can see.
@@ -37,13 +41,19 @@ impl Workload {
             Workload::StartEnd => "start-end",
             Workload::TwoTasks => "two-tasks",
             Workload::Relay => "relay",
+            Workload::AmqpStart => "amqp-start",
         }
+    }
+
+    /// Whether the workload's clients talk through RabbitMQ.
+    pub fn uses_amqp(self) -> bool {
+        self == Workload::AmqpStart
     }
 
     /// The steps one instance takes: each commit of the instance's progress the engine makes.
     pub fn steps(self) -> u64 {
         match self {
-            Workload::StartEnd => 1,
+            Workload::StartEnd | Workload::AmqpStart => 1,
             Workload::TwoTasks => 3,
             Workload::Relay => 2,
         }
@@ -60,6 +70,7 @@ impl Workload {
                                    \x20     - id: second\n        task: { topic: bench-second, input: { n: \"= vars.input.n\" } }\n\
                                    \x20     - id: done\n        end: {}\n"
                 .to_owned(),
+            Workload::AmqpStart => return amqp_document(),
             Workload::Relay => "      - id: wait\n        receive: { channel: bench-relay-message, key: vars.input.n }\n\
                                 \x20     - id: done\n        end: {}\n"
                 .to_owned(),
@@ -76,18 +87,25 @@ impl Workload {
         )
     }
 
-    /// Drives instance `key` from its start to its end, recording each step's latency.
+    /// Drives instance `key` from its start to its end, recording each step's latency; over
+    /// `broker` for a workload that [uses AMQP](Workload::uses_amqp).
     pub async fn drive(
         self,
         client: &Client,
+        broker: Option<&Broker>,
         key: &str,
         recorder: &Recorder,
     ) -> Result<(), String> {
         let channel = format!("bench-{}", self.name());
         recorder.mark(key);
+        if let (Workload::AmqpStart, Some(broker)) = (self, broker) {
+            broker.round_trip(key).await?;
+            recorder.step_seen(key);
+            return Ok(());
+        }
         let sent = send(client, &channel, key, "start").await?;
         match self {
-            Workload::StartEnd | Workload::TwoTasks => {
+            Workload::StartEnd | Workload::TwoTasks | Workload::AmqpStart => {
                 ended(&sent, key)?;
                 recorder.step_seen(key);
             }
@@ -115,6 +133,8 @@ impl Workload {
         match client.send(&channel, &probe).await {
             Err(error) if error.code() == Some(codes::INTAKE_CHANNEL_UNKNOWN.code) => Ok(false),
             Err(error) if error.code() == Some(codes::INTAKE_VALIDATION.code) => Ok(true),
+            // A broker channel is refused over HTTP before anything else is looked at.
+            Err(error) if error.code() == Some(codes::INTAKE_CHANNEL_TRANSPORT.code) => Ok(true),
             Err(error) => Err(format!(
                 "asking {} for {channel}: {error}",
                 client.base_url()
@@ -149,6 +169,19 @@ impl Workload {
                 .poll_wait(Duration::from_secs(1)),
         )
     }
+}
+
+/// `amqp-start`: the start's queue, the reply's queue, and a flow that emits the reply.
+fn amqp_document() -> String {
+    let (requests, replies) = amqp::queues();
+    format!(
+        "name: bench-amqp-start\ntenant: default\nchannels:\n\
+         \x20 bench-amqp-start:\n    transport: amqp\n    queue: {requests}\n    correlate: data.n\n\
+         \x20 bench-amqp-reply:\n    transport: amqp\n    queue: {replies}\n\
+         flows:\n  bench-amqp-start:\n    start: {{ channel: bench-amqp-start }}\n    nodes:\n\
+         \x20     - id: reply\n        emit: {{ channel: bench-amqp-reply, data: {{ n: \"= vars.input.n\" }} }}\n\
+         \x20     - id: done\n        end: {{}}\n"
+    )
 }
 
 /// An http channel's declaration, correlating on the instance's key.
