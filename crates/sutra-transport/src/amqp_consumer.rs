@@ -16,8 +16,6 @@
 //! (`cloudEvents:id`, `cloudEvents_id` — the AMQP binding's names — or `ce-id`, `ce_id`), and in
 //! structured mode otherwise.
 
-use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
 use lapin::message::Delivery;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions,
@@ -66,17 +64,9 @@ pub(crate) async fn run(
         }
     };
     consumer::consuming(health, subscription);
-    let mut working = FuturesUnordered::new();
-    loop {
-        tokio::select! {
-            delivery = deliveries.next() => match delivery {
-                Some(Ok(delivery)) => working.push(settle(delivery, subscription, receiver)),
-                Some(Err(error)) => return Ended::while_consuming(error),
-                None => return Ended::while_consuming(format!("the broker cancelled the consumer of queue `{queue}`")),
-            },
-            Some(()) = working.next(), if !working.is_empty() => {}
-        }
-    }
+    let settled = |delivery| settle(delivery, subscription, receiver);
+    let cancelled = format!("the broker cancelled the consumer of queue `{queue}`");
+    consumer::settle_each(&mut deliveries, settled, cancelled).await
 }
 
 /// Hands one delivery to intake and carries out its verdict.

@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::stream::{FuturesUnordered, Stream, StreamExt};
 use sutra_core::model::{Ack, Channel, Transport};
 use sutra_core::step::Message;
 use tracing::{info, warn};
@@ -279,6 +280,32 @@ impl Ended {
         Ended {
             reason: reason.to_string(),
             consumed: true,
+        }
+    }
+}
+
+/// Settles each message `messages` delivers by `settle`, concurrently — as many at once as the
+/// broker delivers, which its bound on unacknowledged messages limits — until the stream fails,
+/// or ends (`ended` says why).
+pub(crate) async fn settle_each<M, E, F, S>(
+    messages: &mut (impl Stream<Item = Result<M, E>> + Unpin),
+    settle: F,
+    ended: String,
+) -> Ended
+where
+    E: std::fmt::Display,
+    F: Fn(M) -> S,
+    S: Future<Output = ()>,
+{
+    let mut working = FuturesUnordered::new();
+    loop {
+        tokio::select! {
+            message = messages.next() => match message {
+                Some(Ok(message)) => working.push(settle(message)),
+                Some(Err(error)) => return Ended::while_consuming(error),
+                None => return Ended::while_consuming(ended),
+            },
+            Some(()) = working.next(), if !working.is_empty() => {}
         }
     }
 }

@@ -17,8 +17,6 @@
 
 use async_nats::HeaderMap;
 use async_nats::jetstream::{self, AckKind, consumer::AckPolicy, consumer::pull};
-use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
 use sutra_core::step::Message;
 use tracing::{debug, warn};
 
@@ -72,17 +70,9 @@ pub(crate) async fn run(
         }
     };
     consumer::consuming(health, subscription);
-    let mut working = FuturesUnordered::new();
-    loop {
-        tokio::select! {
-            message = messages.next() => match message {
-                Some(Ok(message)) => working.push(settle(message, subscription, receiver)),
-                Some(Err(error)) => return Ended::while_consuming(error),
-                None => return Ended::while_consuming(format!("the consumer `{name}` ended")),
-            },
-            Some(()) = working.next(), if !working.is_empty() => {}
-        }
-    }
+    let settled = |message| settle(message, subscription, receiver);
+    let ended = format!("the consumer `{name}` ended");
+    consumer::settle_each(&mut messages, settled, ended).await
 }
 
 /// Hands one message to intake and carries out its verdict.
