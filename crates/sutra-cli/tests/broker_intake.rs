@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use futures_util::StreamExt;
+
 use serde_json::{Value, json};
 use sutra_testkit::brokers::{TestQueue, TestStream, TestVhost, amqp_url, nats_url};
 use sutra_testkit::{Scratch, Server, ServerOptions, event};
@@ -111,10 +113,23 @@ async fn an_instance_started_from_amqp_resumes_from_nats_and_emits_to_both() {
     orders
         .publish_event(&event("order-1", json!({"id": "o1"})))
         .await;
-    // Not a CloudEvent: dead-lettered, and nothing changes.
+    // Not a CloudEvent: dead-lettered (AMQP), terminated with an advisory (NATS), and nothing
+    // changes.
     orders.publish(b"{not json", Default::default()).await;
     let dead = orders.next_dead_letter().await;
     assert_eq!(dead.data, b"{not json");
+    let mut terminations = confirmations
+        .terminations("sutra-trade-confirmations")
+        .await;
+    confirmations
+        .publish(async_nats::HeaderMap::new(), b"{not json".to_vec())
+        .await;
+    let advisory = tokio::time::timeout(Duration::from_secs(20), terminations.next())
+        .await
+        .expect("JetStream tells of the terminated message")
+        .unwrap();
+    let advisory: Value = serde_json::from_slice(&advisory.payload).unwrap();
+    assert_eq!(advisory["stream_seq"], 2, "{advisory}");
     orders
         .wait_for_counts("settle every message", |c| {
             c.ready == 0 && c.unacknowledged == 0

@@ -284,6 +284,7 @@ fn rabbitmqctl(arguments: &[&str]) -> Vec<Vec<String>> {
 pub struct TestStream {
     pub name: String,
     pub subject: String,
+    client: async_nats::Client,
     context: jetstream::Context,
     stream: stream::Stream,
 }
@@ -293,7 +294,7 @@ impl TestStream {
         let client = async_nats::connect(nats_url())
             .await
             .expect("NATS runs on this machine (see .ci/run)");
-        let context = jetstream::new(client);
+        let context = jetstream::new(client.clone());
         let name = unique(prefix).to_uppercase();
         let subject = format!("{}.events", name.to_lowercase());
         let stream = context
@@ -309,6 +310,7 @@ impl TestStream {
         TestStream {
             name,
             subject,
+            client,
             context,
             stream,
         }
@@ -364,6 +366,19 @@ impl TestStream {
             info.ack_floor.stream_sequence,
             info.num_ack_pending,
         ))
+    }
+
+    /// JetStream's advisories of messages that consumer `consumer` of the stream terminated:
+    /// what a dead-letter watcher subscribes to.
+    pub async fn terminations(&self, consumer: &str) -> async_nats::Subscriber {
+        let subject = format!(
+            "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.{}.{consumer}",
+            self.name
+        );
+        let subscriber = self.client.subscribe(subject).await.unwrap();
+        // The subscription is in place at the server before anything is terminated.
+        self.client.flush().await.unwrap();
+        subscriber
     }
 
     /// How many messages the stream holds.
