@@ -12,6 +12,7 @@ mod check;
 mod db;
 mod demo;
 mod deploy;
+mod deployments;
 mod in_process;
 mod instances;
 mod leases;
@@ -68,6 +69,9 @@ enum Command {
     Db(db::Command),
     /// Deploy a document to the server as the next version of its name.
     Deploy(deploy::Args),
+    /// List the deployment versions, and show what keeps a draining one from retiring.
+    #[command(subcommand)]
+    Deployments(deployments::Command),
     /// Send a message (a CloudEvent) on an http channel.
     Send(send::Args),
     /// List and inspect instances.
@@ -104,5 +108,8 @@ fn main() -> ExitCode {
         Command::Cancel(instance) => remote::run(server, json, |c| cancel::run(instance, c)),
         Command::Tasks(command) => remote::run(server, json, |c| tasks::run(command, c)),
         Command::Leases => remote::run(server, json, leases::run),
+        Command::Deployments(command) => {
+            remote::run(server, json, |c| deployments::run(command, c))
+        }
     }
 }

@@ -45,10 +45,11 @@ flows:
 "#;
 
 /// Every role of a fleet running [`BANK`].
-const ROLES: [&str; 4] = [
+const ROLES: [&str; 5] = [
     "channel:default:bank-replies",
     "history-purger",
     "instance-sweeper",
+    "retirement-gate",
     "timers",
 ];
 
@@ -351,7 +352,7 @@ async fn a_restarted_replica_leads_at_once_after_a_graceful_stop() {
         .iter()
         .map(|lease| lease["holder"].as_str().unwrap())
         .collect();
-    assert_eq!(holders, ["lease-a-2"; 4], "{listed:#}");
+    assert_eq!(holders, ["lease-a-2"; ROLES.len()], "{listed:#}");
 }
 
 #[tokio::test]
@@ -430,7 +431,7 @@ async fn on_one_sqlite_file_every_process_leads_and_deployments_converge_by_poll
         table.starts_with("no leases:")
             && table.ends_with(
                 "replica file-b leads channel:default:bank-replies, history-purger, \
-                 instance-sweeper, timers\n"
+                 instance-sweeper, retirement-gate, timers\n"
             ),
         "{table}"
     );

@@ -140,6 +140,18 @@ impl Client {
         self.get(url).await
     }
 
+    /// Every version of the tenant's deployments, oldest first.
+    pub async fn deployments(&self) -> Result<Page<Deployment>, ApiError> {
+        self.get(self.url(&["v1", "deployments"])).await
+    }
+
+    /// One version, with its YAML and, if it is draining, what keeps it from retiring.
+    pub async fn deployment(&self, name: &str, version: u32) -> Result<Deployment, ApiError> {
+        let version = version.to_string();
+        self.get(self.url(&["v1", "deployments", name, &version]))
+            .await
+    }
+
     pub async fn instance(&self, id: &str) -> Result<Instance, ApiError> {
         self.get(self.url(&["v1", "instances", id])).await
     }

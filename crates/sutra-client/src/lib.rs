@@ -44,7 +44,7 @@ pub use error::{ApiError, InvalidUrl, TASK_LOCK_LOST, TransportError};
 pub use types::{
     Accepted, COMPLETE_BATCH_MAX, CloudEvent, CompleteItem, Deployment, Diagnostic, Extra, Failure,
     HistoryEvent, Instance, InstanceQuery, ItemResult, Lease, Leases, LockExtended, LockedTask,
-    OutboxMessage, Page, PollRequest, Problem, Readiness, Sent, StatusChange, TaskFailure,
-    TaskQuery, TaskState, TaskSummary, Token, Violation,
+    OutboxMessage, Page, PollRequest, Problem, Readiness, Retirement, Sent, StatusChange,
+    TaskFailure, TaskQuery, TaskState, TaskSummary, Token, Violation,
 };
 pub use worker::{Task, TaskError, Worker, codes};

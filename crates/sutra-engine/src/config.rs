@@ -41,6 +41,9 @@ pub struct EngineConfig {
     /// How often the purger looks for history past the retention while it leads
     /// (`sutra.history.purge-interval`).
     pub purge_interval: SignedDuration,
+    /// How often the `retirement-gate` leader looks for draining versions to retire
+    /// (`sutra.deployments.retire-interval`).
+    pub retire_interval: SignedDuration,
     /// The brokers this replica has a URL for (`sutra.transports.{amqp,nats}.url`): a
     /// deployment declaring a channel on another broker is refused here.
     pub brokers: Vec<Transport>,
@@ -66,6 +69,7 @@ impl Default for EngineConfig {
             lease_poll: SignedDuration::from_secs(10),
             history_retention: SignedDuration::from_hours(7 * 24),
             purge_interval: SignedDuration::from_mins(1),
+            retire_interval: SignedDuration::from_mins(1),
             brokers: Vec::new(),
         }
     }

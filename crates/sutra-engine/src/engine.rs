@@ -23,7 +23,7 @@ use crate::registry::{Current, Live};
 use crate::runner::{Completion, StepOutcome};
 use crate::shared::Shared;
 use crate::tasks::{self, PollRequest};
-use crate::{answers, converge, deliveries, history, metrics, outbox, sweep};
+use crate::{answers, converge, deliveries, history, metrics, outbox, retirement, sweep};
 
 pub struct Engine {
     shared: Arc<Shared>,
@@ -70,6 +70,7 @@ impl Engine {
         deliveries::spawn(&roles, &shared, &lanes, &admin);
         sweep::spawn(&roles, &shared, &admin);
         history::spawn(&roles, &shared);
+        retirement::spawn(&roles, &shared);
         let (shutdown, _) = watch::channel(false);
         let mut background = converge::spawn(&shared, &deployments, &shutdown);
         background.extend(answers::spawn(&shared, &shutdown));

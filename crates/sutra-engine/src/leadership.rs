@@ -1,5 +1,6 @@
 //! Leadership (SPEC §6): which replica runs each singleton role — `timers` (the delivery
-//! dispatcher), `instance-sweeper`, `history-purger`, and one `channel:{tenant}:{channel}` per
+//! dispatcher), `instance-sweeper`, `history-purger`, `retirement-gate`, and one
+//! `channel:{tenant}:{channel}` per
 //! channel declared `singleton: true`.
 //!
 //! A [`Leadership`] gives each role a signal: `Some(term)` while this replica leads it. There are
@@ -32,6 +33,7 @@ use crate::config::EngineConfig;
 pub const TIMERS: &str = "timers";
 pub const INSTANCE_SWEEPER: &str = "instance-sweeper";
 pub const HISTORY_PURGER: &str = "history-purger";
+pub const RETIREMENT_GATE: &str = "retirement-gate";
 
 /// The role of a channel declared `singleton: true`: consumed by one replica at a time.
 pub fn channel_role(tenant: &str, channel: &str) -> String {

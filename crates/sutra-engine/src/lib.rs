@@ -59,6 +59,7 @@ pub mod leadership;
 pub mod metrics;
 pub mod outbox;
 pub mod registry;
+mod retirement;
 pub mod runner;
 pub mod settle;
 mod shared;

@@ -43,6 +43,7 @@ const KEYS: &[(&str, Option<&str>)] = &[
     ("sutra.history.retention", Some("P7D")),
     // How often the replica leading `history-purger` looks for history past the retention.
     ("sutra.history.purge-interval", Some("PT1M")),
+    ("sutra.deployments.retire-interval", Some("PT1M")),
     ("sutra.outbox.batch", Some("100")),
     // The first retry's delay after a failed send; it doubles per failure, up to five minutes.
     ("sutra.outbox.backoff", Some("PT1S")),
@@ -74,6 +75,8 @@ pub struct Settings {
     pub lease_poll: SignedDuration,
     pub history_retention: SignedDuration,
     pub purge_interval: SignedDuration,
+    /// How often the `retirement-gate` leader looks for draining versions to retire.
+    pub retire_interval: SignedDuration,
     /// `None`: no tokens, so every request acts for tenant `default` with every role, which
     /// only a loopback listener allows.
     pub auth_tokens: Option<Tokens>,
@@ -203,6 +206,7 @@ impl Sources {
             lease_poll: self.lease_poll()?,
             history_retention: self.parsed("sutra.history.retention", positive_duration)?,
             purge_interval: self.parsed("sutra.history.purge-interval", positive_duration)?,
+            retire_interval: self.parsed("sutra.deployments.retire-interval", positive_duration)?,
             auth_tokens: self.tokens("sutra.auth.tokens")?,
             brokers: BrokerUrls {
                 amqp: self.broker_url("sutra.transports.amqp.url", &["amqp://"])?,

@@ -19,7 +19,7 @@ use sutra_core::snapshot::Status;
 use sutra_core::step::Reply;
 use sutra_engine::intake::{Answer, Inbound, IntakeError};
 use sutra_engine::{DeployError, Engine, Error as EngineError};
-use sutra_store::{InstanceFilter, InstanceRecord};
+use sutra_store::{DeploymentStatus, InstanceFilter, InstanceRecord};
 use sutra_transport::consumer::Health;
 use sutra_wire::{Extra, InstanceQuery, Page};
 
@@ -310,6 +310,14 @@ async fn deployment(
             )
         })?;
     let mut body = render::deployment(&record);
+    if record.status == DeploymentStatus::Draining {
+        let store = api.engine.store();
+        let blocking = store
+            .retirement(&caller.tenant, &name, version)
+            .await
+            .map_err(store_problem)?;
+        body.retirement = Some(render::retirement(blocking));
+    }
     body.source = Some(record.source);
     Ok(Json(body))
 }

@@ -174,6 +174,7 @@ pub fn engine_config(settings: &Settings) -> EngineConfig {
         lease_poll: settings.lease_poll,
         history_retention: settings.history_retention,
         purge_interval: settings.purge_interval,
+        retire_interval: settings.retire_interval,
         brokers: settings.brokers.configured(),
         ..EngineConfig::default()
     }

@@ -27,6 +27,17 @@ pub fn deployment(record: &DeploymentRecord) -> sutra_wire::Deployment {
         created_at: record.created_at.to_string(),
         warnings: None,
         source: None,
+        retirement: None,
+        extra: Extra::new(),
+    }
+}
+
+/// What keeps a draining version from retiring.
+pub fn retirement(retirement: sutra_store::Retirement) -> sutra_wire::Retirement {
+    sutra_wire::Retirement {
+        instances: retirement.instances,
+        outbox: retirement.outbox,
+        tasks: retirement.tasks,
         extra: Extra::new(),
     }
 }

@@ -2,7 +2,9 @@
 //! the name orders concurrent deploys of it, and which announces each stored
 //! version to every replica (see [`crate::notices`]).
 
+use jiff::SignedDuration;
 use sutra_store::Result;
+use sutra_store::codec::duration_micros;
 use sutra_store_sql::rows::DeploymentRow;
 use sutra_store_sql::{DeploymentStatements, NewVersion, params};
 
@@ -48,6 +50,59 @@ impl DeploymentStatements for Scoped {
         .fetch_all(self.connection())
         .await
         .map_err(db)
+    }
+
+    async fn retirement(
+        &mut self,
+        tenant: &str,
+        name: &str,
+        version: u32,
+    ) -> Result<(i64, i64, i64)> {
+        let query = sqlx::query_as(
+            "WITH d AS (SELECT $5::text AS tenant, $6::text AS name, $7::bigint AS version)
+             SELECT
+               (SELECT count(*) FROM d JOIN instances i ON i.tenant = d.tenant
+                  AND i.deployment = d.name AND i.version = d.version
+                  AND i.status NOT IN ($1, $2)),
+               (SELECT count(*) FROM d JOIN outbox o ON o.tenant = d.tenant
+                  AND o.deployment = d.name AND o.version = d.version
+                  AND o.sent_at IS NULL AND NOT o.poisoned),
+               (SELECT count(*) FROM d JOIN instances i ON i.tenant = d.tenant
+                  AND i.deployment = d.name AND i.version = d.version
+                  JOIN tasks t ON t.instance = i.id AND t.state IN ($3, $4))",
+        );
+        params::ended_and_live(query)
+            .bind(tenant)
+            .bind(name)
+            .bind(i64::from(version))
+            .fetch_one(self.connection())
+            .await
+            .map_err(db)
+    }
+
+    async fn retire_drained(&mut self, grace: SignedDuration) -> Result<Vec<DeploymentRow>> {
+        let query = sqlx::query_as(
+            "UPDATE deployments d SET status = $6
+             WHERE d.status = $5
+               AND EXISTS (SELECT 1 FROM deployments n WHERE n.tenant = d.tenant
+                  AND n.name = d.name AND n.version > d.version
+                  AND n.created_at <= sutra_now() - $7)
+               AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.tenant = d.tenant
+                  AND i.deployment = d.name AND i.version = d.version
+                  AND i.status NOT IN ($1, $2))
+               AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.tenant = d.tenant
+                  AND o.deployment = d.name AND o.version = d.version
+                  AND o.sent_at IS NULL AND NOT o.poisoned)
+               AND NOT EXISTS (SELECT 1 FROM instances i JOIN tasks t ON t.instance = i.id
+                  WHERE i.tenant = d.tenant AND i.deployment = d.name
+                  AND i.version = d.version AND t.state IN ($3, $4))
+             RETURNING tenant, name, version, status, source, created_at",
+        );
+        params::retire(query)
+            .bind(duration_micros(grace))
+            .fetch_all(self.connection())
+            .await
+            .map_err(db)
     }
 
     async fn deployment_count(&mut self) -> Result<i64> {

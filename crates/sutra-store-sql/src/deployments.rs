@@ -1,8 +1,9 @@
 //! Deployments: the deploy script — version n+1 of a deployment becomes active, the previous one
 //! draining — and the reads of the stored versions.
 
+use jiff::SignedDuration;
 use sutra_store::codec::unsigned;
-use sutra_store::{DeploymentRecord, Deployments, Result};
+use sutra_store::{DeploymentRecord, Deployments, Result, Retirement};
 
 use crate::rows::DeploymentRow;
 use crate::statements::{Backend, DeploymentStatements, LockOn, NewVersion, Scope, Statements};
@@ -30,6 +31,26 @@ impl<B: Backend> Deployments for SqlStore<B> {
         let scope = tenant.map_or(Scope::System, Scope::Tenant);
         let rows = self
             .once(scope, async |tx| tx.deployments(tenant).await)
+            .await?;
+        rows.into_iter().map(DeploymentRow::decode).collect()
+    }
+
+    async fn retirement(&self, tenant: &str, name: &str, version: u32) -> Result<Retirement> {
+        let (instances, outbox, tasks) = self
+            .once(Scope::Tenant(tenant), async |tx| {
+                tx.retirement(tenant, name, version).await
+            })
+            .await?;
+        Ok(Retirement {
+            instances: unsigned(instances, "a count of instances")?,
+            outbox: unsigned(outbox, "a count of outbox rows")?,
+            tasks: unsigned(tasks, "a count of tasks")?,
+        })
+    }
+
+    async fn retire_drained(&self, grace: SignedDuration) -> Result<Vec<DeploymentRecord>> {
+        let rows = self
+            .once(Scope::System, async |tx| tx.retire_drained(grace).await)
             .await?;
         rows.into_iter().map(DeploymentRow::decode).collect()
     }

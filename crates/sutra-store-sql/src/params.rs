@@ -7,7 +7,7 @@ use serde_json::Value;
 use sqlx::query::{Query, QueryAs, QueryScalar};
 use sqlx::types::Json;
 use sqlx::{Database, Encode, Type};
-use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot};
+use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot, Status};
 use sutra_store::codec::{duration_micros, micros, park};
 use sutra_store::{
     BufferedMessage, ClaimKind, ClaimToken, DeploymentStatus, InboxEntry, OutboxEntry, OutboxId,
@@ -215,6 +215,25 @@ pub fn drain<'q, Q: Bind<'q>>(query: Q, tenant: &'q str, name: &'q str) -> Q {
         .text(name)
         .text(DeploymentStatus::Draining.as_str())
         .text(DeploymentStatus::Active.as_str())
+}
+
+/// What keeps a version from retiring, as its gate's statements bind it: the statuses of an
+/// ended instance, the states of a live task, then tenant, name and version when the gate is
+/// asked of one version.
+pub fn ended_and_live<'q, Q: Bind<'q>>(query: Q) -> Q {
+    query
+        .text(Status::Completed.as_str())
+        .text(Status::Cancelled.as_str())
+        .text(TaskState::Available.as_str())
+        .text(TaskState::Locked.as_str())
+}
+
+/// The retirement of draining versions: [`ended_and_live`], then the draining and retired
+/// statuses.
+pub fn retire<'q, Q: Bind<'q>>(query: Q) -> Q {
+    ended_and_live(query)
+        .text(DeploymentStatus::Draining.as_str())
+        .text(DeploymentStatus::Retired.as_str())
 }
 
 /// A new deployment version: tenant, name, the active state, source.

@@ -447,6 +447,22 @@ pub trait DeploymentStatements: Statements {
 
     /// How many deployment versions are stored, of every tenant.
     fn deployment_count(&mut self) -> impl Future<Output = Result<i64>> + Send;
+
+    /// What keeps a version from retiring: its unended instances, pending outbox rows and
+    /// live tasks, counted.
+    fn retirement(
+        &mut self,
+        tenant: &str,
+        name: &str,
+        version: u32,
+    ) -> impl Future<Output = Result<(i64, i64, i64)>> + Send;
+
+    /// Retires every draining version nothing keeps whose successor is at least `grace` old;
+    /// returns them.
+    fn retire_drained(
+        &mut self,
+        grace: SignedDuration,
+    ) -> impl Future<Output = Result<Vec<DeploymentRow>>> + Send;
 }
 
 /// The statements of the outbox worker's side (`outbox`); steps write the rows

@@ -87,6 +87,7 @@ macro_rules! conformance_tests {
             tenants_never_see_each_others_rows,
             instances_page_by_keyset,
             deploy_makes_version_n_plus_one_active_and_the_previous_draining,
+            a_draining_version_retires_only_when_nothing_keeps_it,
             a_row_is_claimed_by_one_sender_at_a_time,
             claims_take_the_oldest_due_rows_first,
             a_stale_claim_is_cleared_and_retried,

@@ -1,7 +1,7 @@
 //! Deployments: the stored versions of each deployment, and how a process learns that another
 //! stored one.
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 
 use crate::Result;
 
@@ -42,6 +42,25 @@ impl DeploymentStatus {
     }
 }
 
+/// What keeps a draining version from retiring (SPEC §7.3), counted in the database so that
+/// every replica answers alike.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retirement {
+    /// Instances pinned to the version that have not ended: suspended, and failed (restorable).
+    pub instances: u64,
+    /// Outbox rows it minted that are neither sent nor poisoned.
+    pub outbox: u64,
+    /// Tasks of its instances still available or locked.
+    pub tasks: u64,
+}
+
+impl Retirement {
+    /// Whether nothing keeps the version: the gate's three legs hold.
+    pub fn clear(&self) -> bool {
+        *self == Retirement::default()
+    }
+}
+
 /// Storing deployment versions and noticing new ones.
 #[async_trait::async_trait]
 pub trait Deployments: Send + Sync {
@@ -50,6 +69,15 @@ pub trait Deployments: Send + Sync {
 
     /// Every version of every deployment of the tenant (all tenants when `None`), oldest first.
     async fn deployments(&self, tenant: Option<&str>) -> Result<Vec<DeploymentRecord>>;
+
+    /// What keeps version `version` of `name` from retiring.
+    async fn retirement(&self, tenant: &str, name: &str, version: u32) -> Result<Retirement>;
+
+    /// Retires every draining version, of every tenant, that nothing keeps (the three-legged
+    /// gate, each version's check and its retirement one statement) and whose successor was
+    /// stored at least `grace` ago; returns those it retired. The grace covers a replica that
+    /// has not loaded the successor yet and so may still start an instance on the version.
+    async fn retire_drained(&self, grace: SignedDuration) -> Result<Vec<DeploymentRecord>>;
 
     /// How many deployment versions are stored, of every tenant. Versions are never deleted (a
     /// retired one keeps its row), so this grows with every deploy: a process whose count

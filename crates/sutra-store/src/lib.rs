@@ -40,7 +40,7 @@ mod tasks;
 
 pub use claim::{ClaimKind, ClaimToken, Claimed, Claims, InstanceKey, Owner, SweepOutcome};
 pub use deliveries::{Deliveries, Delivery, DeliveryId, DeliveryKind, NewDelivery};
-pub use deployments::{DeploymentRecord, DeploymentStatus, Deployments};
+pub use deployments::{DeploymentRecord, DeploymentStatus, Deployments, Retirement};
 pub use error::{Error, Result};
 pub use group::{Group, Groups, HeldTask};
 pub use intake::{BufferedMessage, InboxAnswer, InboxEntry, Intake, Lookup, WaitTarget};

@@ -21,6 +21,23 @@ pub struct Deployment {
     /// The YAML as deployed (`GET /v1/deployments/{name}/{version}` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// What keeps a draining version from retiring (`GET /v1/deployments/{name}/{version}` of a
+    /// draining version only), counted in the database.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retirement: Option<Retirement>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// The three legs of the retirement gate (SPEC §7.3): a draining version retires when all are 0.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retirement {
+    /// Pinned instances that have not ended: suspended or failed.
+    pub instances: u64,
+    /// Outbox rows it minted, neither sent nor poisoned.
+    pub outbox: u64,
+    /// Tasks of its instances still available or locked.
+    pub tasks: u64,
     #[serde(flatten)]
     pub extra: Extra,
 }

@@ -23,7 +23,7 @@ mod tasks;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-pub use deployments::{Deployment, Diagnostic};
+pub use deployments::{Deployment, Diagnostic, Retirement};
 pub use health::{Health, Readiness};
 pub use instances::{
     Failure, HistoryEvent, Instance, InstanceQuery, OutboxMessage, StatusChange, Token,

@@ -69,7 +69,11 @@ fn a_deployment_has_warnings_when_deployed_and_source_when_read_alone() {
     assert!(deployed.warnings.unwrap()[0].extra.is_empty());
     let mut read = base;
     read["source"] = json!("name: shop\n");
-    round_trip::<Deployment>(read);
+    round_trip::<Deployment>(read.clone());
+    read["status"] = json!("draining");
+    read["retirement"] = json!({"instances": 1, "outbox": 0, "tasks": 2});
+    let draining: Deployment = round_trip(read);
+    assert_eq!(draining.retirement.map(|r| r.tasks), Some(2));
     round_trip::<Page<Deployment>>(json!({"items": [], "next": null}));
 }
 

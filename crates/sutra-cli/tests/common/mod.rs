@@ -562,7 +562,12 @@ pub async fn assert_nothing_stranded(admin_url: &str) {
 
 /// The roles every fleet elects a leader for (SPEC §6); channel roles exist only for singleton
 /// channels, which this workload has none of.
-const ROLES: [&str; 3] = ["timers", "instance-sweeper", "history-purger"];
+const ROLES: [&str; 4] = [
+    "timers",
+    "instance-sweeper",
+    "history-purger",
+    "retirement-gate",
+];
 
 /// Whether the lease check ran.
 #[derive(Debug, PartialEq, Eq)]

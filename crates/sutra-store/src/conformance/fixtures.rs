@@ -12,8 +12,8 @@ pub(super) use sutra_core::step::{HistoryEvent, HistoryKind, Message};
 pub(super) use crate::{
     Arm, BufferedMessage, ClaimKind, Claimed, Delivery, DeliveryId, DeliveryKind, DeploymentRecord,
     DeploymentStatus, Error, InboxAnswer, InboxEntry, InstanceFilter, InstanceKey, InstanceRecord,
-    Lookup, NewDelivery, OutboxEntry, OutboxRecord, Owner, Result, StepCommit, Store, SweepOutcome,
-    TaskRecord, TaskState, WaitTarget,
+    Lookup, NewDelivery, OutboxEntry, OutboxRecord, Owner, Result, Retirement, StepCommit, Store,
+    SweepOutcome, TaskRecord, TaskState, WaitTarget,
 };
 
 pub(super) const TENANT: &str = "acme";
