@@ -448,6 +448,58 @@ async fn a_new_version_leaves_running_instances_on_theirs() {
     assert_eq!(statuses, vec![json!("draining"), json!("active")]);
 }
 
+/// Version 1 starts on `orders` and waits on `replies`; version 2 starts on `requests` and
+/// declares neither.
+const TAIL_V1: &str = r#"
+name: tail
+channels:
+  orders: { transport: http, correlate: data.id }
+  replies: { transport: http, correlate: data.id }
+flows:
+  order:
+    start: { channel: orders }
+    nodes:
+      - id: wait
+        receive: { channel: replies, key: vars.input.id }
+"#;
+const TAIL_V2: &str = r#"
+name: tail
+channels:
+  requests: { transport: http, correlate: data.id }
+flows:
+  order:
+    start: { channel: requests }
+    nodes:
+      - id: done
+        end: {}
+"#;
+
+#[tokio::test]
+async fn a_draining_version_keeps_the_channels_its_pinned_instances_wait_on_and_starts_nothing() {
+    let scratch = Scratch::new("draining-tail");
+    let server = Server::start(&ServerOptions::new(
+        env!("CARGO_BIN_EXE_sutra"),
+        scratch.database(),
+    ));
+    let (status, body) = server.deploy(TAIL_V1).await;
+    assert_eq!(status, 201, "{body}");
+    let (_, body) = server.send("orders", "o-1", json!({"id": "t1"})).await;
+    let pinned = instance_id(&body);
+    let (status, body) = server.deploy(TAIL_V2).await;
+    assert_eq!(status, 201, "{body}");
+
+    let (status, body) = server.send("orders", "o-2", json!({"id": "t2"})).await;
+    assert_eq!(status, 404, "a dropped channel starts nothing: {body}");
+    assert_eq!(body["code"], "SUTRA.RUNTIME.RELAY.NO_MATCH", "{body}");
+    let (status, body) = server.send("replies", "r-1", json!({"id": "t1"})).await;
+    assert_eq!(
+        status, 202,
+        "the pinned instance's reply still correlates: {body}"
+    );
+    let ended = server.wait_for_status(&pinned, "completed").await;
+    assert_eq!(ended["version"], 1);
+}
+
 #[tokio::test]
 async fn an_invalid_deployment_is_refused_with_located_diagnostics() {
     let scratch = Scratch::new("deploy-invalid");

@@ -321,8 +321,12 @@ async fn ended(shared: &Shared, key: &InstanceKey) -> Result<Option<Reply>, Erro
     Ok(record.and_then(|record| Reply::of_ended(&record.snapshot)))
 }
 
-/// A new instance of the active flow that starts on the message's channel, if there is one.
+/// A new instance of the active flow that starts on the message's channel, if there is one: a
+/// channel only a draining version still declares starts nothing.
 fn start_request(route: &ChannelRoute, arrived: &Arrived<'_>) -> Option<StepRequest> {
+    if !route.starts {
+        return None;
+    }
     let flow = route.deployment.flows_starting_on(arrived.channel).next()?;
     let id = uuid::Uuid::now_v7().to_string();
     let info = InstanceInfo {

@@ -1,6 +1,11 @@
 //! The live deployment set: every active and draining version a replica can run, and the
 //! channel routing that intake uses.
 //!
+//! A channel routes to the active version that declares it. A channel the active version no
+//! longer declares still routes to the newest draining version that does, for the correlation
+//! tail of the instances pinned to it (a reply to one of them still arrives), but starts no
+//! instance: only an active version starts.
+//!
 //! A `Live` value is immutable. Activation builds a new one and swaps it in (each lane holds its
 //! own `Arc<Live>`, flipped by an activation request in its queue, so no step ever sees half a
 //! deployment). Instances are pinned to `(tenant, deployment, version)`; a draining version
@@ -23,6 +28,9 @@ pub struct Live {
     active: HashMap<(String, String), u32>,
     /// (tenant, channel) → the deployment name that declares it (in its active version).
     channels: HashMap<(String, String), String>,
+    /// (tenant, channel) → the draining version that still declares a channel its deployment's
+    /// active version dropped: (deployment name, version).
+    tails: HashMap<(String, String), (String, u32)>,
 }
 
 /// The intake-side view of the live set; lanes hold their own, flipped in their queues. It is
@@ -47,6 +55,8 @@ impl Current {
 pub struct ChannelRoute {
     pub deployment: Arc<Deployment>,
     pub version: u32,
+    /// Whether the version is active: only then do messages on the channel start instances.
+    pub starts: bool,
 }
 
 impl ChannelRoute {
@@ -63,6 +73,7 @@ impl Live {
             versions: self.versions.clone(),
             active: self.active.clone(),
             channels: self.channels.clone(),
+            tails: self.tails.clone(),
         };
         for (record, deployment) in versions {
             next.insert(&record, deployment);
@@ -79,11 +90,13 @@ impl Live {
     fn insert(&mut self, record: &DeploymentRecord, deployment: Deployment) {
         let tenant = record.tenant.clone();
         if record.status == DeploymentStatus::Active {
+            self.keep_tails(&tenant, &record.name, &deployment);
             self.channels
                 .retain(|(t, _), name| !(t == &tenant && name == &record.name));
             for channel in deployment.channels.keys() {
-                self.channels
-                    .insert((tenant.clone(), channel.clone()), record.name.clone());
+                let key = (tenant.clone(), channel.clone());
+                self.tails.remove(&key);
+                self.channels.insert(key, record.name.clone());
             }
             self.active
                 .insert((tenant.clone(), record.name.clone()), record.version);
@@ -92,6 +105,23 @@ impl Live {
             (tenant, record.name.clone(), record.version),
             Arc::new(deployment),
         );
+    }
+
+    /// Before `next` becomes the active version of `name`: the channels the version it replaces
+    /// declares and `next` does not keep routing to that version, now draining.
+    fn keep_tails(&mut self, tenant: &str, name: &str, next: &Deployment) {
+        let Some(&previous) = self.active.get(&(tenant.to_owned(), name.to_owned())) else {
+            return;
+        };
+        let Some(draining) = self.version(tenant, name, previous).cloned() else {
+            return;
+        };
+        for channel in draining.channels.keys() {
+            if !next.channels.contains_key(channel) {
+                let key = (tenant.to_owned(), channel.clone());
+                self.tails.insert(key, (name.to_owned(), previous));
+            }
+        }
     }
 
     /// The definition an instance is pinned to.
@@ -120,28 +150,42 @@ impl Live {
             .get(&(tenant.to_owned(), name.to_owned(), version))
     }
 
-    /// The active deployment version that declares `channel` for `tenant`.
+    /// The active deployment version that declares `channel` for `tenant`, else the draining
+    /// one that still does (which starts nothing).
     pub fn route(&self, tenant: &str, channel: &str) -> Option<ChannelRoute> {
-        let name = self
-            .channels
-            .get(&(tenant.to_owned(), channel.to_owned()))?;
-        let version = self.active[&(tenant.to_owned(), name.clone())];
-        let deployment = Arc::clone(&self.versions[&(tenant.to_owned(), name.clone(), version)]);
+        let key = (tenant.to_owned(), channel.to_owned());
+        let (name, version, starts) = match self.channels.get(&key) {
+            Some(name) => (name, self.active[&(tenant.to_owned(), name.clone())], true),
+            None => {
+                let (name, version) = self.tails.get(&key)?;
+                (name, *version, false)
+            }
+        };
+        let deployment = Arc::clone(self.version(tenant, name, version)?);
         Some(ChannelRoute {
             deployment,
             version,
+            starts,
         })
     }
 
-    /// Every channel of an active version whose messages come in by a broker, with its tenant
-    /// and the name of the deployment that declares it: what this replica's broker consumers
-    /// read. An `http` channel comes in by the HTTP server instead.
+    /// Every channel whose messages come in by a broker — of an active version, or the tail a
+    /// draining version keeps — with its tenant and the name of the deployment that declares
+    /// it: what this replica's broker consumers read. An `http` channel comes in by the HTTP
+    /// server instead.
     pub fn consumed_broker_channels(&self) -> impl Iterator<Item = (&str, &str, &Channel)> {
-        self.channels
+        let active = self.channels.iter().filter_map(|(key, name)| {
+            let version = self.active.get(&(key.0.clone(), name.clone()))?;
+            Some((key, name, *version))
+        });
+        let tails = self
+            .tails
             .iter()
-            .filter_map(|((tenant, channel), name)| {
-                let version = self.active.get(&(tenant.clone(), name.clone()))?;
-                let deployment = self.version(tenant, name, *version)?;
+            .map(|(key, (name, version))| (key, name, *version));
+        active
+            .chain(tails)
+            .filter_map(|((tenant, channel), name, version)| {
+                let deployment = self.version(tenant, name, version)?;
                 let definition = deployment.channels.get(channel)?;
                 (definition.transport != Transport::Http && deployment.consumes(channel))
                     .then_some((tenant.as_str(), name.as_str(), definition))
