@@ -16,6 +16,7 @@ mod deployments;
 mod in_process;
 mod instances;
 mod leases;
+mod migrate;
 mod output;
 mod remote;
 mod restore;
@@ -79,6 +80,8 @@ enum Command {
     Instances(instances::Command),
     /// Bring a failed instance back to run its failed node again.
     Restore(remote::InstanceId),
+    /// Move a suspended or failed instance onto another version of its deployment.
+    Migrate(migrate::Args),
     /// Cancel a live instance.
     Cancel(remote::InstanceId),
     /// List external tasks.
@@ -108,6 +111,7 @@ fn main() -> ExitCode {
         Command::Cancel(instance) => remote::run(server, json, |c| cancel::run(instance, c)),
         Command::Tasks(command) => remote::run(server, json, |c| tasks::run(command, c)),
         Command::Leases => remote::run(server, json, leases::run),
+        Command::Migrate(args) => remote::run(server, json, |c| migrate::run(args, c)),
         Command::Deployments(command) => {
             remote::run(server, json, |c| deployments::run(command, c))
         }

@@ -4,6 +4,7 @@
 //! what the caller was doing (a lost `complete` answer may have completed the task), so the
 //! caller decides, with [`ApiError::is_retryable`] as advice.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use reqwest::header::HeaderMap;
@@ -11,7 +12,7 @@ use reqwest::{Method, RequestBuilder, StatusCode, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use sutra_wire::{CompleteBody, CompletedBatch, ExtendBody, FailBody};
+use sutra_wire::{CompleteBody, CompletedBatch, ExtendBody, FailBody, MigrateBody};
 
 use crate::duration::iso8601;
 use crate::error::{ApiError, InvalidUrl, TransportError};
@@ -165,6 +166,20 @@ impl Client {
     /// Ends a live instance as `cancelled`.
     pub async fn cancel(&self, id: &str) -> Result<StatusChange, ApiError> {
         self.post(&["v1", "instances", id, "cancel"], None::<&()>)
+            .await
+    }
+
+    /// Moves a `suspended` or `failed` instance onto version `to_version` of its deployment, each
+    /// token's node mapped by `map` (a node not named keeps its id); answers the instance as it
+    /// is after the move.
+    pub async fn migrate(
+        &self,
+        id: &str,
+        to_version: u32,
+        map: BTreeMap<String, String>,
+    ) -> Result<Instance, ApiError> {
+        let body = MigrateBody { to_version, map };
+        self.post(&["v1", "instances", id, "migrate"], Some(&body))
             .await
     }
 

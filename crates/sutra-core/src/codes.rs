@@ -43,6 +43,9 @@ codes! {
     RESTORE_CLAIM_HELD = ("SUTRA.ADMIN.RESTORE.CLAIM_HELD", 409, true,
         "Instance is busy",
         "A step is in progress on this instance. Nothing was read or written; retry the restore shortly.");
+    MIGRATE_INVALID = ("SUTRA.ADMIN.MIGRATE.INVALID", 422, false,
+        "Migration does not fit the instance",
+        "A token would land on no node of the target version, the map names a node that does not exist, or a waiting token would land on a node of another kind. Nothing was written; fix the map (the detail names the token or entry) and migrate again.");
     CANCEL_CLAIM_HELD = ("SUTRA.ADMIN.CANCEL.CLAIM_HELD", 409, true,
         "Instance is busy",
         "A step is in progress on this instance. Nothing was read or written; retry the cancel shortly.");

@@ -20,7 +20,10 @@
 //! of it, parks, endings and failures. What each node kind does when a token reaches it is in
 //! `exec/nodes.rs`.
 
+mod migration;
 mod nodes;
+
+pub use migration::migrate;
 
 use jiff::SignedDuration;
 use serde_json::{Map, Value, json};

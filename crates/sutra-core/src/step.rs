@@ -197,6 +197,8 @@ pub enum HistoryKind {
     Failed,
     Cancelled,
     Restored,
+    /// Moved onto another version of its flow (SPEC §7.4): `{from, to, map}`.
+    Migrated,
 }
 
 /// The result of applying one event.
@@ -224,4 +226,8 @@ pub enum Rejection {
         event: &'static str,
         status: &'static str,
     },
+    /// A migration whose map or target version does not fit the instance
+    /// (`SUTRA.ADMIN.MIGRATE.INVALID`); the message says which token or entry, and what to do.
+    #[error("{0}")]
+    Unmigratable(String),
 }

@@ -1,7 +1,8 @@
-//! The administrative executor: cancel and restore (SPEC §7.4) and the poisoning of an instance
+//! The administrative executor: cancel, restore and migrate (SPEC §7.4) and the poisoning of an instance
 //! whose steps keep dying (SPEC §5.2), each one step under the replica's one admin owner,
 //! `{replica}/admin` ([`Shared::admin_owner`]), which no lane can produce.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use jiff::Timestamp;
@@ -44,6 +45,29 @@ impl Admin {
         id: &str,
         event: Event,
     ) -> Result<StepOutcome, Error> {
+        let work = Work::Resume {
+            event,
+            taken: None,
+            consumed: None,
+        };
+        self.run(tenant, id, work).await
+    }
+
+    /// Moves the instance onto version `to_version` of its deployment, its tokens' nodes mapped
+    /// by `map` (SPEC §7.4).
+    pub(crate) async fn migrate(
+        &self,
+        tenant: &str,
+        id: &str,
+        to_version: u32,
+        map: BTreeMap<String, String>,
+    ) -> Result<StepOutcome, Error> {
+        self.run(tenant, id, Work::Migrate { to_version, map })
+            .await
+    }
+
+    /// Runs `work` on the instance as one step under the admin owner.
+    async fn run(&self, tenant: &str, id: &str, work: Work) -> Result<StepOutcome, Error> {
         let _one_at_a_time = self.administering.lock().await;
         let key = InstanceKey {
             tenant: tenant.to_owned(),
@@ -58,11 +82,7 @@ impl Admin {
         };
         let request = StepRequest {
             key,
-            work: Work::Resume {
-                event,
-                taken: None,
-                consumed: None,
-            },
+            work,
             hold: false,
         };
         let resumed = group::one(&stepper, request).await;

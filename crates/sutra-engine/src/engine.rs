@@ -2,6 +2,7 @@
 //! executor, the role loops and the background loops — and hands each call to the part that
 //! does it. It holds no protocol of its own.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use jiff::{SignedDuration, Timestamp};
@@ -149,6 +150,18 @@ impl Engine {
         self.admin
             .step(tenant, id, Event::Cancel { reason: None })
             .await
+    }
+
+    /// Migrates a suspended or failed instance onto version `to_version` of its deployment, each
+    /// token's node mapped by `map` (default: the same id), under the admin owner (SPEC §7.4).
+    pub async fn migrate(
+        &self,
+        tenant: &str,
+        id: &str,
+        to_version: u32,
+        map: BTreeMap<String, String>,
+    ) -> Result<StepOutcome, Error> {
+        self.admin.migrate(tenant, id, to_version, map).await
     }
 
     /// Restores a failed instance: its parks are re-armed and the failed node runs again.

@@ -25,4 +25,8 @@ pub enum Error {
     /// The worker's lock token does not hold the task; nothing was written.
     #[error("{0}")]
     LockLost(String),
+    /// A migration that does not fit the instance (its map, its target version); nothing was
+    /// written.
+    #[error("{0}")]
+    Unmigratable(String),
 }

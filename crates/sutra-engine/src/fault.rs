@@ -1,6 +1,8 @@
-//! Fault injection for crash tests: `SUTRA_FAULT=point[@n][:panic],...` kills this process with
-//! SIGKILL the n-th time (default: first) execution reaches `point` — or, with `:panic`, panics
-//! there instead, to prove that a panicking step releases its claim.
+//! Fault injection for crash tests: `SUTRA_FAULT=point[@n][:panic|:stop],...` kills this process
+//! with SIGKILL the n-th time (default: first) execution reaches `point` — or, with `:panic`,
+//! panics there instead, to prove that a panicking step releases its claim; or, with `:stop`,
+//! stops itself with SIGSTOP there, holding whatever it holds (a claim's row lock, an open
+//! transaction) until the test sends SIGCONT.
 //!
 //! The crash tests need deaths at exact places — after a claim and before its commit, after a
 //! commit and before the reply, inside a timer fire, between an outbox send and its mark —
@@ -50,7 +52,13 @@ mod armed {
         hits: AtomicU32,
         /// The hit that fires.
         nth: u32,
-        panic: bool,
+        action: Action,
+    }
+
+    enum Action {
+        Kill,
+        Panic,
+        Stop,
     }
 
     fn plan() -> Option<&'static Plan> {
@@ -62,15 +70,18 @@ mod armed {
             let points = spec
                 .split(',')
                 .map(|entry| {
-                    let (entry, panic) = match entry.strip_suffix(":panic") {
-                        Some(entry) => (entry, true),
-                        None => (entry, false),
+                    let (entry, action) = if let Some(entry) = entry.strip_suffix(":panic") {
+                        (entry, Action::Panic)
+                    } else if let Some(entry) = entry.strip_suffix(":stop") {
+                        (entry, Action::Stop)
+                    } else {
+                        (entry, Action::Kill)
                     };
                     let (name, nth) = entry.split_once('@').unwrap_or((entry, "1"));
                     let fault = Fault {
                         hits: AtomicU32::new(0),
                         nth: nth.trim().parse().unwrap_or(1),
-                        panic,
+                        action,
                     };
                     (name.trim().to_owned(), fault)
                 })
@@ -89,14 +100,18 @@ mod armed {
         if fault.hits.fetch_add(1, Ordering::SeqCst) + 1 != fault.nth {
             return;
         }
-        if fault.panic {
-            panic!("sutra: fault point {name} panicked on purpose");
-        }
+        let signal = match fault.action {
+            Action::Panic => panic!("sutra: fault point {name} panicked on purpose"),
+            Action::Stop => "-STOP",
+            Action::Kill => "-KILL",
+        };
         let _ = writeln!(std::io::stderr(), "sutra: fault point {name} reached");
         let _ = std::process::Command::new("kill")
-            .args(["-KILL", &std::process::id().to_string()])
+            .args([signal, &std::process::id().to_string()])
             .status();
-        // SIGKILL is asynchronous only in theory; never continue past a fatal point.
-        std::process::abort();
+        if matches!(fault.action, Action::Kill) {
+            // SIGKILL is asynchronous only in theory; never continue past a fatal point.
+            std::process::abort();
+        }
     }
 }

@@ -9,6 +9,8 @@
 //! leaves nothing to release or undo ([`fails_clean`]), and a process that dies mid-step leaves
 //! nothing at all.
 
+use std::collections::BTreeMap;
+
 use jiff::Timestamp;
 use serde_json::Value;
 use sutra_core::codes;
@@ -47,6 +49,12 @@ pub(crate) enum Work {
         event: Event,
         taken: Option<DeliveryId>,
         consumed: Option<Consumed>,
+    },
+    /// Moves the instance onto version `to_version` of its deployment (SPEC §7.4), each token's
+    /// node mapped by `map` (default: the same id).
+    Migrate {
+        to_version: u32,
+        map: BTreeMap<String, String>,
     },
 }
 
@@ -181,6 +189,7 @@ impl Stepper<'_> {
                 };
                 self.resume(group, key, resumption).await
             }
+            Work::Migrate { to_version, map } => self.migrate(group, key, *to_version, map).await,
         };
         // A resumed step that failed after its claim was counted by `resume`, under its flow. A
         // start refused because an instance waits for its message was no step: intake relays it.
@@ -313,6 +322,48 @@ impl Stepper<'_> {
         fault::point("after-claim");
         debug!(instance = %key.id, owner = %self.owner.0, fence = claimed.token.fence, "claimed");
         self.advance_metered(group, claimed, resumption).await
+    }
+
+    /// Claims the instance and moves it onto `to_version`: the one step of a migration, so that
+    /// it lands whole or not at all.
+    async fn migrate(
+        &self,
+        group: &mut dyn Group,
+        key: &InstanceKey,
+        to_version: u32,
+        map: &BTreeMap<String, String>,
+    ) -> Result<Written, Error> {
+        let claimed = self.claim(group, key).await?;
+        fault::point("after-claim");
+        let info = &claimed.snapshot.instance;
+        let (_, from) = self
+            .live
+            .pinned(info)
+            .ok_or_else(|| Error::Unpinned(describe(info)))?;
+        let target = InstanceInfo {
+            version: to_version,
+            ..info.clone()
+        };
+        let (_, to) = self.live.pinned(&target).ok_or_else(|| {
+            Error::Unmigratable(format!(
+                "{} is not a loaded version, or has no flow `{}`: migrate onto an active or \
+                 draining version of the deployment that has the instance's flow",
+                describe(&target),
+                info.flow
+            ))
+        })?;
+        let ctx = StepContext::at(Timestamp::now());
+        let step =
+            exec::migrate(from, to, to_version, &claimed.snapshot, map, ctx).map_err(rejected)?;
+        let pending = PendingCommit {
+            claim: Some(claimed.token),
+            held_by: claimed.held_by,
+            answered: None,
+            taken: None,
+            consumed: None,
+            hold: false,
+        };
+        self.write(group, step, pending, ctx).await
     }
 
     /// [`Stepper::advance`], counting a step that did not commit under its flow.
@@ -589,6 +640,7 @@ fn rejected(rejection: Rejection) -> Error {
             Error::Stale(format!("the instance no longer holds park {park:?}"))
         }
         Rejection::InvalidState { .. } => Error::InvalidState(rejection.to_string()),
+        Rejection::Unmigratable(why) => Error::Unmigratable(why),
     }
 }
 

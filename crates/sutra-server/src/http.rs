@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::StreamExt;
+use serde::de::DeserializeOwned;
 use serde_json::json;
 use sutra_core::codes;
 use sutra_core::model::Transport;
@@ -60,6 +61,7 @@ pub fn router(api: Api) -> Router {
         .route("/v1/instances/{id}/outbox", get(outbox))
         .route("/v1/instances/{id}/cancel", post(cancel))
         .route("/v1/instances/{id}/restore", post(restore))
+        .route("/v1/instances/{id}/migrate", post(migrate))
         .route("/v1/leases", get(crate::leases::list))
         // Every route above is an administrator's.
         .route_layer(gate(Role::Admin))
@@ -108,6 +110,26 @@ pub(crate) async fn read_body(body: Body, max_bytes: usize) -> Result<axum::body
             .with_status(StatusCode::PAYLOAD_TOO_LARGE));
     }
     Ok(kept.into())
+}
+
+/// Reads a JSON body into `T`, naming the field at fault when it does not fit.
+pub(crate) async fn parse<T: DeserializeOwned>(api: &Api, body: Body) -> Result<T> {
+    let bytes = read_body(body, api.max_bytes).await?;
+    let mut reader = serde_json::Deserializer::from_slice(&bytes);
+    serde_path_to_error::deserialize(&mut reader).map_err(|error| {
+        let field = error.path().to_string();
+        let inner = error.into_inner();
+        if field == "." {
+            invalid(format!("the body: {inner}"))
+        } else {
+            invalid(format!("`{field}`: {inner}"))
+        }
+    })
+}
+
+/// A request whose parameters or body do not fit (`SUTRA.API.REQUEST.INVALID`).
+pub(crate) fn invalid(detail: impl Into<String>) -> Problem {
+    Problem::new(codes::API_REQUEST_INVALID, detail)
 }
 
 async fn intake(
@@ -450,6 +472,22 @@ async fn restore(
 ) -> Result<Json<sutra_wire::StatusChange>> {
     let outcome = api.engine.restore(&caller.tenant, &id).await;
     administered(outcome, codes::RESTORE_CLAIM_HELD)
+}
+
+/// Moves the instance onto another version (SPEC §7.4); answers the instance as it is now.
+async fn migrate(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    body: Body,
+) -> Result<Json<sutra_wire::Instance>> {
+    let sutra_wire::MigrateBody { to_version, map } = parse(&api, body).await?;
+    api.engine
+        .migrate(&caller.tenant, &id, to_version, map)
+        .await
+        .map_err(|e| Problem::engine(e, codes::MIGRATE_CLAIM_HELD))?;
+    let record = find_instance(&api, &caller, &id).await?;
+    Ok(Json(render::instance(&record)?))
 }
 
 /// The answer of an administrative operation; `busy` is its path's CLAIM_HELD code.

@@ -82,6 +82,7 @@ impl Problem {
                 Problem::new(codes::TASK_NOT_FOUND, format!("no task {id}"))
             }
             EngineError::LockLost(detail) => Problem::new(codes::TASK_LOCK_LOST, detail),
+            EngineError::Unmigratable(detail) => Problem::new(codes::MIGRATE_INVALID, detail),
             EngineError::Unpinned(_) | EngineError::Closed => {
                 Problem::new(codes::ENGINE_UNAVAILABLE, error.to_string())
             }

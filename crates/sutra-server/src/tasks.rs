@@ -13,7 +13,6 @@ use axum::extract::{Extension, Path, Query, State};
 use axum::routing::{get, post};
 use futures_util::future::join_all;
 use jiff::SignedDuration;
-use serde::de::DeserializeOwned;
 use sutra_core::codes;
 use sutra_core::duration::parse_duration;
 use sutra_core::step::TaskError;
@@ -25,7 +24,7 @@ use sutra_wire::{
 };
 
 use crate::auth::Caller;
-use crate::http::{Api, next_cursor, page_limit, read_body, store_problem};
+use crate::http::{Api, invalid, next_cursor, page_limit, parse, store_problem};
 use crate::problem::Problem;
 use crate::render;
 
@@ -224,21 +223,6 @@ fn parse_state(text: &str) -> Result<TaskState> {
     })
 }
 
-/// Reads a JSON body into `T`, naming the field at fault when it does not fit.
-async fn parse<T: DeserializeOwned>(api: &Api, body: Body) -> Result<T> {
-    let bytes = read_body(body, api.max_bytes).await?;
-    let mut reader = serde_json::Deserializer::from_slice(&bytes);
-    serde_path_to_error::deserialize(&mut reader).map_err(|error| {
-        let field = error.path().to_string();
-        let inner = error.into_inner();
-        if field == "." {
-            invalid(format!("the body: {inner}"))
-        } else {
-            invalid(format!("`{field}`: {inner}"))
-        }
-    })
-}
-
 fn duration(field: &str, text: &str) -> Result<SignedDuration> {
     parse_duration(text).map_err(|error| invalid(format!("`{field}`: {error}; {}", error.hint())))
 }
@@ -252,10 +236,6 @@ fn lock_duration(field: &str, text: &str) -> Result<SignedDuration> {
         )));
     }
     Ok(lock)
-}
-
-fn invalid(detail: impl Into<String>) -> Problem {
-    Problem::new(codes::API_REQUEST_INVALID, detail)
 }
 
 /// The task routes never claim an instance, so no claim can be held against them.

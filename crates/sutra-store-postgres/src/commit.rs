@@ -28,7 +28,8 @@ impl StepStatements for Scoped {
         let query = sqlx::query(
             "UPDATE instances
              SET snapshot = $1, status = $2, owner = NULL, claimed_at = NULL, recoveries = 0,
-                 fence = fence + $7, updated_at = sutra_now(), held_by = COALESCE($8, held_by)
+                 fence = fence + $7, updated_at = sutra_now(), held_by = COALESCE($8, held_by),
+                 version = $9
              WHERE tenant = $3 AND id = $4 AND ($5::text IS NULL OR owner = $5) AND fence = $6",
         );
         let query = params::settle(query, token, snapshot, held_by);

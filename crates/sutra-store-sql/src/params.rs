@@ -98,8 +98,8 @@ pub fn inbox<'q, Q: Bind<'q>>(query: Q, tenant: &'q str, entry: &'q InboxEntry) 
 
 /// A step's settle: snapshot, status, tenant, id, the owner a durable claim wrote (none for a
 /// locked claim, which wrote nothing), the fence the claim read, what the settle adds to it
-/// (a durable claim grew it already; a locked one's step grows it here), and who holds a
-/// caller now (none: unchanged).
+/// (a durable claim grew it already; a locked one's step grows it here), who holds a caller now
+/// (none: unchanged), and the version the instance runs on (a migration's step changes it).
 pub fn settle<'q, Q: Bind<'q>>(
     query: Q,
     token: &'q ClaimToken,
@@ -119,6 +119,7 @@ pub fn settle<'q, Q: Bind<'q>>(
         .int(token.fence)
         .int(growth)
         .maybe_text(held_by)
+        .int(i64::from(snapshot.instance.version))
 }
 
 /// A new instance: id, tenant, deployment, version, flow, status, snapshot, who holds a caller.

@@ -23,7 +23,8 @@ impl StepStatements for Session {
         let query = sqlx::query(
             "UPDATE instances
              SET snapshot = ?1, status = ?2, owner = NULL, claimed_at = NULL, recoveries = 0,
-                 fence = fence + ?7, held_by = COALESCE(?8, held_by), updated_at = ?9
+                 fence = fence + ?7, held_by = COALESCE(?8, held_by), version = ?9,
+                 updated_at = ?10
              WHERE tenant = ?3 AND id = ?4 AND (?5 IS NULL OR owner = ?5) AND fence = ?6",
         );
         let query = params::settle(query, token, snapshot, held_by).bind(micros(tx.now()));

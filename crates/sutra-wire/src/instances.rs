@@ -117,3 +117,14 @@ pub struct StatusChange {
     #[serde(flatten)]
     pub extra: Extra,
 }
+
+/// `POST /v1/instances/{id}/migrate`: the version to move onto, and where each token's node goes
+/// there (a node not named keeps its id). A field it does not know is refused, not ignored: a
+/// misspelt `map` would otherwise migrate with none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigrateBody {
+    pub to_version: u32,
+    #[serde(default)]
+    pub map: std::collections::BTreeMap<String, String>,
+}

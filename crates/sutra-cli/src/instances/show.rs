@@ -16,7 +16,7 @@ pub async fn run(instance: &InstanceId, context: Context) -> Result<(), CommandE
     Ok(())
 }
 
-fn human(instance: &Instance) -> String {
+pub(crate) fn human(instance: &Instance) -> String {
     let mut summary = vec![
         ("instance", instance.id.clone()),
         (
