@@ -1,5 +1,7 @@
-//! `sutra instances list | show ID | history ID`: what the server holds about instances.
+//! `sutra instances list | show ID | history ID | bulk ACTION`: what the server holds about
+//! instances, and repairs of many at once.
 
+mod bulk;
 mod history;
 mod list;
 pub(crate) mod show;
@@ -14,6 +16,8 @@ pub enum Command {
     Show(InstanceId),
     /// Show an instance's audit events in order.
     History(InstanceId),
+    /// Restore, cancel or migrate every instance a filter selects, a page at a time.
+    Bulk(bulk::Args),
 }
 
 pub async fn run(command: &Command, context: Context) -> Result<(), CommandError> {
@@ -21,5 +25,6 @@ pub async fn run(command: &Command, context: Context) -> Result<(), CommandError
         Command::List(args) => list::run(args, context).await,
         Command::Show(instance) => show::run(instance, context).await,
         Command::History(instance) => history::run(instance, context).await,
+        Command::Bulk(args) => bulk::run(args, context).await,
     }
 }

@@ -30,7 +30,7 @@ pub async fn run(args: &Args, context: Context) -> Result<(), CommandError> {
     Ok(())
 }
 
-fn node_pair(text: &str) -> Result<(String, String), String> {
+pub(crate) fn node_pair(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((old, new)) if !old.is_empty() && !new.is_empty() => {
             Ok((old.to_owned(), new.to_owned()))

@@ -12,7 +12,9 @@ use reqwest::{Method, RequestBuilder, StatusCode, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use sutra_wire::{CompleteBody, CompletedBatch, ExtendBody, FailBody, MigrateBody};
+use sutra_wire::{
+    BulkAnswer, BulkBody, CompleteBody, CompletedBatch, ExtendBody, FailBody, MigrateBody,
+};
 
 use crate::duration::iso8601;
 use crate::error::{ApiError, InvalidUrl, TransportError};
@@ -181,6 +183,11 @@ impl Client {
         let body = MigrateBody { to_version, map };
         self.post(&["v1", "instances", id, "migrate"], Some(&body))
             .await
+    }
+
+    /// One page of a bulk repair: `body`'s action on each instance its filter selects.
+    pub async fn bulk(&self, body: &BulkBody) -> Result<BulkAnswer, ApiError> {
+        self.post(&["v1", "instances", "bulk"], Some(body)).await
     }
 
     /// Brings a `failed` instance back to `suspended`, to run its failed node again.

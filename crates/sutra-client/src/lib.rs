@@ -42,9 +42,10 @@ mod worker;
 pub use client::Client;
 pub use error::{ApiError, InvalidUrl, TASK_LOCK_LOST, TransportError};
 pub use types::{
-    Accepted, COMPLETE_BATCH_MAX, CloudEvent, CompleteItem, Deployment, Diagnostic, Extra, Failure,
-    HistoryEvent, Instance, InstanceQuery, ItemResult, Lease, Leases, LockExtended, LockedTask,
-    OutboxMessage, Page, PollRequest, Problem, Readiness, Retirement, Sent, StatusChange,
-    TaskFailure, TaskQuery, TaskState, TaskSummary, Token, Violation,
+    Accepted, BulkAnswer, BulkBody, BulkFilter, BulkResult, COMPLETE_BATCH_MAX, CloudEvent,
+    CompleteItem, Deployment, Diagnostic, Extra, Failure, HistoryEvent, Instance, InstanceQuery,
+    ItemResult, Lease, Leases, LockExtended, LockedTask, OutboxMessage, Page, PollRequest, Problem,
+    Readiness, Retirement, Sent, StatusChange, TaskFailure, TaskQuery, TaskState, TaskSummary,
+    Token, Violation,
 };
 pub use worker::{Task, TaskError, Worker, codes};

@@ -39,18 +39,23 @@ impl Admin {
     }
 
     /// Applies `event` to the instance as an administrative step.
-    pub(crate) async fn step(
-        &self,
-        tenant: &str,
-        id: &str,
-        event: Event,
-    ) -> Result<StepOutcome, Error> {
+    async fn step(&self, tenant: &str, id: &str, event: Event) -> Result<StepOutcome, Error> {
         let work = Work::Resume {
             event,
             taken: None,
             consumed: None,
         };
         self.run(tenant, id, work).await
+    }
+
+    /// Cancels a live instance (SPEC §7.4's distinct owner).
+    pub(crate) async fn cancel(&self, tenant: &str, id: &str) -> Result<StepOutcome, Error> {
+        self.step(tenant, id, Event::Cancel { reason: None }).await
+    }
+
+    /// Restores a failed instance: its parks are re-armed and the failed node runs again.
+    pub(crate) async fn restore(&self, tenant: &str, id: &str) -> Result<StepOutcome, Error> {
+        self.step(tenant, id, Event::Restore).await
     }
 
     /// Moves the instance onto version `to_version` of its deployment, its tokens' nodes mapped

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
-use sutra_core::step::{Event, Reply};
+use sutra_core::step::Reply;
 use sutra_store::{InstanceKey, LockedTask, Store, TaskFailure, TaskState};
 use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinHandle};
@@ -24,7 +24,7 @@ use crate::registry::{Current, Live};
 use crate::runner::{Completion, StepOutcome};
 use crate::shared::Shared;
 use crate::tasks::{self, PollRequest};
-use crate::{answers, converge, deliveries, history, metrics, outbox, retirement, sweep};
+use crate::{answers, bulk, converge, deliveries, history, metrics, outbox, retirement, sweep};
 
 pub struct Engine {
     shared: Arc<Shared>,
@@ -147,9 +147,7 @@ impl Engine {
 
     /// Cancels an instance under the administrative owner (SPEC §7.4's distinct owner).
     pub async fn cancel(&self, tenant: &str, id: &str) -> Result<StepOutcome, Error> {
-        self.admin
-            .step(tenant, id, Event::Cancel { reason: None })
-            .await
+        self.admin.cancel(tenant, id).await
     }
 
     /// Migrates a suspended or failed instance onto version `to_version` of its deployment, each
@@ -166,7 +164,13 @@ impl Engine {
 
     /// Restores a failed instance: its parks are re-armed and the failed node runs again.
     pub async fn restore(&self, tenant: &str, id: &str) -> Result<StepOutcome, Error> {
-        self.admin.step(tenant, id, Event::Restore).await
+        self.admin.restore(tenant, id).await
+    }
+
+    /// One page of a bulk repair: the request's action on each instance its selection finds,
+    /// each alone (see [`bulk`]).
+    pub async fn bulk(&self, tenant: &str, request: &bulk::Request) -> Result<bulk::Page, Error> {
+        bulk::run(&self.shared, &self.admin, tenant, request).await
     }
 
     /// Locks up to `max` tasks, waiting up to `wait` for the first to become available. Empty when

@@ -44,6 +44,7 @@
 
 mod admin;
 mod answers;
+pub mod bulk;
 mod config;
 mod converge;
 mod deliveries;

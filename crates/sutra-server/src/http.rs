@@ -19,7 +19,7 @@ use sutra_core::model::Transport;
 use sutra_core::snapshot::Status;
 use sutra_core::step::Reply;
 use sutra_engine::intake::{Answer, Inbound, IntakeError};
-use sutra_engine::{DeployError, Engine, Error as EngineError};
+use sutra_engine::{DeployError, Engine, Error as EngineError, bulk};
 use sutra_store::{DeploymentStatus, InstanceFilter, InstanceRecord};
 use sutra_transport::consumer::Health;
 use sutra_wire::{Extra, InstanceQuery, Page};
@@ -62,6 +62,7 @@ pub fn router(api: Api) -> Router {
         .route("/v1/instances/{id}/cancel", post(cancel))
         .route("/v1/instances/{id}/restore", post(restore))
         .route("/v1/instances/{id}/migrate", post(migrate))
+        .route("/v1/instances/bulk", post(bulk))
         .route("/v1/leases", get(crate::leases::list))
         // Every route above is an administrator's.
         .route_layer(gate(Role::Admin))
@@ -356,6 +357,7 @@ async fn instances(
         flow: query.flow,
         after: query.after,
         limit,
+        ..InstanceFilter::default()
     };
     let records = api
         .engine
@@ -488,6 +490,108 @@ async fn migrate(
         .map_err(|e| Problem::engine(e, codes::MIGRATE_CLAIM_HELD))?;
     let record = find_instance(&api, &caller, &id).await?;
     Ok(Json(render::instance(&record)?))
+}
+
+/// One page of a bulk repair: the action on each instance the filter selects, each alone.
+async fn bulk(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    body: Body,
+) -> Result<Json<sutra_wire::BulkAnswer>> {
+    let body: sutra_wire::BulkBody = parse(&api, body).await?;
+    let (request, busy) = bulk_request(body)?;
+    let page = api
+        .engine
+        .bulk(&caller.tenant, &request)
+        .await
+        .map_err(|e| Problem::engine(e, busy))?;
+    let results = page
+        .results
+        .into_iter()
+        .map(|(instance, acted)| bulk_result(instance, acted, busy))
+        .collect();
+    Ok(Json(sutra_wire::BulkAnswer {
+        results,
+        next: page.next,
+        extra: Extra::new(),
+    }))
+}
+
+/// The engine's request, and the action's CLAIM_HELD code.
+fn bulk_request(body: sutra_wire::BulkBody) -> Result<(bulk::Request, codes::Code)> {
+    let (action, busy) = match (body.action.as_str(), body.to_version) {
+        ("restore", None) => (bulk::Action::Restore, codes::RESTORE_CLAIM_HELD),
+        ("cancel", None) => (bulk::Action::Cancel, codes::CANCEL_CLAIM_HELD),
+        ("migrate", Some(to_version)) => {
+            let map = body.map;
+            (
+                bulk::Action::Migrate { to_version, map },
+                codes::MIGRATE_CLAIM_HELD,
+            )
+        }
+        ("migrate", None) => {
+            return Err(invalid(
+                "`to_version`: `migrate` needs the version to move onto",
+            ));
+        }
+        ("restore" | "cancel", Some(_)) => {
+            return Err(invalid("`to_version`: only `migrate` takes a version"));
+        }
+        (other, _) => {
+            return Err(invalid(format!(
+                "`action`: unknown action `{other}`; use restore, cancel or migrate"
+            )));
+        }
+    };
+    let filter = body.filter;
+    let instant = |field: &str, text: Option<String>| {
+        text.map(|text| {
+            text.parse::<jiff::Timestamp>()
+                .map_err(|e| invalid(format!("`filter.{field}`: {e}; use an RFC 3339 instant")))
+        })
+        .transpose()
+    };
+    let selection = bulk::Selection {
+        status: filter.status.as_deref().map(parse_status).transpose()?,
+        flow: filter.flow,
+        version: filter.version,
+        failure_code: filter.failure_code,
+        created_before: instant("created_before", filter.created_before)?,
+        created_after: instant("created_after", filter.created_after)?,
+    };
+    let request = bulk::Request {
+        selection,
+        action,
+        limit: page_limit(body.limit),
+        after: body.after,
+        dry_run: body.dry_run,
+    };
+    Ok((request, busy))
+}
+
+/// What became of one instance: done, skipped when its state no longer allows the action,
+/// refused otherwise (its code says whether a retry can help).
+fn bulk_result(
+    instance: String,
+    acted: Option<std::result::Result<sutra_engine::runner::StepOutcome, EngineError>>,
+    busy: codes::Code,
+) -> sutra_wire::BulkResult {
+    let (outcome, status, problem) = match acted {
+        None => ("matched", None, None),
+        Some(Ok(done)) => ("done", Some(done.status.as_str().to_owned()), None),
+        Some(Err(error @ EngineError::InvalidState(_))) => {
+            ("skipped", None, Some(Problem::engine(error, busy)))
+        }
+        Some(Err(error)) => ("refused", None, Some(Problem::engine(error, busy))),
+    };
+    sutra_wire::BulkResult {
+        instance,
+        outcome: outcome.to_owned(),
+        status,
+        code: problem.as_ref().map(|p| p.code().code.to_owned()),
+        detail: problem.as_ref().map(Problem::explained),
+        extra: Extra::new(),
+    }
 }
 
 /// The answer of an administrative operation; `busy` is its path's CLAIM_HELD code.

@@ -4,6 +4,7 @@
 //! index.
 
 use sqlx::{Database, Encode, QueryBuilder, Type};
+use sutra_store::codec::micros;
 use sutra_store::{InstanceFilter, TaskFilter};
 
 /// `SELECT` of the columns of an [`crate::rows::InstanceRow`] of `tenant` that match `filter`, in
@@ -25,6 +26,15 @@ where
     }
     if let Some(flow) = &filter.flow {
         sql.push(" AND flow = ").push_bind(flow.clone());
+    }
+    if let Some(version) = filter.version {
+        sql.push(" AND version = ").push_bind(i64::from(version));
+    }
+    if let Some(before) = filter.created_before {
+        sql.push(" AND created_at < ").push_bind(micros(before));
+    }
+    if let Some(after) = filter.created_after {
+        sql.push(" AND created_at >= ").push_bind(micros(after));
     }
     page(&mut sql, filter.after.as_ref(), filter.limit);
     sql

@@ -22,6 +22,11 @@ pub struct InstanceRecord {
 pub struct InstanceFilter {
     pub status: Option<Status>,
     pub flow: Option<String>,
+    /// Only instances pinned to this version of their deployment.
+    pub version: Option<u32>,
+    /// Only instances created before, or at or after, this instant.
+    pub created_before: Option<Timestamp>,
+    pub created_after: Option<Timestamp>,
     /// Keyset cursor: ids sort by creation (UUIDv7), so `id > after` pages forward.
     pub after: Option<String>,
     /// At most this many, in id order; `0` means no limit.

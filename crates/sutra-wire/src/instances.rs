@@ -128,3 +128,67 @@ pub struct MigrateBody {
     #[serde(default)]
     pub map: std::collections::BTreeMap<String, String>,
 }
+
+/// `POST /v1/instances/bulk`: one action on every instance the filter selects, a page at a time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BulkBody {
+    #[serde(default)]
+    pub filter: BulkFilter,
+    /// `restore`, `cancel` or `migrate`.
+    pub action: String,
+    /// `migrate` only: the version to move onto, and where each token's node goes there.
+    #[serde(default)]
+    pub to_version: Option<u32>,
+    #[serde(default)]
+    pub map: std::collections::BTreeMap<String, String>,
+    /// At most this many instances looked at (default 100, at most 500).
+    #[serde(default)]
+    pub limit: Option<u32>,
+    /// The `next` of the previous page.
+    #[serde(default)]
+    pub after: Option<String>,
+    /// Select, and act on nothing: each selected instance is answered `matched`.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// Which instances a bulk call acts on; every field is optional and narrows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BulkFilter {
+    pub status: Option<String>,
+    pub flow: Option<String>,
+    pub version: Option<u32>,
+    pub failure_code: Option<String>,
+    /// RFC 3339 instants.
+    pub created_before: Option<String>,
+    pub created_after: Option<String>,
+}
+
+/// A page of a bulk call: what became of each selected instance, and where the next page
+/// starts (`null`: this was the last).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BulkAnswer {
+    pub results: Vec<BulkResult>,
+    pub next: Option<String>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BulkResult {
+    pub instance: String,
+    /// `done`, `refused` (its code says why; retry what is retryable), `skipped` (its state no
+    /// longer allows the action: done before, or moved on) or `matched` (a dry run).
+    pub outcome: String,
+    /// The instance's status after the action, when it was done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}

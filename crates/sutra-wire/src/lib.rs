@@ -26,7 +26,8 @@ use serde_json::{Map, Value};
 pub use deployments::{Deployment, Diagnostic, Retirement};
 pub use health::{Health, Readiness};
 pub use instances::{
-    Failure, HistoryEvent, Instance, InstanceQuery, MigrateBody, OutboxMessage, StatusChange, Token,
+    BulkAnswer, BulkBody, BulkFilter, BulkResult, Failure, HistoryEvent, Instance, InstanceQuery,
+    MigrateBody, OutboxMessage, StatusChange, Token,
 };
 pub use intake::Accepted;
 pub use leases::{Lease, Leases};

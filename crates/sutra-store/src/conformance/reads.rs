@@ -153,4 +153,21 @@ pub async fn instances_page_by_keyset<S: Store>(store: &S) {
         .await,
         ids(&[3])
     );
+    let version = |version| InstanceFilter {
+        version: Some(version),
+        ..InstanceFilter::default()
+    };
+    assert_eq!(page(version(1)).await, ids(&[1, 2, 3, 4, 5]));
+    assert_eq!(page(version(2)).await, ids(&[]));
+    let later = now().saturating_add(HOUR).unwrap();
+    let created = |before, after| InstanceFilter {
+        created_before: before,
+        created_after: after,
+        ..InstanceFilter::default()
+    };
+    assert_eq!(
+        page(created(Some(later), None)).await,
+        ids(&[1, 2, 3, 4, 5])
+    );
+    assert_eq!(page(created(None, Some(later))).await, ids(&[]));
 }
