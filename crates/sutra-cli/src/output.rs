@@ -127,9 +127,16 @@ pub fn instance_status(instance: &str, status: &str) -> String {
     format!("instance {instance}: {status}\n")
 }
 
-/// The answer to `cancel` and `restore`.
+/// The answer to `cancel` and `restore`; a restore refused by a held claim is asked for later.
 pub fn status_change(change: &StatusChange) -> String {
-    instance_status(&change.instance, &change.status)
+    let line = instance_status(&change.instance, &change.status);
+    match change.extra.get("restore").and_then(|asked| asked.as_str()) {
+        Some("asked") => format!(
+            "{}, restore asked: it runs once the instance's claim is free\n",
+            line.trim_end()
+        ),
+        _ => line,
+    }
 }
 
 /// A page of a list as a table, one row per item, and how to ask for the next page.

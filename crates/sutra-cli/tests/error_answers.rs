@@ -8,7 +8,7 @@
 
 use serde_json::{Value, json};
 use sqlx::{Connection, SqliteConnection};
-use sutra_testkit::{Scratch, Server, ServerOptions, event};
+use sutra_testkit::{Scratch, Server, ServerOptions, count_kind, event};
 
 const FLOWS: &str = r#"
 name: answers
@@ -147,7 +147,7 @@ async fn release_claim(database: &mut SqliteConnection, instance: &str) {
 }
 
 #[tokio::test]
-async fn restore_cancel_and_relay_refuse_a_held_claim_with_their_codes_and_retry_after() {
+async fn cancel_and_relay_refuse_a_held_claim_with_their_codes_and_a_restore_is_asked_for_later() {
     let scratch = Scratch::new("answers-claim-held");
     let (server, mut database) = deployed(&scratch).await;
     let failed = started(&server, "refusals", "r1").await;
@@ -155,9 +155,22 @@ async fn restore_cancel_and_relay_refuse_a_held_claim_with_their_codes_and_retry
     hold_claim(&mut database, &failed).await;
     hold_claim(&mut database, &waiting).await;
 
-    post(&server, &format!("/v1/instances/{failed}/restore"))
-        .await
-        .assert_busy("SUTRA.ADMIN.RESTORE.CLAIM_HELD");
+    // A bulk restore acts on each instance at once: a held claim is its refusal.
+    let bulk = json!({"filter": {"status": "failed"}, "action": "restore"});
+    let (_, page) = server.post_json("/v1/instances/bulk", &bulk).await;
+    assert_eq!(
+        (&page["results"][0]["outcome"], &page["results"][0]["code"]),
+        (&json!("refused"), &json!("SUTRA.ADMIN.RESTORE.CLAIM_HELD")),
+        "{page}"
+    );
+    // A single restore is asked as a delivery instead, taken once the claim is free.
+    let asked = post(&server, &format!("/v1/instances/{failed}/restore")).await;
+    assert_eq!(
+        (asked.status, &asked.body["status"], &asked.body["restore"]),
+        (202, &json!("failed"), &json!("asked")),
+        "{}",
+        asked.body
+    );
     post(&server, &format!("/v1/instances/{waiting}/cancel"))
         .await
         .assert_busy("SUTRA.ADMIN.CANCEL.CLAIM_HELD");
@@ -165,11 +178,19 @@ async fn restore_cancel_and_relay_refuse_a_held_claim_with_their_codes_and_retry
         .await
         .assert_busy("SUTRA.RUNTIME.RESUME.CLAIM_HELD");
 
-    // Nothing was written: once the claim is free, the same requests go through.
+    // Nothing was written but the asked restore: once the claim is free, it is taken, and the
+    // same relay goes through.
     release_claim(&mut database, &failed).await;
     release_claim(&mut database, &waiting).await;
-    let restored = post(&server, &format!("/v1/instances/{failed}/restore")).await;
-    assert_eq!(restored.status, 200, "{}", restored.body);
+    // (Restored, its `fail` node fails it again at once.)
+    let deadline = std::time::Instant::now() + sutra_testkit::PATIENCE;
+    while count_kind(&server.history(&failed).await, "restored") == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the asked restore was never taken"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
     let paid = send(&server, "payments", "pay-o1", json!({"order": "o1"})).await;
     assert_eq!(
         (paid.status, &paid.body["status"]),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use sutra_core::step::{Effect, Event, Step, StepContext};
 use sutra_core::{codes, exec};
-use sutra_store::{Claimed, InstanceKey, StepCommit};
+use sutra_store::{Claimed, DeliveryKind, InstanceKey, NewDelivery, RESTORE_PARK, StepCommit};
 
 use crate::error::Error;
 use crate::group;
@@ -17,6 +17,15 @@ use crate::registry::Current;
 use crate::runner::{StepOutcome, StepRequest, Stepper, Work};
 use crate::settle;
 use crate::shared::Shared;
+
+/// What came of a restore.
+#[derive(Debug)]
+pub enum Restored {
+    /// It ran: the instance resumed.
+    Now(StepOutcome),
+    /// Its claim was held: the restore is asked as a delivery, taken once the claim is free.
+    Asked,
+}
 
 /// The admin owner's executor: like a lane, it runs one step at a time.
 pub(crate) struct Admin {
@@ -56,6 +65,29 @@ impl Admin {
     /// Restores a failed instance: its parks are re-armed and the failed node runs again.
     pub(crate) async fn restore(&self, tenant: &str, id: &str) -> Result<StepOutcome, Error> {
         self.step(tenant, id, Event::Restore).await
+    }
+
+    /// Restores a failed instance now if its claim is free; else asks the restore as a durable
+    /// delivery, which the dispatcher takes through the ordinary claim once the claim is free
+    /// (SPEC §5.6): a restore that loses the race is retried, not lost. Only a failed instance
+    /// is asked for: one in any other state is refused as the restore itself would be.
+    pub(crate) async fn restore_or_ask(&self, tenant: &str, id: &str) -> Result<Restored, Error> {
+        match self.restore(tenant, id).await {
+            Ok(outcome) => Ok(Restored::Now(outcome)),
+            Err(Error::Busy) => {
+                let asked = NewDelivery {
+                    tenant: tenant.to_owned(),
+                    instance: id.to_owned(),
+                    park: RESTORE_PARK,
+                    kind: DeliveryKind::Restore,
+                    due_at: Timestamp::now(),
+                };
+                self.shared.store.ask(&asked).await?;
+                self.shared.deliveries_due.notify_one();
+                Ok(Restored::Asked)
+            }
+            Err(other) => Err(other),
+        }
     }
 
     /// Moves the instance onto version `to_version` of its deployment, its tokens' nodes mapped

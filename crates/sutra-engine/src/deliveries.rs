@@ -174,9 +174,10 @@ impl Dispatcher {
             .await
         {
             Ok(_) => {}
-            Err(Error::Stale(reason)) => {
+            Err(Error::Stale(reason) | Error::InvalidState(reason)) => {
                 // A delivery that can never apply is consumed without a step, so that it is not
-                // asked again forever.
+                // asked again forever: its park is gone, or (a restore) its instance is no longer
+                // failed.
                 self.discard(&delivery).await;
                 debug!(delivery = delivery.id.0, %reason, "stale delivery discarded")
             }
@@ -247,5 +248,6 @@ fn event_for(delivery: &Delivery) -> Event {
                 message: message.clone(),
             },
         },
+        DeliveryKind::Restore => Event::Restore,
     }
 }

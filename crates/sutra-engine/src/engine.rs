@@ -12,7 +12,7 @@ use sutra_store::{InstanceKey, LockedTask, Store, TaskFailure, TaskState};
 use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinHandle};
 
-use crate::admin::Admin;
+use crate::admin::{Admin, Restored};
 use crate::config::EngineConfig;
 use crate::deploy::{self, DeployError, Deployed, Deployments};
 use crate::error::Error;
@@ -162,9 +162,10 @@ impl Engine {
         self.admin.migrate(tenant, id, to_version, map).await
     }
 
-    /// Restores a failed instance: its parks are re-armed and the failed node runs again.
-    pub async fn restore(&self, tenant: &str, id: &str) -> Result<StepOutcome, Error> {
-        self.admin.restore(tenant, id).await
+    /// Restores a failed instance: its parks are re-armed and the failed node runs again — now
+    /// when its claim is free, else as a durable delivery taken once it is (SPEC §5.6).
+    pub async fn restore(&self, tenant: &str, id: &str) -> Result<Restored, Error> {
+        self.admin.restore_or_ask(tenant, id).await
     }
 
     /// One page of a bulk repair: the request's action on each instance its selection finds,

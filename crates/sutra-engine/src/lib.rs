@@ -68,6 +68,7 @@ mod sweep;
 pub mod tasks;
 mod test_switches;
 
+pub use admin::Restored;
 pub use config::EngineConfig;
 pub use deploy::{DeployError, Deployed};
 pub use engine::Engine;

@@ -19,7 +19,7 @@ use sutra_core::model::Transport;
 use sutra_core::snapshot::Status;
 use sutra_core::step::Reply;
 use sutra_engine::intake::{Answer, Inbound, IntakeError};
-use sutra_engine::{DeployError, Engine, Error as EngineError, bulk};
+use sutra_engine::{DeployError, Engine, Error as EngineError, Restored, bulk};
 use sutra_store::{DeploymentStatus, InstanceFilter, InstanceRecord};
 use sutra_transport::consumer::Health;
 use sutra_wire::{Extra, InstanceQuery, Page};
@@ -467,13 +467,29 @@ async fn cancel(
     administered(outcome, codes::CANCEL_CLAIM_HELD)
 }
 
+/// `200` once restored; `202` when its claim was held, the restore then asked as a delivery
+/// that runs once the claim is free (the instance is still `failed` meanwhile).
 async fn restore(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
-) -> Result<Json<sutra_wire::StatusChange>> {
-    let outcome = api.engine.restore(&caller.tenant, &id).await;
-    administered(outcome, codes::RESTORE_CLAIM_HELD)
+) -> Result<Response> {
+    let restored = api.engine.restore(&caller.tenant, &id).await;
+    match restored.map_err(|e| Problem::engine(e, codes::RESTORE_CLAIM_HELD))? {
+        Restored::Now(outcome) => {
+            Ok(administered(Ok(outcome), codes::RESTORE_CLAIM_HELD)?.into_response())
+        }
+        Restored::Asked => {
+            let mut extra = Extra::new();
+            extra.insert("restore".into(), json!("asked"));
+            let body = sutra_wire::StatusChange {
+                instance: id,
+                status: Status::Failed.as_str().to_owned(),
+                extra,
+            };
+            Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+        }
+    }
 }
 
 /// Moves the instance onto another version (SPEC §7.4); answers the instance as it is now.

@@ -33,11 +33,27 @@ pub struct Delivery {
 #[derive(Debug, Clone, PartialEq)]
 pub enum DeliveryKind {
     Timer,
-    Relay { message: Message },
-    TaskCompleted { output: Value },
-    TaskFailed { code: String, message: String },
-    TaskExhausted { code: String, message: String },
+    Relay {
+        message: Message,
+    },
+    TaskCompleted {
+        output: Value,
+    },
+    TaskFailed {
+        code: String,
+        message: String,
+    },
+    TaskExhausted {
+        code: String,
+        message: String,
+    },
+    /// An administrator's restore of a failed instance whose claim was held when it was asked
+    /// (SPEC §5.6, §7.2). It answers no park: its park is [`RESTORE_PARK`].
+    Restore,
 }
+
+/// The park a restore delivery names: none, since no park of an instance is numbered 0.
+pub const RESTORE_PARK: ParkId = ParkId(0);
 
 impl DeliveryKind {
     /// The persisted form, `(kind, payload)`, shared by every backend so that a delivery written
@@ -53,6 +69,7 @@ impl DeliveryKind {
             DeliveryKind::TaskExhausted { code, message } => {
                 ("task_exhausted", error(code, message))
             }
+            DeliveryKind::Restore => ("restore", Value::Null),
         }
     }
 
@@ -74,6 +91,7 @@ impl DeliveryKind {
                 let TaskError { code, message } = error(payload)?;
                 DeliveryKind::TaskExhausted { code, message }
             }
+            "restore" => DeliveryKind::Restore,
             other => return Err(Error::Corrupt(format!("unknown delivery kind `{other}`"))),
         })
     }

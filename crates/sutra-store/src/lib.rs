@@ -39,7 +39,7 @@ mod steps;
 mod tasks;
 
 pub use claim::{ClaimKind, ClaimToken, Claimed, Claims, InstanceKey, Owner, SweepOutcome};
-pub use deliveries::{Deliveries, Delivery, DeliveryId, DeliveryKind, NewDelivery};
+pub use deliveries::{Deliveries, Delivery, DeliveryId, DeliveryKind, NewDelivery, RESTORE_PARK};
 pub use deployments::{DeploymentRecord, DeploymentStatus, Deployments, Retirement};
 pub use error::{Error, Result};
 pub use group::{Group, Groups, HeldTask};
