@@ -67,9 +67,6 @@ codes! {
     INTAKE_VALIDATION = ("SUTRA.INTAKE.VALIDATION", 422, false,
         "Message failed validation",
         "Fix the message so that its data matches the channel's schema; every violation is listed with its JSON pointer.");
-    START_DUPLICATE_KEY = ("SUTRA.RUNTIME.START.DUPLICATE_KEY", 409, false,
-        "An instance with this key already exists",
-        "A live instance already owns this correlation key. Use a new key, or relay to the existing instance.");
     CORRELATION_ALIAS_TAKEN = ("SUTRA.RUNTIME.CORRELATION.ALIAS_TAKEN", 409, false,
         "Correlation key already taken",
         "Another instance already waits on this channel and key; the instance that tried to park on it failed. Make receive keys unique, then migrate and restore the instance.");

@@ -42,6 +42,19 @@ impl Status {
         matches!(self, Status::Completed | Status::Cancelled)
     }
 
+    /// The status [`Status::as_str`] names.
+    pub fn parse(text: &str) -> Option<Status> {
+        [
+            Status::Created,
+            Status::Suspended,
+            Status::Completed,
+            Status::Cancelled,
+            Status::Failed,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == text)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Created => "created",

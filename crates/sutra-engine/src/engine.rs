@@ -2,15 +2,16 @@
 //! executor, the role loops and the background loops — and hands each call to the part that
 //! does it. It holds no protocol of its own.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 use sutra_core::step::Reply;
-use sutra_store::{InstanceKey, LockedTask, Store, TaskFailure, TaskState};
+use sutra_store::{Backlog, InstanceKey, LockedTask, Store, TaskFailure, TaskState};
 use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinHandle};
+use tracing::debug;
 
 use crate::admin::{Admin, Restored};
 use crate::config::EngineConfig;
@@ -41,6 +42,8 @@ pub struct Engine {
     /// The loops every replica runs: deployment convergence, the outbox worker, and (on a store
     /// replicas share) the listener for ends of instances held here.
     background: Mutex<Vec<JoinHandle<()>>>,
+    /// The topics the last gauges reported available tasks for.
+    topics_reported: Mutex<BTreeSet<String>>,
 }
 
 impl Engine {
@@ -92,6 +95,7 @@ impl Engine {
             shutdown,
             polls_end: watch::Sender::new(false),
             background: Mutex::new(background),
+            topics_reported: Mutex::new(BTreeSet::new()),
         }))
     }
 
@@ -125,13 +129,48 @@ impl Engine {
 
     /// Sets the gauges that mirror in-memory state (lane queue depths, which roles this replica
     /// leads). Cheap, so the server calls it on every scrape rather than on a timer.
-    pub fn publish_gauges(&self) {
+    pub async fn publish_gauges(&self) {
         for (lane, depth) in self.lane_queue_depths().into_iter().enumerate() {
             metrics::lane_queue_depth(lane, depth);
         }
         for (role, term) in self.leadership.roles() {
             metrics::lease_leader(&role, term.is_some_and(|term| term.current()));
         }
+        metrics::claims_in_flight(self.claims_in_flight());
+        match self.shared.store.backlog().await {
+            Ok(backlog) => {
+                let gone = self.topics_gone(&backlog);
+                metrics::backlog(&backlog, &gone);
+            }
+            // The store's gauges keep their last values; readiness says the store is away.
+            Err(error) => debug!(%error, "could not count the backlog for the gauges"),
+        }
+    }
+
+    /// Steps in progress on this replica: its lanes on a request.
+    pub fn claims_in_flight(&self) -> usize {
+        self.lanes.busy()
+    }
+
+    /// What waits for the fleet, counted in the database (SPEC §8).
+    pub async fn backlog(&self) -> Result<Backlog, Error> {
+        Ok(self.shared.store.backlog().await?)
+    }
+
+    /// The topics reported with available tasks before and none now; remembers the ones now.
+    fn topics_gone(&self, backlog: &Backlog) -> Vec<String> {
+        let now: BTreeSet<String> = backlog
+            .tasks_available
+            .iter()
+            .map(|(topic, _)| topic.clone())
+            .collect();
+        let mut reported = self
+            .topics_reported
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let gone = reported.difference(&now).cloned().collect();
+        *reported = now;
+        gone
     }
 
     /// Checks, stores and activates a deployment for `tenant`: version n+1 becomes active on every

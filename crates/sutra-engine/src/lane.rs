@@ -88,6 +88,14 @@ impl Lanes {
         self.lanes.iter().enumerate().filter_map(stuck).collect()
     }
 
+    /// How many lanes are on a request now: each holds at least one claim.
+    pub(crate) fn busy(&self) -> usize {
+        self.lanes
+            .iter()
+            .filter(|lane| lane.busy_for().is_some())
+            .count()
+    }
+
     pub(crate) fn queue_depths(&self) -> Vec<usize> {
         self.lanes.iter().map(Lane::queue_depth).collect()
     }

@@ -9,6 +9,7 @@
 use std::time::Instant;
 
 use metrics::{counter, gauge, histogram};
+use sutra_core::snapshot::Status;
 
 pub const STEPS: &str = "sutra_steps_total";
 pub const STEP_DURATION: &str = "sutra_step_duration_seconds";
@@ -17,6 +18,12 @@ pub const GROUP_MEMBERS: &str = "sutra_group_members";
 pub const LANE_QUEUE_DEPTH: &str = "sutra_lane_queue_depth";
 pub const SWEEPS_CLEARED: &str = "sutra_sweeps_cleared_total";
 pub const LEASE_LEADER: &str = "sutra_lease_leader";
+pub const INBOX_BACKLOG: &str = "sutra_inbox_backlog";
+pub const OUTBOX_BACKLOG: &str = "sutra_outbox_backlog";
+pub const TASKS_AVAILABLE: &str = "sutra_tasks_available";
+pub const TASKS_LOCKED: &str = "sutra_tasks_locked";
+pub const INSTANCES: &str = "sutra_instances";
+pub const CLAIMS_IN_FLIGHT: &str = "sutra_claims_in_flight";
 
 /// Which way work reached a claim that refused it (the `path` label of [`CLAIM_BOUNCES`]).
 #[derive(Debug, Clone, Copy)]
@@ -61,6 +68,39 @@ pub(crate) fn sweeps_cleared(cleared: u64) {
 
 pub(crate) fn lane_queue_depth(lane: usize, depth: usize) {
     gauge!(LANE_QUEUE_DEPTH, "lane" => lane.to_string()).set(depth as f64);
+}
+
+/// The scaling signal (SPEC §8), as the database counts it; `gone` are topics reported before
+/// that have no available task now, set to 0 rather than left at their last value.
+pub(crate) fn backlog(backlog: &sutra_store::Backlog, gone: &[String]) {
+    gauge!(INBOX_BACKLOG).set(backlog.inbox as f64);
+    gauge!(OUTBOX_BACKLOG).set(backlog.outbox as f64);
+    gauge!(TASKS_LOCKED).set(backlog.tasks_locked as f64);
+    for (topic, available) in &backlog.tasks_available {
+        gauge!(TASKS_AVAILABLE, "topic" => topic.clone()).set(*available as f64);
+    }
+    for topic in gone {
+        gauge!(TASKS_AVAILABLE, "topic" => topic.clone()).set(0.0);
+    }
+    for status in [
+        Status::Suspended,
+        Status::Completed,
+        Status::Cancelled,
+        Status::Failed,
+    ] {
+        let count = backlog
+            .instances
+            .iter()
+            .find(|(counted, _)| *counted == status)
+            .map_or(0, |(_, n)| *n);
+        gauge!(INSTANCES, "status" => status.as_str()).set(count as f64);
+    }
+}
+
+/// Steps in progress on this replica: its lanes on a request (SPEC §8: a busy fleet with an
+/// empty backlog must not scale to zero).
+pub(crate) fn claims_in_flight(busy: usize) {
+    gauge!(CLAIMS_IN_FLIGHT).set(busy as f64);
 }
 
 pub(crate) fn lease_leader(role: &str, leading: bool) {

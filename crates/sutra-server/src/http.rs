@@ -64,6 +64,7 @@ pub fn router(api: Api) -> Router {
         .route("/v1/instances/{id}/migrate", post(migrate))
         .route("/v1/instances/bulk", post(bulk))
         .route("/v1/leases", get(crate::leases::list))
+        .route("/v1/scaling", get(scaling))
         // Every route above is an administrator's.
         .route_layer(gate(Role::Admin))
         .merge(senders)
@@ -619,6 +620,28 @@ fn administered(
     Ok(Json(sutra_wire::StatusChange {
         instance: outcome.instance,
         status: outcome.status.as_str().to_owned(),
+        extra: Extra::new(),
+    }))
+}
+
+/// The scaling signal as JSON: the database's counts and this replica's steps in flight.
+async fn scaling(State(api): State<Api>) -> Result<Json<sutra_wire::Scaling>> {
+    let backlog = api
+        .engine
+        .backlog()
+        .await
+        .map_err(|e| Problem::engine(e, codes::RESUME_CLAIM_HELD))?;
+    Ok(Json(sutra_wire::Scaling {
+        inbox_backlog: backlog.inbox,
+        outbox_backlog: backlog.outbox,
+        tasks_available: backlog.tasks_available.into_iter().collect(),
+        tasks_locked: backlog.tasks_locked,
+        instances: backlog
+            .instances
+            .into_iter()
+            .map(|(status, n)| (status.as_str().to_owned(), n))
+            .collect(),
+        claims_in_flight: api.engine.claims_in_flight() as u64,
         extra: Extra::new(),
     }))
 }

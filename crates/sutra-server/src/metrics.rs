@@ -44,10 +44,10 @@ pub fn install() {
     handle();
 }
 
-/// Prometheus text format. The in-memory gauges are refreshed first; the rest was recorded as it
-/// happened.
+/// Prometheus text format. The gauges are refreshed first — the in-memory ones, and the backlog
+/// the database counts (one read per scrape); the rest was recorded as it happened.
 pub(crate) async fn render(State(api): State<Api>) -> impl IntoResponse {
-    api.engine.publish_gauges();
+    api.engine.publish_gauges().await;
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         handle().render(),

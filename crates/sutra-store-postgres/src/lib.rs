@@ -27,6 +27,7 @@ mod notices;
 mod outbox;
 mod purge;
 mod reads;
+mod scaling;
 mod schema;
 mod scope;
 mod statements;

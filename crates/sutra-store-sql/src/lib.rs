@@ -35,6 +35,7 @@ pub mod params;
 mod purge;
 mod reads;
 pub mod rows;
+pub mod scaling;
 pub mod statements;
 mod store;
 mod tasks;
@@ -43,7 +44,7 @@ pub use error::driver_error;
 pub use statements::{
     Backend, ClaimStatements, Correlation, DeliveryStatements, DeploymentStatements, InboxKey,
     IntakeStatements, LeaseStatements, LockOn, NewClaim, NewDeliveryRow, NewLease, NewVersion,
-    OutboxStatements, PurgeStatements, ReadStatements, Scope, Statements, StepStatements, TaskArm,
-    TaskStatements, WaitArm,
+    OutboxStatements, PurgeStatements, ReadStatements, ScalingStatements, Scope, Statements,
+    StepStatements, TaskArm, TaskStatements, WaitArm,
 };
 pub use store::SqlStore;

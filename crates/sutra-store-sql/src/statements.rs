@@ -150,6 +150,7 @@ pub trait Backend: Send + Sync + 'static {
         + DeploymentStatements
         + ReadStatements
         + PurgeStatements
+        + ScalingStatements
         + 'static;
 
     /// Begins a unit of work scoped to `scope`: a transaction, or (where a backend need not
@@ -552,6 +553,14 @@ pub trait ReadStatements: Statements {
 
     /// Fails unless the store would accept a commit now.
     fn ping(&mut self) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// The scaling signal's counts (`scaling`), each the statement of the same name there.
+pub trait ScalingStatements: Statements {
+    /// Buffered messages, pending outbox rows, locked tasks.
+    fn waiting(&mut self) -> impl Future<Output = Result<(i64, i64, i64)>> + Send;
+    fn tasks_available(&mut self) -> impl Future<Output = Result<Vec<(String, i64)>>> + Send;
+    fn instances_by_status(&mut self) -> impl Future<Output = Result<Vec<(String, i64)>>> + Send;
 }
 
 /// The purger's deletions (`purge`), each of at most `batch` rows; each returns how many

@@ -24,6 +24,7 @@ mod leases;
 mod outbox;
 mod purge;
 mod reads;
+mod scaling;
 mod statements;
 mod tasks;
 

@@ -35,6 +35,7 @@ mod leases;
 mod outbox;
 mod purge;
 mod reads;
+mod scaling;
 mod steps;
 mod tasks;
 
@@ -48,6 +49,7 @@ pub use leases::{Lease, Leases};
 pub use outbox::{Outbox, OutboxId, OutboxRecord, OutboxRetry, OutboxRow, SendError, Sender};
 pub use purge::{Purge, Purged};
 pub use reads::{InstanceFilter, InstanceRecord, Reads};
+pub use scaling::{Backlog, Scaling};
 pub use steps::{Arm, Committed, EndNotice, OutboxEntry, StepCommit, Steps};
 pub use tasks::{
     LockedTask, Polled, TaskFailure, TaskFilter, TaskLock, TaskPoll, TaskRecord, TaskState, Tasks,
@@ -57,8 +59,8 @@ pub use tasks::{
 /// The area traits, for callers of a concrete store (`use sutra_store::prelude::*`).
 pub mod prelude {
     pub use crate::{
-        Claims, Deliveries, Deployments, Groups, Intake, Leases, Outbox, Purge, Reads, Steps,
-        Store, Tasks,
+        Claims, Deliveries, Deployments, Groups, Intake, Leases, Outbox, Purge, Reads, Scaling,
+        Steps, Store, Tasks,
     };
 }
 
@@ -76,6 +78,7 @@ pub trait Store:
     + Deployments
     + Reads
     + Purge
+    + Scaling
     + 'static
 {
 }
@@ -92,6 +95,7 @@ impl<T> Store for T where
         + Deployments
         + Reads
         + Purge
+        + Scaling
         + 'static
 {
 }

@@ -16,3 +16,24 @@ pub struct Readiness {
     /// How many requests wait in each lane's queue, by lane index.
     pub lanes: Vec<usize>,
 }
+
+/// `GET /v1/scaling`: the scaling signal (SPEC §8) for tools that do not read Prometheus — what
+/// waits for the fleet, counted in the database, and the steps in progress on the replica that
+/// answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Scaling {
+    /// Messages kept for a `receive` that has not parked yet.
+    pub inbox_backlog: u64,
+    /// Outbox rows neither sent nor poisoned.
+    pub outbox_backlog: u64,
+    /// Tasks waiting for a worker, by topic.
+    pub tasks_available: std::collections::BTreeMap<String, u64>,
+    /// Tasks a worker holds now.
+    pub tasks_locked: u64,
+    /// Instances by status.
+    pub instances: std::collections::BTreeMap<String, u64>,
+    /// Steps in progress on the replica that answered.
+    pub claims_in_flight: u64,
+    #[serde(flatten)]
+    pub extra: crate::Extra,
+}

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use deployments::{Deployment, Diagnostic, Retirement};
-pub use health::{Health, Readiness};
+pub use health::{Health, Readiness, Scaling};
 pub use instances::{
     BulkAnswer, BulkBody, BulkFilter, BulkResult, Failure, HistoryEvent, Instance, InstanceQuery,
     MigrateBody, OutboxMessage, StatusChange, Token,

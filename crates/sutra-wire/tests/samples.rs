@@ -213,3 +213,13 @@ fn an_answer_keeps_members_a_newer_server_adds() {
     }));
     assert_eq!(accepted.extra["trace"], "t-1");
 }
+
+#[test]
+fn the_scaling_signal_names_each_count() {
+    let scaling: sutra_wire::Scaling = round_trip(json!({
+        "inbox_backlog": 1, "outbox_backlog": 2,
+        "tasks_available": {"debit": 3}, "tasks_locked": 4,
+        "instances": {"suspended": 5, "failed": 6}, "claims_in_flight": 7,
+    }));
+    assert_eq!(scaling.tasks_available["debit"], 3);
+}

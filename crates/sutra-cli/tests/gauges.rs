@@ -1,0 +1,162 @@
+//! The scaling signal (SPEC §8) against a known state, on SQLite and PostgreSQL: `/metrics`
+//! exports each gauge with the value the database holds, and `GET /v1/scaling` answers the same.
+
+use serde_json::json;
+use sutra_testkit::postgres::TestDatabase;
+use sutra_testkit::{Scratch, Server, ServerOptions};
+
+/// Each order does what its `kind` says: park on a task, fail, emit to a port nobody listens on,
+/// or wait for a reply (which may come before it parks: `buffer`).
+fn shop(closed: &str) -> String {
+    format!(
+        r#"
+name: gauges
+channels:
+  orders: {{ transport: http, correlate: data.id }}
+  replies: {{ transport: http, correlate: data.id, buffer: PT1H }}
+  ledger: {{ transport: http, url: "{closed}" }}
+flows:
+  order:
+    start: {{ channel: orders }}
+    nodes:
+      - id: route
+        choice:
+          - when: vars.input.kind == "task"
+            next: work
+          - when: vars.input.kind == "fail"
+            next: broken
+          - when: vars.input.kind == "emit"
+            next: notify
+        otherwise: wait
+      - id: wait
+        receive: {{ channel: replies, key: vars.input.id }}
+        next: done
+      - id: work
+        task: {{ topic: gauge-work, input: {{}} }}
+        next: done
+      - id: broken
+        fail: {{ code: ORDER.BROKEN, detail: broken on purpose }}
+      - id: notify
+        emit: {{ channel: ledger, data: {{}} }}
+        next: done
+      - id: done
+        end: {{}}
+"#
+    )
+}
+
+fn options(datasource: &str) -> ServerOptions {
+    // A failed send waits an hour before its next try: the row stays pending.
+    ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), datasource).env("SUTRA_OUTBOX_BACKOFF", "PT1H")
+}
+
+/// The value of `name` (with `labels`, as Prometheus renders them) in `/metrics`.
+fn gauge(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+}
+
+async fn a_known_state_is_what_the_gauges_say(server: &Server) {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed = format!("http://{}/gone", closed.local_addr().unwrap());
+    let (status, body) = server.deploy(&shop(&closed)).await;
+    assert_eq!(status, 201, "{body}");
+    for (id, kind) in [
+        ("o-task1", "task"),
+        ("o-task2", "task"),
+        ("o-wait", "wait"),
+        ("o-fail", "fail"),
+        ("o-emit", "emit"),
+    ] {
+        let (status, body) = server
+            .send(
+                "orders",
+                &format!("evt-{id}"),
+                json!({"id": id, "kind": kind}),
+            )
+            .await;
+        assert_eq!(status, 202, "{body}");
+    }
+    let (status, body) = server
+        .send("replies", "evt-early", json!({"id": "nobody-yet"}))
+        .await;
+    assert_eq!(
+        (status, body["status"].clone()),
+        (202, json!("buffered")),
+        "{body}"
+    );
+    let poll = json!({"worker": "w", "topics": ["gauge-work"], "max": 1});
+    let (status, locked) = server.post_json("/v1/tasks/poll", &poll).await;
+    assert_eq!(
+        (status, locked.as_array().map(Vec::len)),
+        (200, Some(1)),
+        "{locked}"
+    );
+    // The emit's one try failed: the row waits for its next.
+    let deadline = std::time::Instant::now() + sutra_testkit::PATIENCE;
+    loop {
+        let (_, scaling) = server.get("/v1/scaling").await;
+        if scaling["outbox_backlog"] == 1 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{scaling}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
+    let (status, scaling) = server.get("/v1/scaling").await;
+    assert_eq!(status, 200, "{scaling}");
+    assert_eq!(
+        scaling,
+        json!({
+            "inbox_backlog": 1,
+            "outbox_backlog": 1,
+            "tasks_available": {"gauge-work": 1},
+            "tasks_locked": 1,
+            "instances": {"completed": 1, "failed": 1, "suspended": 3},
+            "claims_in_flight": 0,
+        })
+    );
+    let metrics = server
+        .http
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let expected: [(&str, f64); 10] = [
+        ("sutra_inbox_backlog", 1.0),
+        ("sutra_outbox_backlog", 1.0),
+        ("sutra_tasks_available{topic=\"gauge-work\"}", 1.0),
+        ("sutra_tasks_locked", 1.0),
+        ("sutra_instances{status=\"suspended\"}", 3.0),
+        ("sutra_instances{status=\"failed\"}", 1.0),
+        ("sutra_instances{status=\"completed\"}", 1.0),
+        ("sutra_instances{status=\"cancelled\"}", 0.0),
+        ("sutra_claims_in_flight", 0.0),
+        ("sutra_lane_queue_depth{lane=\"0\"}", 0.0),
+    ];
+    for (series, value) in expected {
+        assert_eq!(
+            gauge(&metrics, series),
+            Some(value),
+            "{series} in:\n{metrics}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_gauges_say_what_the_embedded_store_holds() {
+    let scratch = Scratch::new("gauges");
+    let server = Server::start(&options(&scratch.database()));
+    a_known_state_is_what_the_gauges_say(&server).await;
+}
+
+#[tokio::test]
+async fn the_gauges_say_what_postgres_holds() {
+    let database = TestDatabase::create().await;
+    let server = Server::start(&options(database.url()));
+    a_known_state_is_what_the_gauges_say(&server).await;
+}
