@@ -255,3 +255,58 @@ async fn the_cli_sends_the_token_from_its_flag_or_its_variable_and_explains_a_40
         assert!(!stderr.contains(STRANGER), "{stderr}");
     }
 }
+
+/// Polls until `token` gets `status` on a call only an admin may make.
+async fn until_answered(server: &Server, token: &str, status: u16, why: &str) {
+    let deadline = std::time::Instant::now() + sutra_testkit::PATIENCE;
+    loop {
+        let (answered, body) = server.bearer(token).get("/v1/instances").await;
+        if answered == status {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{why}: still {answered} {body}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn tokens_from_a_file_are_rotated_without_a_restart_and_never_logged() {
+    const NEXT: &str = "acme-admin-rotated-0123456789";
+    const LAST: &str = "acme-admin-rotated-again-0123456789";
+    let scratch = sutra_testkit::Scratch::new("auth-rotation");
+    let file = scratch.path().join("tokens");
+    std::fs::write(&file, format!("acme:admin:{ADMIN}")).unwrap();
+    let server = Server::start(
+        &ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), "sqlite::memory:")
+            .env("SUTRA_AUTH_TOKENS_FILE", file.to_str().unwrap())
+            .env("SUTRA_LOG", "trace"),
+    );
+    until_answered(&server, ADMIN, 200, "the file's token is in force").await;
+
+    // Rotated, and told so with SIGHUP.
+    std::fs::write(&file, format!("acme:admin:{NEXT}")).unwrap();
+    sutra_testkit::signal(server.pid(), "HUP");
+    until_answered(&server, ADMIN, 401, "the old token stops working").await;
+    until_answered(&server, NEXT, 200, "the new token works").await;
+
+    // A file that no longer parses changes nothing.
+    std::fs::write(&file, "acme:admin:tiny-secret").unwrap();
+    sutra_testkit::signal(server.pid(), "HUP");
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    until_answered(&server, NEXT, 200, "the tokens in force stay").await;
+
+    // Rotated again, without a signal: the file's change is noticed by itself.
+    std::fs::write(&file, format!("acme:admin:{LAST}")).unwrap();
+    until_answered(&server, NEXT, 401, "the change is noticed").await;
+    until_answered(&server, LAST, 200, "the last token works").await;
+
+    let logs = server.stderr_text();
+    assert!(logs.contains("API tokens reloaded"), "{logs}");
+    assert!(logs.contains("API tokens not reloaded"), "{logs}");
+    for token in [ADMIN, NEXT, LAST, "tiny-secret"] {
+        assert!(!logs.contains(token), "a token reached the log: {token}");
+    }
+}

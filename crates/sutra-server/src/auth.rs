@@ -18,7 +18,7 @@ use sutra_core::codes;
 use tracing::debug;
 
 use crate::problem::Problem;
-use crate::tokens::{Grant, Role, Tokens};
+use crate::tokens::{Grant, Keyring, Role};
 
 /// The tenant of every request on a server without tokens (SPEC §1).
 const DEFAULT_TENANT: &str = "default";
@@ -32,21 +32,22 @@ pub struct Caller {
 /// Admits requests whose token grants `role`.
 #[derive(Clone)]
 pub struct Gate {
-    tokens: Option<Arc<Tokens>>,
+    tokens: Option<Arc<Keyring>>,
     role: Role,
 }
 
 impl Gate {
-    pub fn new(tokens: Option<Arc<Tokens>>, role: Role) -> Gate {
+    pub fn new(tokens: Option<Arc<Keyring>>, role: Role) -> Gate {
         Gate { tokens, role }
     }
 
     fn admit(&self, headers: &HeaderMap) -> Result<Caller, Refusal> {
-        let Some(tokens) = &self.tokens else {
+        let Some(keyring) = &self.tokens else {
             return Ok(Caller {
                 tenant: DEFAULT_TENANT.to_owned(),
             });
         };
+        let tokens = keyring.current();
         let presented = bearer(headers)?;
         let grant = tokens.verify(presented).ok_or(Refusal::UnknownToken)?;
         if !grant.roles.contains(&self.role) {

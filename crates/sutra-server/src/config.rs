@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use jiff::SignedDuration;
 use sutra_core::duration::parse_duration;
@@ -51,6 +51,7 @@ const KEYS: &[(&str, Option<&str>)] = &[
     ("sutra.transports.amqp.url", None),
     ("sutra.transports.nats.url", None),
     ("sutra.auth.tokens", None),
+    ("sutra.auth.tokens-file", None),
 ];
 
 #[derive(Debug, Clone)]
@@ -80,6 +81,9 @@ pub struct Settings {
     /// `None`: no tokens, so every request acts for tenant `default` with every role, which
     /// only a loopback listener allows.
     pub auth_tokens: Option<Tokens>,
+    /// Where the tokens come from when they come from a file (`sutra.auth.tokens-file`): read
+    /// again when it changes, or on SIGHUP, so that a token is rotated without a restart.
+    pub auth_tokens_file: Option<PathBuf>,
     /// The brokers `emit` publishes to (`sutra.transports.amqp.url`, `….nats.url`).
     pub brokers: BrokerUrls,
 }
@@ -207,7 +211,8 @@ impl Sources {
             history_retention: self.parsed("sutra.history.retention", positive_duration)?,
             purge_interval: self.parsed("sutra.history.purge-interval", positive_duration)?,
             retire_interval: self.parsed("sutra.deployments.retire-interval", positive_duration)?,
-            auth_tokens: self.tokens("sutra.auth.tokens")?,
+            auth_tokens: self.auth_tokens()?,
+            auth_tokens_file: self.optional("sutra.auth.tokens-file").map(PathBuf::from),
             brokers: BrokerUrls {
                 amqp: self.broker_url("sutra.transports.amqp.url", &["amqp://"])?,
                 nats: self.broker_url("sutra.transports.nats.url", &["nats://"])?,
@@ -235,6 +240,29 @@ impl Sources {
 
     fn optional(&self, key: &str) -> Option<String> {
         self.values.get(key).map(|(value, _)| value.clone())
+    }
+
+    /// The tokens of `sutra.auth.tokens`, or of the file `sutra.auth.tokens-file` names (not
+    /// both: which would be in force?).
+    fn auth_tokens(&self) -> Result<Option<Tokens>, ConfigError> {
+        const FILE: &str = "sutra.auth.tokens-file";
+        let Some((path, origin)) = self.values.get(FILE) else {
+            return self.tokens("sutra.auth.tokens");
+        };
+        if self.values.contains_key("sutra.auth.tokens") {
+            return Err(ConfigError::InvalidSecret {
+                key: FILE.to_owned(),
+                origin: origin.clone(),
+                reason: "set either sutra.auth.tokens or sutra.auth.tokens-file, not both".into(),
+            });
+        }
+        crate::tokens::read_file(std::path::Path::new(path))
+            .map(Some)
+            .map_err(|reason| ConfigError::InvalidSecret {
+                key: FILE.to_owned(),
+                origin: origin.clone(),
+                reason,
+            })
     }
 
     fn tokens(&self, key: &str) -> Result<Option<Tokens>, ConfigError> {
@@ -446,6 +474,21 @@ mod tests {
     }
 
     const TOKEN: &str = "acme-admin-0123456789abcdef";
+
+    #[test]
+    fn tokens_come_from_the_key_or_from_a_file_not_both() {
+        let env = vec![
+            (
+                "SUTRA_AUTH_TOKENS".to_owned(),
+                format!("acme:admin:{TOKEN}"),
+            ),
+            ("SUTRA_AUTH_TOKENS_FILE".to_owned(), "/nowhere".to_owned()),
+        ];
+        let error = Sources::defaults().environment(env).settings().unwrap_err();
+        let error = error.to_string();
+        assert!(error.contains("not both"), "{error}");
+        assert!(!error.contains(TOKEN), "{error}");
+    }
 
     #[test]
     fn tokens_mean_the_same_from_sutra_yaml_and_from_one_environment_variable() {

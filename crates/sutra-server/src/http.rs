@@ -28,7 +28,7 @@ use crate::auth::{Caller, Gate, admit};
 use crate::cloudevents;
 use crate::problem::{self, Problem};
 use crate::render;
-use crate::tokens::{Role, Tokens};
+use crate::tokens::{Keyring, Role};
 
 /// The most items one page of a listing holds.
 const PAGE_MAX: u32 = 500;
@@ -38,7 +38,7 @@ pub struct Api {
     pub engine: Arc<Engine>,
     pub max_bytes: usize,
     /// `None`: every request acts for tenant `default` with every role.
-    pub tokens: Option<Arc<Tokens>>,
+    pub tokens: Option<Arc<Keyring>>,
     /// How this replica's broker consumers are doing.
     pub consumers: Arc<Health>,
 }

@@ -25,6 +25,7 @@ use sutra_store::Store;
 use tracing::{info, warn};
 
 use crate::config::Settings;
+use crate::tokens::Keyring;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -217,12 +218,16 @@ pub async fn serve_until(
         .map_err(listen_error)?;
     let bound = listener.local_addr().map_err(listen_error)?;
     announce_tokens(&settings);
+    let keyring = keyring(&settings);
+    let reloading = keyring
+        .clone()
+        .map(|keyring| tokio::spawn(reload_tokens(keyring)));
     let consumers =
         consumers::Consumers::spawn(&engine, settings.brokers.clone(), settings.max_bytes);
     let api = http::Api {
         engine: Arc::clone(&engine),
         max_bytes: settings.max_bytes,
-        tokens: settings.auth_tokens.map(Arc::new),
+        tokens: keyring.clone(),
         consumers: consumers.health(),
     };
     listening(bound);
@@ -246,10 +251,53 @@ pub async fn serve_until(
         })
         .await;
     engine.shutdown().await;
+    if let Some(reloading) = reloading {
+        reloading.abort();
+    }
     served.map_err(|e| ServeError::Listen {
         addr: bound,
         reason: e.to_string(),
     })
+}
+
+/// The tokens requests are checked against, if any: from a file, read again as it changes.
+fn keyring(settings: &Settings) -> Option<Arc<Keyring>> {
+    let tokens = settings.auth_tokens.clone()?;
+    Some(Arc::new(match &settings.auth_tokens_file {
+        Some(path) => Keyring::from_file(tokens, path.clone()),
+        None => Keyring::fixed(tokens),
+    }))
+}
+
+/// How often the tokens' file is looked at for a change.
+const TOKENS_LOOK_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Reads the tokens' file again when it changes, and at once on SIGHUP. Says whom the tokens
+/// now act for, or why the file was not taken; never what it holds.
+async fn reload_tokens(keyring: Arc<Keyring>) {
+    if keyring.file().is_none() {
+        return;
+    }
+    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    loop {
+        let hangup = async {
+            match hangups.as_mut() {
+                Some(hangups) => {
+                    hangups.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let always = tokio::select! {
+            () = hangup => true,
+            () = tokio::time::sleep(TOKENS_LOOK_EVERY) => false,
+        };
+        match keyring.reload(always) {
+            Ok(Some(tenants)) => info!(?tenants, "API tokens reloaded"),
+            Ok(None) => {}
+            Err(reason) => warn!(%reason, "API tokens not reloaded; the tokens in force stay"),
+        }
+    }
 }
 
 /// Says whom requests may act for; never a token.

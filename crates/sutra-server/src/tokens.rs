@@ -21,9 +21,17 @@
 //! `TENANT:ROLE[,ROLE…]:SECRET` where SECRET is the token itself, `sha256:HEX` or `file:PATH`:
 //! `acme:admin:file:/run/secrets/acme-admin; acme:worker,sender:sha256:5e88…d1`. The list form
 //! is accepted there too, as JSON.
+//!
+//! Or from a file (`sutra.auth.tokens-file`) holding either form: the [`Keyring`] then reads it
+//! again when it changes and on SIGHUP, and replaces the tokens in force whole — a token removed
+//! from the file stops working at the next reload, without a restart. A file that no longer
+//! parses leaves the tokens in force as they were, and the log says so, never what it held.
 
 use std::collections::BTreeSet;
 use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::SystemTime;
 
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -119,6 +127,73 @@ impl Tokens {
             .map(|(_, grant)| grant.tenant.as_str())
             .collect()
     }
+}
+
+/// The tokens of a file: its whole content is the value `sutra.auth.tokens` would hold.
+pub fn read_file(path: &Path) -> Result<Tokens, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+    Tokens::parse(&text)
+}
+
+/// The tokens in force, replaced whole when their file changes.
+pub struct Keyring {
+    current: RwLock<Arc<Tokens>>,
+    /// The file and the modification time it had when it was last read.
+    file: Option<(PathBuf, RwLock<Option<SystemTime>>)>,
+}
+
+impl Keyring {
+    /// Tokens that never change (`sutra.auth.tokens`).
+    pub fn fixed(tokens: Tokens) -> Keyring {
+        Keyring {
+            current: RwLock::new(Arc::new(tokens)),
+            file: None,
+        }
+    }
+
+    /// Tokens read from `path` (already read once, as `tokens`), read again by
+    /// [`Keyring::reload`].
+    pub fn from_file(tokens: Tokens, path: PathBuf) -> Keyring {
+        let modified = modified(&path);
+        Keyring {
+            current: RwLock::new(Arc::new(tokens)),
+            file: Some((path, RwLock::new(modified))),
+        }
+    }
+
+    pub fn current(&self) -> Arc<Tokens> {
+        Arc::clone(&self.current.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The file, if the tokens come from one.
+    pub fn file(&self) -> Option<&Path> {
+        self.file.as_ref().map(|(path, _)| path.as_path())
+    }
+
+    /// Reads the file again if `always` or if it changed since the last read; returns the
+    /// tenants of the tokens now in force when it replaced them. A file that cannot be read or
+    /// parsed changes nothing.
+    pub fn reload(&self, always: bool) -> Result<Option<BTreeSet<String>>, String> {
+        let Some((path, seen)) = &self.file else {
+            return Ok(None);
+        };
+        let now = modified(path);
+        if !always && now == *seen.read().unwrap_or_else(|p| p.into_inner()) {
+            return Ok(None);
+        }
+        *seen.write().unwrap_or_else(|p| p.into_inner()) = now;
+        let tokens = read_file(path)?;
+        let tenants = tokens.tenants().into_iter().map(str::to_owned).collect();
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(tokens);
+        Ok(Some(tenants))
+    }
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path)
+        .and_then(|meta| meta.modified())
+        .ok()
 }
 
 /// Shows how many tokens there are and for whom, never a digest: settings are printed whole.
