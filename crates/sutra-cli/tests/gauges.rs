@@ -2,6 +2,7 @@
 //! exports each gauge with the value the database holds, and `GET /v1/scaling` answers the same.
 
 use serde_json::json;
+use sutra_store_sql::scaling::SCALING_SIGNAL;
 use sutra_testkit::postgres::TestDatabase;
 use sutra_testkit::{Scratch, Server, ServerOptions};
 
@@ -159,4 +160,11 @@ async fn the_gauges_say_what_postgres_holds() {
     let database = TestDatabase::create().await;
     let server = Server::start(&options(database.url()));
     a_known_state_is_what_the_gauges_say(&server).await;
+    // What KEDA's PostgreSQL scaler runs (deploy/keda/scaledobject.yaml), as a role that sees
+    // every tenant's rows: one buffered message, one pending row, one available task and one
+    // locked.
+    let waiting: i64 = sutra_testkit::postgres::scalar(database.admin_url(), SCALING_SIGNAL)
+        .await
+        .unwrap();
+    assert_eq!(waiting, 4);
 }

@@ -384,6 +384,11 @@ fn flatten(prefix: &str, value: &serde_json::Value, out: &mut BTreeMap<String, S
 }
 
 /// `sutra.instance.claim-timeout` → `SUTRA_INSTANCE_CLAIM_TIMEOUT`.
+/// Every configuration key this version knows.
+pub fn known_keys() -> impl Iterator<Item = &'static str> {
+    KEYS.iter().map(|(key, _)| *key)
+}
+
 pub fn env_name(key: &str) -> String {
     key.replace(['.', '-'], "_").to_ascii_uppercase()
 }

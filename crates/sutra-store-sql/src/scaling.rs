@@ -17,6 +17,12 @@ pub const WAITING: &str = "SELECT
     (SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL AND NOT poisoned),
     (SELECT COUNT(*) FROM tasks WHERE state = 'locked')";
 
+/// The fleet's waiting work as one number — buffered messages, pending outbox rows, available
+/// and locked tasks — what a KEDA `ScaledObject`'s PostgreSQL scaler divides by its target per
+/// replica. `deploy/keda/scaledobject.yaml` and the chart hold this text, word for word (a test
+/// compares them), and it counts what the gauges count.
+pub const SCALING_SIGNAL: &str = "SELECT (SELECT COUNT(*) FROM buffered) + (SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL AND NOT poisoned) + (SELECT COUNT(*) FROM tasks WHERE state IN ('available', 'locked'))";
+
 /// Available tasks by topic.
 pub const TASKS_AVAILABLE: &str =
     "SELECT topic, COUNT(*) FROM tasks WHERE state = 'available' GROUP BY topic ORDER BY topic";
