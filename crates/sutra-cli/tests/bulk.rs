@@ -7,37 +7,10 @@ use serde_json::{Value, json};
 use sutra_testkit::postgres::TestDatabase;
 use sutra_testkit::{Server, ServerOptions};
 
-const INSTANCES: usize = 1_000;
+mod repair;
+use repair::{V1, V2};
 
-/// Version 1 fails every order whose amount is not a number; version 2 renames and fixes it.
-const V1: &str = r#"
-name: repair
-channels:
-  orders: { transport: http, correlate: data.id }
-  replies: { transport: http, correlate: data.id }
-flows:
-  order:
-    start: { channel: orders }
-    nodes:
-      - id: price
-        set: { total: "= vars.input.amount * 2" }
-      - id: wait
-        receive: { channel: replies, key: vars.input.id }
-"#;
-const V2: &str = r#"
-name: repair
-channels:
-  orders: { transport: http, correlate: data.id }
-  replies: { transport: http, correlate: data.id }
-flows:
-  order:
-    start: { channel: orders }
-    nodes:
-      - id: reprice
-        set: { total: 10 }
-      - id: await-reply
-        receive: { channel: replies, key: vars.input.id }
-"#;
+const INSTANCES: usize = 1_000;
 
 /// `sutra --json instances bulk …` against `server`: its report.
 fn sutra_bulk(server: &Server, args: &[&str]) -> Value {
