@@ -242,3 +242,56 @@ async fn a_sender_killed_between_send_and_mark_sends_the_same_message_again_and_
     assert_eq!(received.len(), 2, "sent again once, and nothing else");
     assert_one_message_sent_again(&received, &emitted_key(&server, &instance).await);
 }
+
+/// An `emit` to an `https://` webhook whose certificate a private CA signed.
+fn over_tls(url: &str) -> String {
+    format!(
+        r#"
+name: secure
+channels:
+  orders: {{ transport: http, correlate: data.id }}
+  ledger: {{ transport: http, url: "{url}", max-attempts: 1 }}
+flows:
+  order:
+    start: {{ channel: orders }}
+    nodes:
+      - id: notify
+        emit: {{ channel: ledger, data: {{ order: "= vars.input.id" }} }}
+"#
+    )
+}
+
+#[tokio::test]
+async fn an_https_webhook_is_sent_when_its_certificate_is_trusted_and_refused_when_not() {
+    let receiver = Receiver::accepting_over_tls();
+    let scratch = Scratch::new("outbox-tls");
+    let ca = scratch.path().join("ca.pem");
+    std::fs::write(&ca, receiver.certificate_pem()).unwrap();
+    let url = receiver.url("/ledger");
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+
+    // Trusted: the platform's roots and the configured bundle.
+    let trusting = Server::start(
+        &options(&scratch).env("SUTRA_TRANSPORTS_HTTP_CA_FILE", ca.to_str().unwrap()),
+    );
+    let (status, body) = trusting.deploy(&over_tls(&url)).await;
+    assert_eq!(status, 201, "{body}");
+    let sent = start(&trusting, "orders", "s1").await;
+    trusting.wait_for_outbox(&sent, "sent").await;
+    let received = receiver.wait_for(1).await;
+    assert_eq!(received[0].path, "/ledger");
+    assert!(received[0].idempotency_key.is_some());
+    drop(trusting);
+
+    // Not trusted: the platform's roots alone do not vouch for it.
+    let strict = Scratch::new("outbox-tls-untrusted");
+    let untrusting = Server::start(&options(&strict));
+    let (status, body) = untrusting.deploy(&over_tls(&url)).await;
+    assert_eq!(status, 201, "{body}");
+    let refused = start(&untrusting, "orders", "s2").await;
+    let [row] =
+        <[Value; 1]>::try_from(untrusting.wait_for_outbox(&refused, "poisoned").await).unwrap();
+    let reason = row["last_error"].as_str().unwrap_or_default();
+    assert!(reason.contains("certificate"), "{row}");
+    assert_eq!(receiver.received().len(), 1, "nothing more reached it");
+}

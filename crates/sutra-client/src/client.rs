@@ -58,6 +58,18 @@ struct Answer {
     body: Vec<u8>,
 }
 
+/// Installs ring as rustls' process-wide crypto provider, unless one is installed already: the
+/// HTTP stack is built without one of its own (the workspace standardises on ring), and every
+/// HTTP client of the process needs it, `https://` or not. [`Client::new`] calls it; call it
+/// before building a `reqwest::Client` of your own in the same process.
+pub fn install_tls_provider() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        // An error means another provider is installed: it stays.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 impl Client {
     /// A client for the server at `base_url`, such as `http://127.0.0.1:7480`.
     pub fn new(base_url: &str) -> Result<Client, InvalidUrl> {
@@ -69,6 +81,7 @@ impl Client {
         if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
             return Err(invalid("write it as http://HOST:PORT"));
         }
+        install_tls_provider();
         Ok(Client {
             http: reqwest::Client::new(),
             base,

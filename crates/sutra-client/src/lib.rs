@@ -39,7 +39,7 @@ mod error;
 mod types;
 mod worker;
 
-pub use client::Client;
+pub use client::{Client, install_tls_provider};
 pub use error::{ApiError, InvalidUrl, TASK_LOCK_LOST, TransportError};
 pub use types::{
     Accepted, BulkAnswer, BulkBody, BulkFilter, BulkResult, COMPLETE_BATCH_MAX, CloudEvent,

@@ -131,7 +131,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "sutra-cli",
         &["sutra-core", "sutra-wire", "sutra-client", "sutra-server"],
     ),
-    ("sutra-testkit", &["sutra-store-postgres"]),
+    ("sutra-testkit", &["sutra-store-postgres", "sutra-client"]),
 ];
 
 /// What must stay out of reach, even transitively: the boundaries ARCHITECTURE.md states as

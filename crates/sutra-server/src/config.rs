@@ -49,6 +49,7 @@ const KEYS: &[(&str, Option<&str>)] = &[
     ("sutra.outbox.backoff", Some("PT1S")),
     ("sutra.timers.batch", Some("100")),
     ("sutra.transports.amqp.url", None),
+    ("sutra.transports.http.ca-file", None),
     ("sutra.transports.nats.url", None),
     ("sutra.auth.tokens", None),
     ("sutra.auth.tokens-file", None),
@@ -86,6 +87,9 @@ pub struct Settings {
     pub auth_tokens_file: Option<PathBuf>,
     /// The brokers `emit` publishes to (`sutra.transports.amqp.url`, `….nats.url`).
     pub brokers: BrokerUrls,
+    /// A PEM bundle of certificates `https://` webhooks are trusted by, beside the platform's
+    /// roots (`sutra.transports.http.ca-file`).
+    pub webhook_roots: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -213,6 +217,9 @@ impl Sources {
             retire_interval: self.parsed("sutra.deployments.retire-interval", positive_duration)?,
             auth_tokens: self.auth_tokens()?,
             auth_tokens_file: self.optional("sutra.auth.tokens-file").map(PathBuf::from),
+            webhook_roots: self
+                .optional("sutra.transports.http.ca-file")
+                .map(PathBuf::from),
             brokers: BrokerUrls {
                 amqp: self.broker_url("sutra.transports.amqp.url", &["amqp://"])?,
                 nats: self.broker_url("sutra.transports.nats.url", &["nats://"])?,

@@ -206,8 +206,11 @@ pub async fn serve_until(
     }
     metrics::install();
     let store = open_store(&settings).await?;
-    let transports = sutra_transport::Transports::new(settings.brokers.clone())
-        .map_err(|e| ServeError::Transports(e.to_string()))?;
+    let transports = sutra_transport::Transports::new(
+        settings.brokers.clone(),
+        settings.webhook_roots.as_deref(),
+    )
+    .map_err(ServeError::Transports)?;
     let engine = Engine::start(store, engine_config(&settings), Arc::new(transports)).await?;
     let listen_error = |reason: std::io::Error| ServeError::Listen {
         addr: settings.listen,

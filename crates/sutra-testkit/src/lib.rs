@@ -107,6 +107,8 @@ impl Server {
     /// Like [`Server::start`], but a server that exits before it listens — as one does when its
     /// database is away — is an `Err` with its stderr, for callers that try again.
     pub fn try_start(options: &ServerOptions) -> Result<Server, String> {
+        // This process's HTTP clients — the server's and a test's own — need it.
+        sutra_client::install_tls_provider();
         let mut command = Command::new(&options.binary);
         command
             .args([

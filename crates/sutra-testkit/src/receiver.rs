@@ -1,5 +1,7 @@
-//! A webhook receiver for outbox tests: a real HTTP server on a free loopback port, in the test
-//! process, that records every request and answers each with the next status of a scripted plan.
+//! A webhook receiver for outbox tests: a real HTTP (or HTTPS) server on a free loopback port, in
+//! the test process, that records every request and answers each with the next status of a
+//! scripted plan. Over HTTPS it presents a certificate made for it alone, for `127.0.0.1`, which
+//! nothing trusts unless told to ([`Receiver::certificate_pem`]).
 //!
 //! It runs on a thread and runtime of its own, so a test that blocks its own thread (waiting for
 //! a killed server to die) never stalls the `sutra serve` sending to it.
@@ -33,6 +35,8 @@ struct Script {
 
 pub struct Receiver {
     url: String,
+    /// Its certificate, when it serves HTTPS.
+    certificate_pem: Option<String>,
     script: Arc<Script>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -41,6 +45,23 @@ pub struct Receiver {
 impl Receiver {
     /// Answers the statuses of `plan` in order, then `then` to every later request.
     pub fn start(plan: &[u16], then: u16) -> Receiver {
+        Receiver::serve(plan, then, None)
+    }
+
+    /// Answers every request with `200 OK`, over HTTPS with a certificate of its own.
+    pub fn accepting_over_tls() -> Receiver {
+        let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()])
+            .expect("a self-signed certificate");
+        Receiver::serve(&[], 200, Some(made))
+    }
+
+    /// The PEM of the certificate an HTTPS receiver presents: what a client must trust.
+    pub fn certificate_pem(&self) -> &str {
+        self.certificate_pem.as_deref().expect("an HTTPS receiver")
+    }
+
+    fn serve(plan: &[u16], then: u16, tls: Option<rcgen::CertifiedKey>) -> Receiver {
+        sutra_client::install_tls_provider();
         let script = Arc::new(Script {
             received: Mutex::new(Vec::new()),
             plan: Mutex::new(plan.iter().copied().collect()),
@@ -50,7 +71,10 @@ impl Receiver {
         listener
             .set_nonblocking(true)
             .expect("a non-blocking socket");
-        let url = format!("http://{}", listener.local_addr().expect("a bound address"));
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let address = listener.local_addr().expect("a bound address");
+        let url = format!("{scheme}://{address}");
+        let certificate_pem = tls.as_ref().map(|made| made.cert.pem());
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let app = axum::Router::new()
             .fallback(record)
@@ -63,13 +87,14 @@ impl Receiver {
             runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener).expect("a listener");
                 tokio::select! {
-                    _ = axum::serve(listener, app) => {}
+                    () = accept(listener, app, tls) => {}
                     _ = stopped => {}
                 }
             });
         });
         Receiver {
             url,
+            certificate_pem,
             script,
             stop: Some(stop),
             thread: Some(thread),
@@ -115,6 +140,42 @@ impl Drop for Receiver {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+/// Serves `app` on `listener`, over TLS with `tls`'s certificate when it is given.
+async fn accept(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    tls: Option<rcgen::CertifiedKey>,
+) {
+    let Some(made) = tls else {
+        let _ = axum::serve(listener, app).await;
+        return;
+    };
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(made.key_pair.serialize_der().into());
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("TLS versions")
+    .with_no_client_auth()
+    .with_single_cert(vec![made.cert.der().clone()], key)
+    .expect("the receiver's certificate");
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    while let Ok((tcp, _)) = listener.accept().await {
+        let (acceptor, app) = (acceptor.clone(), app.clone());
+        tokio::spawn(async move {
+            // A client that refuses the certificate ends its handshake: nothing to serve.
+            let Ok(stream) = acceptor.accept(tcp).await else {
+                return;
+            };
+            let service = hyper_util::service::TowerToHyperService::new(app);
+            let _ =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+        });
     }
 }
 

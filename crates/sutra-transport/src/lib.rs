@@ -23,6 +23,8 @@ pub mod webhook;
 
 pub use broker::redacted;
 
+use std::path::Path;
+
 use sutra_core::model::{Channel, Transport};
 use sutra_store::{OutboxRow, SendError, Sender};
 
@@ -65,10 +67,11 @@ pub struct Transports {
 }
 
 impl Transports {
-    /// Connects to no broker yet: each connects on its first send.
-    pub fn new(brokers: BrokerUrls) -> Result<Transports, reqwest::Error> {
+    /// Connects to no broker yet: each connects on its first send. Webhooks trust the
+    /// platform's roots and those of the PEM bundle `extra_roots`.
+    pub fn new(brokers: BrokerUrls, extra_roots: Option<&Path>) -> Result<Transports, String> {
         Ok(Transports {
-            webhook: Webhook::new()?,
+            webhook: Webhook::new(extra_roots)?,
             amqp: brokers.amqp.map(Amqp::new),
             nats: brokers.nats.map(Nats::new),
         })
@@ -151,7 +154,7 @@ flows:
 
     #[tokio::test]
     async fn a_broker_channel_without_a_configured_broker_fails_with_a_reason_that_says_which() {
-        let transports = Transports::new(BrokerUrls::default()).unwrap();
+        let transports = Transports::new(BrokerUrls::default(), None).unwrap();
         for (name, transport) in [("bus", "amqp"), ("stream", "nats")] {
             let failed = transports.send(&channel(name), &row(name)).await;
             assert_eq!(

@@ -8,11 +8,18 @@
 //! HTTP endpoints deduplicate on).
 //!
 //! Only a 2xx answer counts as sent. Redirects are not followed: following one would resend the
-//! event to an address nobody configured, and a 301/302 would turn the POST into a GET. Plain
-//! `http://` only for now: the client is built without TLS, so an `https://` url fails its sends
-//! with a reason that says so.
+//! event to an address nobody configured, and a 301/302 would turn the POST into a GET.
+//!
+//! `https://` urls are verified against the platform's roots (rustls, on ring) and, when
+//! `sutra.transports.http.ca-file` names one, the certificates of that PEM bundle too: what an
+//! internal service signed by a private CA needs. A certificate no root vouches for fails the
+//! send with a reason that says so.
 
+use std::path::Path;
 use std::time::Duration;
+
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 
 use reqwest::header::CONTENT_TYPE;
 use sutra_core::model::Channel;
@@ -29,11 +36,14 @@ pub struct Webhook {
 }
 
 impl Webhook {
-    pub fn new() -> Result<Webhook, reqwest::Error> {
+    /// A client trusting the platform's roots, and those of the PEM bundle `extra_roots`.
+    pub fn new(extra_roots: Option<&Path>) -> Result<Webhook, String> {
         let client = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .redirect(reqwest::redirect::Policy::none())
-            .build()?;
+            .use_preconfigured_tls(tls(extra_roots)?)
+            .build()
+            .map_err(|e| e.to_string())?;
         Ok(Webhook { client })
     }
 
@@ -60,6 +70,42 @@ impl Webhook {
             Err(SendError(format!("POST {url}: HTTP {status}")))
         }
     }
+}
+
+/// The TLS the webhooks speak: rustls on ring, with the platform's roots and `extra_roots`. Made
+/// here rather than by reqwest, so that it names its crypto provider instead of relying on one
+/// installed process-wide.
+fn tls(extra_roots: Option<&Path>) -> Result<rustls::ClientConfig, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    // A root of the platform's that rustls cannot read is left out, as every client does.
+    let (_added, _unreadable) =
+        roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+    if let Some(path) = extra_roots {
+        let pem = std::fs::read(path)
+            .map_err(|e| format!("cannot read the CA bundle {}: {e}", path.display()))?;
+        let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem)
+            .collect::<Result<_, _>>()
+            .map_err(|e| {
+                format!(
+                    "{} is not a PEM bundle of certificates: {e}",
+                    path.display()
+                )
+            })?;
+        if certs.is_empty() {
+            return Err(format!("{} holds no certificate", path.display()));
+        }
+        for cert in certs {
+            roots
+                .add(cert)
+                .map_err(|e| format!("a certificate of {}: {e}", path.display()))?;
+        }
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
 }
 
 /// A few words for the row's `last_error`: reqwest's own message names the url again and hides

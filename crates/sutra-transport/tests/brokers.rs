@@ -9,10 +9,13 @@ use sutra_testkit::brokers::{TestQueue, TestStream, amqp_url, nats_url, unique};
 use sutra_transport::{BrokerUrls, Transports};
 
 fn transports() -> Transports {
-    Transports::new(BrokerUrls {
-        amqp: Some(amqp_url()),
-        nats: Some(nats_url()),
-    })
+    Transports::new(
+        BrokerUrls {
+            amqp: Some(amqp_url()),
+            nats: Some(nats_url()),
+        },
+        None,
+    )
     .unwrap()
 }
 
@@ -138,10 +141,13 @@ async fn a_nats_emit_to_a_subject_no_stream_captures_is_a_failed_send() {
 
 #[tokio::test]
 async fn an_unreachable_broker_fails_the_send_without_showing_its_password() {
-    let transports = Transports::new(BrokerUrls {
-        amqp: Some("amqp://guest:s3cret@127.0.0.1:1/%2f".to_owned()),
-        nats: None,
-    })
+    let transports = Transports::new(
+        BrokerUrls {
+            amqp: Some("amqp://guest:s3cret@127.0.0.1:1/%2f".to_owned()),
+            nats: None,
+        },
+        None,
+    )
     .unwrap();
     let bus = channel("bus", "{ transport: amqp, queue: anywhere }");
 
