@@ -29,7 +29,8 @@ impl StepStatements for Scoped {
             "UPDATE instances
              SET snapshot = $1, status = $2, owner = NULL, claimed_at = NULL, recoveries = 0,
                  fence = fence + $7, updated_at = sutra_now(), held_by = COALESCE($8, held_by),
-                 version = $9
+                 version = $9,
+                 ended_at = CASE WHEN $2 IN ('completed', 'cancelled') THEN sutra_now() END
              WHERE tenant = $3 AND id = $4 AND ($5::text IS NULL OR owner = $5) AND fence = $6",
         );
         let query = params::settle(query, token, snapshot, held_by);
@@ -39,8 +40,9 @@ impl StepStatements for Scoped {
     async fn insert_instance(&mut self, snapshot: &Snapshot, held_by: Option<&str>) -> Result<()> {
         let query = sqlx::query(
             "INSERT INTO instances (id, tenant, deployment, version, flow, status, snapshot,
-                                    held_by, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, sutra_now(), sutra_now())",
+                                    held_by, created_at, updated_at, ended_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, sutra_now(), sutra_now(),
+                     CASE WHEN $6 IN ('completed', 'cancelled') THEN sutra_now() END)",
         );
         let query = params::instance(query, snapshot, held_by);
         self.execute(query).await.map(drop)

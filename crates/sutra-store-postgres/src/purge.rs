@@ -5,8 +5,9 @@
 //! holds (an instance being claimed, a buffered message being matched by a park) and two purgers
 //! never pick the same rows. The rows that hang off a purged instance — waits, deliveries, tasks,
 //! history — go by `ON DELETE CASCADE`; its inbox rows, which have no foreign key, go in the same
-//! statement. The status and `sent_at` predicates are literals so that the partial indexes of
-//! migration 0003 serve them.
+//! statement. Terminal instances are found by `ended_at`, which the ending step stamps (migration
+//! 0010: so that no step's update touches an indexed column); the `sent_at` predicate is a literal
+//! so that the partial index of migration 0003 serves it.
 
 use jiff::SignedDuration;
 use sutra_store::Result;
@@ -22,8 +23,8 @@ impl PurgeStatements for Scoped {
         let query = sqlx::query(
             "WITH doomed AS (
                  SELECT tenant, id FROM instances
-                 WHERE status IN ('completed', 'cancelled') AND updated_at < sutra_now() - $1
-                 ORDER BY updated_at, id LIMIT $2
+                 WHERE ended_at < sutra_now() - $1
+                 ORDER BY ended_at, id LIMIT $2
                  FOR UPDATE SKIP LOCKED
              ), consumed AS (
                  DELETE FROM inbox USING doomed
