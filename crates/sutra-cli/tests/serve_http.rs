@@ -518,3 +518,39 @@ async fn an_invalid_deployment_is_refused_with_located_diagnostics() {
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn an_attribute_or_a_correlation_key_too_long_to_index_is_refused_at_intake() {
+    let scratch = Scratch::new("key-limits");
+    let server = deployed(&scratch).await;
+    let long = "x".repeat(2_000);
+    let attribute = json!({"specversion": "1.0", "id": long, "type": "t", "source": "s", "data": {"id": "o1", "amount": 1}});
+    let (status, body) = server
+        .post_raw("/v1/channels/orders/messages", attribute.to_string())
+        .await;
+    assert_eq!(
+        (status, body["code"].clone()),
+        (422, json!("SUTRA.INTAKE.VALIDATION")),
+        "{body}"
+    );
+    assert!(
+        body.to_string()
+            .contains("`id` is 2000 bytes long; at most 1024"),
+        "{body}"
+    );
+
+    let (status, body) = server
+        .send("orders", "evt-long-key", json!({"id": long, "amount": 1}))
+        .await;
+    assert_eq!(
+        (status, body["code"].clone()),
+        (422, json!("SUTRA.INTAKE.VALIDATION")),
+        "{body}"
+    );
+    assert!(
+        body["detail"].as_str().unwrap().contains("correlation key"),
+        "{body}"
+    );
+    let (_, listed) = server.get("/v1/instances").await;
+    assert_eq!(listed["items"], json!([]), "nothing was started");
+}

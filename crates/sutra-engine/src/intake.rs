@@ -360,10 +360,33 @@ fn dedup(first: InboxAnswer) -> Answer {
     }
 }
 
-/// Refuses what cannot be stored faithfully (`\u0000`, which PostgreSQL text cannot hold) and
-/// what the channel's schema rejects, listing every violation.
+/// The longest CloudEvents attribute or correlation key taken, in bytes. They become keys of
+/// the store's indexes (the inbox's, the waits'), whose entries PostgreSQL caps near 2.7 kB: a
+/// longer one would fail inside the database, after intake had said nothing.
+pub const KEY_BYTES_MAX: usize = 1024;
+
+/// Refuses what cannot be stored faithfully (`\u0000`, which PostgreSQL text cannot hold, and
+/// attributes longer than [`KEY_BYTES_MAX`]) and what the channel's schema rejects, listing
+/// every violation.
 fn validate(channel: &Channel, message: &Message) -> Result<(), IntakeError> {
     let mut violations = Vec::new();
+    let attributes = [
+        ("id", Some(&message.id)),
+        ("type", Some(&message.kind)),
+        ("source", Some(&message.source)),
+        ("subject", message.subject.as_ref()),
+    ];
+    for (name, value) in attributes {
+        if let Some(value) = value.filter(|value| value.len() > KEY_BYTES_MAX) {
+            violations.push(Violation {
+                pointer: String::new(),
+                message: format!(
+                    "the event attribute `{name}` is {} bytes long; at most {KEY_BYTES_MAX} are taken",
+                    value.len()
+                ),
+            });
+        }
+    }
     find_nul(&message.data, "", &mut violations);
     if let Some(schema) = &channel.schema {
         violations.extend(
@@ -420,16 +443,27 @@ fn correlate(channel: &Channel, message: &Message) -> Result<Option<String>, Int
         .fold(Bindings::new(), |bindings, name| {
             bindings.json(name, &attributes[*name])
         });
-    expr.eval_key(&bindings)
-        .map(Some)
-        .map_err(|error| IntakeError::Invalid {
-            detail: format!(
-                "cannot compute the correlation key of channel `{}`: {error}",
-                channel.name
-            ),
-            violations: vec![Violation {
-                pointer: String::new(),
-                message: error.message,
-            }],
-        })
+    let refused = |detail: String, message: String| IntakeError::Invalid {
+        detail,
+        violations: vec![Violation {
+            pointer: String::new(),
+            message,
+        }],
+    };
+    let key = expr.eval_key(&bindings).map_err(|error| {
+        let detail = format!(
+            "cannot compute the correlation key of channel `{}`: {error}",
+            channel.name
+        );
+        refused(detail, error.message)
+    })?;
+    if key.len() > KEY_BYTES_MAX {
+        let detail = format!(
+            "the correlation key of channel `{}` is {} bytes long; at most {KEY_BYTES_MAX} are taken",
+            channel.name,
+            key.len()
+        );
+        return Err(refused(detail.clone(), detail));
+    }
+    Ok(Some(key))
 }
