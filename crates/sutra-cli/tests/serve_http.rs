@@ -554,3 +554,26 @@ async fn an_attribute_or_a_correlation_key_too_long_to_index_is_refused_at_intak
     let (_, listed) = server.get("/v1/instances").await;
     assert_eq!(listed["items"], json!([]), "nothing was started");
 }
+
+#[tokio::test]
+async fn a_query_or_path_that_does_not_fit_is_a_problem_with_a_code_and_a_cursor_must_be_ours() {
+    let scratch = Scratch::new("extractors");
+    let server = deployed(&scratch).await;
+    for path in [
+        "/v1/instances?limit=-1",
+        "/v1/instances?after=%25%25%25garbage",
+        "/v1/tasks?after=not-a-task",
+        "/v1/deployments/shop/abc",
+    ] {
+        let (status, body) = server.get(path).await;
+        assert_eq!(
+            (status, body["code"].clone()),
+            (400, json!("SUTRA.API.REQUEST.INVALID")),
+            "{path}: {body}"
+        );
+        assert!(
+            body["detail"].as_str().is_some_and(|d| !d.is_empty()),
+            "{path}: {body}"
+        );
+    }
+}

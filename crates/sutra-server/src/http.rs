@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Extension, Path, Query, State};
+use axum::extract::{Extension, FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -127,6 +128,55 @@ pub(crate) async fn parse<T: DeserializeOwned>(api: &Api, body: Body) -> Result<
             invalid(format!("`{field}`: {inner}"))
         }
     })
+}
+
+/// A query string, refused as problem+json (`SUTRA.API.REQUEST.INVALID`, naming what does not
+/// fit) rather than with axum's plain-text answer.
+pub(crate) struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<ApiQuery<T>> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(query)) => Ok(ApiQuery(query)),
+            Err(rejection) => Err(invalid(format!(
+                "the query string: {}",
+                rejection.body_text()
+            ))),
+        }
+    }
+}
+
+/// Path parameters, refused as problem+json when they do not fit (a version that is no number).
+pub(crate) struct ApiPath<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<ApiPath<T>> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(path)) => Ok(ApiPath(path)),
+            Err(rejection) => Err(invalid(format!("the path: {}", rejection.body_text()))),
+        }
+    }
+}
+
+/// A listing's `after`, if it is one of the cursors this server gives (`ours`): anything else
+/// would silently page from nowhere.
+pub(crate) fn cursor(after: Option<String>, ours: fn(&str) -> bool) -> Result<Option<String>> {
+    match after {
+        Some(after) if !ours(&after) => Err(invalid(format!(
+            "`after`: `{}` is not a cursor this server gave; pass the `next` of the previous page",
+            after.chars().take(64).collect::<String>()
+        ))),
+        after => Ok(after),
+    }
+}
+
+/// An instance id, as the cursors of the instance listing are.
+pub(crate) fn is_instance_id(text: &str) -> bool {
+    uuid::Uuid::try_parse(text).is_ok()
 }
 
 /// A request whose parameters or body do not fit (`SUTRA.API.REQUEST.INVALID`).
@@ -316,7 +366,7 @@ async fn deployments(
 async fn deployment(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    Path((name, version)): Path<(String, u32)>,
+    ApiPath((name, version)): ApiPath<(String, u32)>,
 ) -> Result<Json<sutra_wire::Deployment>> {
     let records = api
         .engine
@@ -349,14 +399,14 @@ async fn deployment(
 async fn instances(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    Query(query): Query<InstanceQuery>,
+    ApiQuery(query): ApiQuery<InstanceQuery>,
 ) -> Result<Json<Page<sutra_wire::Instance>>> {
     let status = query.status.as_deref().map(parse_status).transpose()?;
     let limit = page_limit(query.limit);
     let filter = InstanceFilter {
         status,
         flow: query.flow,
-        after: query.after,
+        after: cursor(query.after, is_instance_id)?,
         limit,
         ..InstanceFilter::default()
     };

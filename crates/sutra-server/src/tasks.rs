@@ -9,7 +9,7 @@
 use axum::Json;
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Extension, Path, Query, State};
+use axum::extract::{Extension, Path, State};
 use axum::routing::{get, post};
 use futures_util::future::join_all;
 use jiff::SignedDuration;
@@ -24,7 +24,9 @@ use sutra_wire::{
 };
 
 use crate::auth::Caller;
-use crate::http::{Api, invalid, next_cursor, page_limit, parse, store_problem};
+use crate::http::{
+    Api, ApiQuery, cursor, invalid, is_instance_id, next_cursor, page_limit, parse, store_problem,
+};
 use crate::problem::Problem;
 use crate::render;
 
@@ -194,14 +196,14 @@ async fn extend(
 async fn list(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    Query(query): Query<TaskQuery>,
+    ApiQuery(query): ApiQuery<TaskQuery>,
 ) -> Result<Json<Page<TaskSummary>>> {
     let state = query.state.as_deref().map(parse_state).transpose()?;
     let limit = page_limit(query.limit);
     let filter = TaskFilter {
         topic: query.topic,
         state,
-        after: query.after,
+        after: cursor(query.after, is_task_id)?,
         limit,
     };
     let records = api
@@ -213,6 +215,11 @@ async fn list(
     let next = next_cursor(&records, limit, |record| &record.id);
     let items = records.iter().map(render::task_summary).collect();
     Ok(Json(Page { items, next }))
+}
+
+/// A task id, `{instance}:{park}`, as the cursors of the task listing are.
+fn is_task_id(text: &str) -> bool {
+    sutra_store::task_instance(text).is_some_and(is_instance_id)
 }
 
 fn parse_state(text: &str) -> Result<TaskState> {
