@@ -481,6 +481,11 @@ async fn a_malformed_batch_changes_nothing() {
         ),
         (json!([good, {"id": 7, "lock_token": "t"}]), "`[1].id`"),
         (json!([good, "x"]), "`[1]`"),
+        // What PostgreSQL text cannot hold is refused before it reaches the store.
+        (
+            json!([item(&task, json!({"note": "a\u{0}b"}))]),
+            "`/0/output/note`: contains the character \\u0000",
+        ),
     ];
     for (body, detail) in cases {
         let refused = complete_batch(&server, body.clone()).await;

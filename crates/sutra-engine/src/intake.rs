@@ -407,6 +407,17 @@ fn validate(channel: &Channel, message: &Message) -> Result<(), IntakeError> {
     Err(IntakeError::Invalid { detail, violations })
 }
 
+/// The JSON pointers of every string (or key) in `value` holding `\u0000`, which PostgreSQL text
+/// cannot hold: what every body that reaches the store is refused for, as intake refuses it.
+pub fn nul_pointers(value: &Value) -> Vec<String> {
+    let mut found = Vec::new();
+    find_nul(value, "", &mut found);
+    found
+        .into_iter()
+        .map(|violation| violation.pointer)
+        .collect()
+}
+
 fn find_nul(value: &Value, pointer: &str, out: &mut Vec<Violation>) {
     let nul = |pointer: &str| Violation {
         pointer: pointer.to_owned(),

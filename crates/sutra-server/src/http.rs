@@ -115,11 +115,18 @@ pub(crate) async fn read_body(body: Body, max_bytes: usize) -> Result<axum::body
     Ok(kept.into())
 }
 
-/// Reads a JSON body into `T`, naming the field at fault when it does not fit.
+/// Reads a JSON body into `T`, naming the field at fault when it does not fit. A string holding
+/// `\u0000` is refused wherever it is, as intake refuses it: the store could not keep it.
 pub(crate) async fn parse<T: DeserializeOwned>(api: &Api, body: Body) -> Result<T> {
     let bytes = read_body(body, api.max_bytes).await?;
-    let mut reader = serde_json::Deserializer::from_slice(&bytes);
-    serde_path_to_error::deserialize(&mut reader).map_err(|error| {
+    let value: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|error| invalid(format!("the body is not JSON: {error}")))?;
+    if let Some(pointer) = sutra_engine::intake::nul_pointers(&value).first() {
+        return Err(invalid(format!(
+            "`{pointer}`: contains the character \\u0000, which cannot be stored; remove it"
+        )));
+    }
+    serde_path_to_error::deserialize(value).map_err(|error| {
         let field = error.path().to_string();
         let inner = error.into_inner();
         if field == "." {
