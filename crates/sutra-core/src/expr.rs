@@ -120,6 +120,10 @@ fn plain_reason(reason: &str) -> String {
     reason.to_owned()
 }
 
+/// The longest correlation key (a message's, a `receive`'s) and CloudEvents attribute taken, in
+/// bytes: they become keys of the store's indexes, whose entries PostgreSQL caps near 2.7 kB.
+pub const KEY_BYTES_MAX: usize = 1024;
+
 /// Why an expression failed at run time. Reported as `SUTRA.RUNTIME.EXPRESSION.ERROR`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("`{expression}`: {message}")]
@@ -208,17 +212,27 @@ impl Expr {
 
     /// Evaluates a correlation key: a string, or an integer written in decimal.
     pub fn eval_key(&self, bindings: &Bindings) -> Result<String, EvalError> {
-        match self.eval(bindings)? {
-            Value::String(s) => Ok(s),
-            Value::Number(n) if n.is_i64() || n.is_u64() => Ok(n.to_string()),
-            other => Err(EvalError {
-                expression: self.source.to_string(),
-                message: format!(
+        let refused = |message: String| EvalError {
+            expression: self.source.to_string(),
+            message,
+        };
+        let key = match self.eval(bindings)? {
+            Value::String(s) => s,
+            Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
+            other => {
+                return Err(refused(format!(
                     "a correlation key must be a string or an integer, got {}",
                     json_type_name(&other)
-                ),
-            }),
+                )));
+            }
+        };
+        if key.len() > KEY_BYTES_MAX {
+            return Err(refused(format!(
+                "a correlation key is at most {KEY_BYTES_MAX} bytes long; this one is {}",
+                key.len()
+            )));
         }
+        Ok(key)
     }
 }
 
@@ -566,6 +580,10 @@ mod tests {
         assert_eq!(at(json!({"id": 42})).unwrap(), "42");
         assert!(at(json!({"id": 1.5})).is_err());
         assert!(at(json!({"id": {"x": 1}})).is_err());
+        let longest = "k".repeat(KEY_BYTES_MAX);
+        assert_eq!(at(json!({"id": longest})).unwrap().len(), KEY_BYTES_MAX);
+        let refused = at(json!({"id": format!("{longest}k")})).unwrap_err();
+        assert!(refused.message.contains("at most 1024 bytes"), "{refused}");
     }
 
     #[test]

@@ -8,7 +8,7 @@
 
 use jiff::Timestamp;
 use serde_json::Value;
-use sutra_core::expr::{Bindings, MESSAGE_ROOTS};
+use sutra_core::expr::{Bindings, KEY_BYTES_MAX, MESSAGE_ROOTS};
 use sutra_core::model::{Ack, Channel, Transport};
 use sutra_core::snapshot::InstanceInfo;
 use sutra_core::step::{Event, Message, Reply};
@@ -360,13 +360,8 @@ fn dedup(first: InboxAnswer) -> Answer {
     }
 }
 
-/// The longest CloudEvents attribute or correlation key taken, in bytes. They become keys of
-/// the store's indexes (the inbox's, the waits'), whose entries PostgreSQL caps near 2.7 kB: a
-/// longer one would fail inside the database, after intake had said nothing.
-pub const KEY_BYTES_MAX: usize = 1024;
-
 /// Refuses what cannot be stored faithfully (`\u0000`, which PostgreSQL text cannot hold, and
-/// attributes longer than [`KEY_BYTES_MAX`]) and what the channel's schema rejects, listing
+/// attributes longer than [`KEY_BYTES_MAX`], keys of the store's indexes) and what the channel's schema rejects, listing
 /// every violation.
 fn validate(channel: &Channel, message: &Message) -> Result<(), IntakeError> {
     let mut violations = Vec::new();
@@ -468,13 +463,5 @@ fn correlate(channel: &Channel, message: &Message) -> Result<Option<String>, Int
         );
         refused(detail, error.message)
     })?;
-    if key.len() > KEY_BYTES_MAX {
-        let detail = format!(
-            "the correlation key of channel `{}` is {} bytes long; at most {KEY_BYTES_MAX} are taken",
-            channel.name,
-            key.len()
-        );
-        return Err(refused(detail.clone(), detail));
-    }
     Ok(Some(key))
 }
