@@ -263,6 +263,15 @@ fn set(cx: &mut Checker, site: &Site, kind: &Entry) -> Option<NodeKind> {
         .map(NodeKind::Set)
 }
 
+/// A task topic: workers poll by it, and it is a key of the store's task index, so it is a name,
+/// not free text.
+const TOPIC_NAME: NameRule = NameRule {
+    first: |c| c.is_ascii_alphanumeric(),
+    rest: |c| c.is_ascii_alphanumeric() || "-_.:/".contains(c),
+    max_chars: 200,
+    hint: "use 1 to 200 letters, digits and `-_.:/`, starting with a letter or a digit, such as `debit-account`",
+};
+
 fn task(cx: &mut Checker, site: &Site, kind: &Entry) -> Option<NodeKind> {
     let fields = ["topic", "input", "retries", "backoff", "lock"];
     let record = site.spec(cx, kind, &fields, "{ topic: debit-account, input: {...} }")?;
@@ -272,7 +281,7 @@ fn task(cx: &mut Checker, site: &Site, kind: &Entry) -> Option<NodeKind> {
             "topic",
             "add `topic: <name>`: workers poll for tasks by topic",
         )
-        .and_then(|node| cx.text(node, &record.label("topic")));
+        .and_then(|node| cx.named(node, &record.label("topic"), &TOPIC_NAME));
     let input = site.template(cx, &record, "input");
     let retries = record
         .get("retries")
