@@ -125,7 +125,7 @@ pub fn run(args: &Args, server: Option<&str>, token: Option<&str>, json: bool) -
         args,
     };
     let plan = match args.workload.uses_amqp() {
-        true => match runtime.block_on(Broker::open(&amqp::url())) {
+        true => match runtime.block_on(Broker::open(&crate::in_process::rabbitmq_url())) {
             Ok(broker) => Plan {
                 broker: Some(Arc::new(broker)),
                 ..plan
@@ -371,7 +371,10 @@ fn engine_sources(datasource: &str, plan: &Plan<'_>) -> Sources {
 /// The broker settings the engine needs for the workload: RabbitMQ's URL for an AMQP one.
 fn brokers(plan: &Plan<'_>) -> Vec<(&'static str, String)> {
     match plan.broker {
-        Some(_) => vec![("sutra.transports.amqp.url", amqp::url())],
+        Some(_) => vec![(
+            "sutra.transports.amqp.url",
+            crate::in_process::rabbitmq_url(),
+        )],
         None => Vec::new(),
     }
 }

@@ -108,7 +108,7 @@ async fn demo(keep_running: bool) -> Result<(), String> {
     } else {
         "127.0.0.1:0"
     };
-    let amqp_url = bank::amqp_url();
+    let amqp_url = crate::in_process::rabbitmq_url();
     let bank = Bank::open(amqp_url.clone()).await;
     // Configured even when RabbitMQ is away: a deployment declaring an AMQP channel needs its
     // broker's URL, and the engine connects again by itself once it is there.

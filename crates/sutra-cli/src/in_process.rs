@@ -57,6 +57,13 @@ impl Drop for ScratchDir {
 /// `spawn`: the server's future is not `Send`), handing `drive` the server's base URL and
 /// stopping the engine once `drive` is done. The engine's start-up error wins over the driver's
 /// outcome, since the driver never ran then.
+/// The RabbitMQ the commands that run an engine here (`demo`, `bench amqp-start`) use: the one
+/// configured for `sutra serve` (`SUTRA_TRANSPORTS_AMQP_URL`), else RabbitMQ's local default.
+pub fn rabbitmq_url() -> String {
+    std::env::var("SUTRA_TRANSPORTS_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
+}
+
 pub async fn serve_while<T, F, Fut>(sources: Sources, drive: F) -> Result<T, String>
 where
     F: FnOnce(String) -> Fut,

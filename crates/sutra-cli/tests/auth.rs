@@ -279,7 +279,7 @@ async fn tokens_from_a_file_are_rotated_without_a_restart_and_never_logged() {
     let scratch = sutra_testkit::Scratch::new("auth-rotation");
     let file = scratch.path().join("tokens");
     std::fs::write(&file, format!("acme:admin:{ADMIN}")).unwrap();
-    let server = Server::start(
+    let mut server = Server::start(
         &ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), "sqlite::memory:")
             .env("SUTRA_AUTH_TOKENS_FILE", file.to_str().unwrap())
             .env("SUTRA_LOG", "trace"),
@@ -295,7 +295,7 @@ async fn tokens_from_a_file_are_rotated_without_a_restart_and_never_logged() {
     // A file that no longer parses changes nothing.
     std::fs::write(&file, "acme:admin:tiny-secret").unwrap();
     sutra_testkit::signal(server.pid(), "HUP");
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    server.wait_for_stderr("API tokens not reloaded");
     until_answered(&server, NEXT, 200, "the tokens in force stay").await;
 
     // Rotated again, without a signal: the file's change is noticed by itself.

@@ -176,14 +176,6 @@ impl Health {
             .collect()
     }
 
-    /// Every consumer's state, by tenant and channel.
-    pub fn states(&self) -> Vec<((String, String), State)> {
-        self.lock()
-            .iter()
-            .map(|(key, state)| (key.clone(), state.clone()))
-            .collect()
-    }
-
     pub(crate) fn set(&self, subscription: &Subscription, state: State) {
         self.lock().insert(subscription.key(), state);
     }

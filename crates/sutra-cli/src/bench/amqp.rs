@@ -23,15 +23,8 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-/// Where the bench finds RabbitMQ unless `SUTRA_TRANSPORTS_AMQP_URL` says otherwise.
-const LOCAL_RABBITMQ: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
-
 /// Far longer than a round trip takes: a reply that never comes fails the run after it.
 const PATIENCE: Duration = Duration::from_secs(60);
-
-pub fn url() -> String {
-    std::env::var("SUTRA_TRANSPORTS_AMQP_URL").unwrap_or_else(|_| LOCAL_RABBITMQ.to_owned())
-}
 
 /// This run's queues: the requests the engine consumes and the replies it emits.
 pub fn queues() -> (String, String) {

@@ -12,9 +12,6 @@ use lapin::types::{FieldTable, ShortString};
 use lapin::{BasicProperties, Connection, ConnectionProperties};
 use serde_json::json;
 
-/// Where the demo looks for RabbitMQ unless `SUTRA_TRANSPORTS_AMQP_URL` says otherwise.
-const LOCAL_RABBITMQ: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
-
 /// How long the demo tries to reach RabbitMQ before going on without it.
 const REACH: Duration = Duration::from_secs(3);
 
@@ -23,12 +20,6 @@ pub struct Bank {
     pub queue: String,
     _connection: Connection,
     channel: lapin::Channel,
-}
-
-/// The broker URL the demo uses: the one configured for `sutra serve`, else RabbitMQ's local
-/// default.
-pub fn amqp_url() -> String {
-    std::env::var("SUTRA_TRANSPORTS_AMQP_URL").unwrap_or_else(|_| LOCAL_RABBITMQ.to_owned())
 }
 
 impl Bank {
