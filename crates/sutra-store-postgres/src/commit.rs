@@ -1,53 +1,28 @@
 //! A step's commit on PostgreSQL: the statements of the shared script, in one transaction scoped
 //! to the instance's tenant.
 //!
-//! Unlike SQLite, other writers run at the same time (READ COMMITTED). The fenced update
-//! ([`StepStatements::settle`]) holds the instance's row lock to the end, so no claim, sweep or
-//! other commit interleaves with the step; a park and an early message on the same correlation
-//! key are ordered by advisory locks ([`sutra_store_sql::Statements::serialize`]).
+//! Unlike SQLite, other writers run at the same time (READ COMMITTED). The fenced update that
+//! leads a step's own rows ([`StepStatements::write_rows`], one statement) holds the instance's
+//! row lock to the end, so no claim, sweep or other commit interleaves with the step; a park and
+//! an early message on the same correlation key are ordered by advisory locks
+//! ([`sutra_store_sql::Statements::serialize`]). Every statement is a round trip, which costs the
+//! database more than most of these statements' work (issue 11's profile): a step's own rows
+//! are written by one.
+
+use std::sync::LazyLock;
 
 use serde_json::Value;
 use sqlx::types::Json;
-use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot};
+use sutra_core::snapshot::{InstanceInfo, ParkId};
 use sutra_core::step::HistoryEvent;
-use sutra_store::{ClaimToken, DeliveryId, InboxEntry, OutboxEntry, Result};
-use sutra_store_sql::{Correlation, StepStatements, TaskArm, WaitArm, params};
+use sutra_store::{DeliveryId, InboxEntry, OutboxEntry, Result};
+use sutra_store_sql::{Correlation, StepRows, StepStatements, TaskArm, WaitArm, params};
 
-use crate::codec::{db, history_kind, micros, park, signed};
+use crate::codec::{db, duration_micros, history_kind, micros, park, signed};
 use crate::notices;
-use crate::statements::Scoped;
+use crate::statements::{Query, Scoped};
 
 impl StepStatements for Scoped {
-    /// The row lock this update takes is held until the commit.
-    async fn settle(
-        &mut self,
-        token: &ClaimToken,
-        snapshot: &Snapshot,
-        held_by: Option<&str>,
-    ) -> Result<bool> {
-        let query = sqlx::query(
-            "UPDATE instances
-             SET snapshot = $1, status = $2, owner = NULL, claimed_at = NULL, recoveries = 0,
-                 fence = fence + $7, updated_at = sutra_now(), held_by = COALESCE($8, held_by),
-                 version = $9,
-                 ended_at = CASE WHEN $2 IN ('completed', 'cancelled') THEN sutra_now() END
-             WHERE tenant = $3 AND id = $4 AND ($5::text IS NULL OR owner = $5) AND fence = $6",
-        );
-        let query = params::settle(query, token, snapshot, held_by);
-        Ok(self.execute(query).await? == 1)
-    }
-
-    async fn insert_instance(&mut self, snapshot: &Snapshot, held_by: Option<&str>) -> Result<()> {
-        let query = sqlx::query(
-            "INSERT INTO instances (id, tenant, deployment, version, flow, status, snapshot,
-                                    held_by, created_at, updated_at, ended_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, sutra_now(), sutra_now(),
-                     CASE WHEN $6 IN ('completed', 'cancelled') THEN sutra_now() END)",
-        );
-        let query = params::instance(query, snapshot, held_by);
-        self.execute(query).await.map(drop)
-    }
-
     /// One `NOTIFY` per payload, in one statement; PostgreSQL delivers them only if this
     /// transaction commits. A pending `NOTIFY` serialises every committer that has one on a
     /// global lock, which is why only steps ending instances held elsewhere send any.
@@ -58,49 +33,29 @@ impl StepStatements for Scoped {
         self.execute(query).await.map(drop)
     }
 
-    /// One statement for every event of the step. The primary key `(instance, seq)` refuses a
-    /// repeated sequence, failing the whole step.
-    async fn insert_history(
-        &mut self,
-        instance: &InstanceInfo,
-        events: &[HistoryEvent],
-    ) -> Result<()> {
-        if events.is_empty() {
-            return Ok(());
-        }
-        let mut seqs = Vec::with_capacity(events.len());
-        let mut tokens = Vec::with_capacity(events.len());
-        for event in events {
-            seqs.push(signed(event.seq, "a history sequence")?);
-            tokens.push(
-                event
-                    .token
-                    .map(|token| signed(token.0, "a token id"))
-                    .transpose()?,
-            );
-        }
-        let ats: Vec<i64> = events.iter().map(|event| micros(event.at)).collect();
-        let kinds: Vec<String> = events
+    /// One statement for the whole of `rows` (see [`ROWS_AFTER_SETTLE`]).
+    async fn write_rows(&mut self, rows: &StepRows<'_>) -> Result<bool> {
+        let query = match rows.claim {
+            Some(token) => params::settle(
+                sqlx::query(ROWS_AFTER_SETTLE.as_str()),
+                token,
+                rows.snapshot,
+                rows.held_by,
+            ),
+            None => params::instance(
+                sqlx::query(ROWS_AFTER_INSERT.as_str()),
+                rows.snapshot,
+                rows.held_by,
+            ),
+        };
+        let query = HistoryColumns::of(rows.history)?.bind(query);
+        let cleared = rows
+            .cleared
             .iter()
-            .map(|event| history_kind(event.kind))
-            .collect();
-        let nodes: Vec<Option<&str>> = events.iter().map(|event| event.node.as_deref()).collect();
-        let details: Vec<Json<&Value>> = events.iter().map(|event| Json(&event.detail)).collect();
-        let query = sqlx::query(
-            "INSERT INTO history (tenant, instance, seq, at, kind, node, token, detail)
-             SELECT $1, $2, seq, at, kind, node, token, detail
-             FROM unnest($3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::bigint[],
-                         $8::jsonb[]) AS event (seq, at, kind, node, token, detail)",
-        )
-        .bind(&instance.tenant)
-        .bind(&instance.id)
-        .bind(seqs)
-        .bind(ats)
-        .bind(kinds)
-        .bind(nodes)
-        .bind(tokens)
-        .bind(details);
-        self.execute(query).await.map(drop)
+            .map(|cleared| park(*cleared))
+            .collect::<Result<Vec<_>>>()?;
+        let query = TaskColumns::of(rows.tasks)?.bind(query.bind(cleared));
+        Ok(self.execute(query).await? == 1)
     }
 
     /// A worker completing the task concurrently holds its row: this update waits for that
@@ -112,18 +67,6 @@ impl StepStatements for Scoped {
              WHERE instance = $1 AND park = $2 AND state IN ($4, $5)",
         );
         let query = params::cancel_task(query, instance, park_id)?;
-        self.execute(query).await.map(drop)
-    }
-
-    /// One statement for both tables: they hold different rows, so one snapshot for both
-    /// deletes is the same as two.
-    async fn delete_park_rows(&mut self, instance: &str, park_id: ParkId) -> Result<()> {
-        let query = sqlx::query(
-            "WITH waited AS (DELETE FROM waits WHERE instance = $1 AND park = $2)
-             DELETE FROM deliveries WHERE instance = $1 AND park = $2",
-        )
-        .bind(instance)
-        .bind(park(park_id)?);
         self.execute(query).await.map(drop)
     }
 
@@ -149,22 +92,6 @@ impl StepStatements for Scoped {
             .await
             .map_err(db)?;
         Ok(early.map(|Json(message)| message))
-    }
-
-    async fn insert_task(&mut self, task: &TaskArm<'_>) -> Result<()> {
-        let query = sqlx::query(
-            "INSERT INTO tasks (id, tenant, instance, park, topic, input, state, attempt, retries,
-                                backoff_us, lock_us, available_at, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8, $9, $10,
-                     sutra_now(), sutra_now(), sutra_now())
-             ON CONFLICT (id) DO UPDATE SET
-                 topic = excluded.topic, input = excluded.input, state = excluded.state,
-                 attempt = 1, retries = excluded.retries, backoff_us = excluded.backoff_us,
-                 lock_us = excluded.lock_us, lock_token = NULL, locked_until = NULL,
-                 available_at = excluded.available_at, updated_at = excluded.updated_at",
-        );
-        let query = params::task(query, task)?;
-        self.execute(query).await.map(drop)
     }
 
     async fn insert_outbox(
@@ -200,5 +127,176 @@ impl StepStatements for Scoped {
         );
         let query = params::inbox(query, tenant, entry);
         self.execute(query).await.map(drop)
+    }
+}
+
+/// A step's rows after a settle: the settle's parameters ([`params::settle`]) are `$1`–`$9`.
+static ROWS_AFTER_SETTLE: LazyLock<String> = LazyLock::new(|| {
+    step_rows(
+        "UPDATE instances
+         SET snapshot = $1, status = $2, owner = NULL, claimed_at = NULL, recoveries = 0,
+             fence = fence + $7, updated_at = sutra_now(), held_by = COALESCE($8, held_by),
+             version = $9,
+             ended_at = CASE WHEN $2 IN ('completed', 'cancelled') THEN sutra_now() END
+         WHERE tenant = $3 AND id = $4 AND ($5::text IS NULL OR owner = $5) AND fence = $6",
+        10,
+    )
+});
+
+/// A start's rows: the insert's parameters ([`params::instance`]) are `$1`–`$8`.
+static ROWS_AFTER_INSERT: LazyLock<String> = LazyLock::new(|| {
+    step_rows(
+        "INSERT INTO instances (id, tenant, deployment, version, flow, status, snapshot,
+                                held_by, created_at, updated_at, ended_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, sutra_now(), sutra_now(),
+                 CASE WHEN $6 IN ('completed', 'cancelled') THEN sutra_now() END)",
+        9,
+    )
+});
+
+/// One statement for a step's own rows ([`StepRows`]): `instance_row` writes the instance, and
+/// every other row is joined to what it returned, so that a settle whose fence no longer holds
+/// writes nothing at all and the statement returns no row. Its parameters from `$first` on: the
+/// history's columns ([`HistoryColumns`]), the cleared parks, the tasks' columns
+/// ([`TaskColumns`]). Data-modifying CTEs all see the snapshot the statement began with, which
+/// is right here: each writes rows of its own table that no other one reads, and the foreign
+/// keys of the rows joined to a new instance are checked at the statement's end, when it
+/// exists.
+fn step_rows(instance_row: &str, first: usize) -> String {
+    let p = |n: usize| format!("${}", first + n);
+    format!(
+        "WITH written AS ({instance_row} RETURNING tenant, id),
+         history_rows AS (
+             INSERT INTO history (tenant, instance, seq, at, kind, node, token, detail)
+             SELECT written.tenant, written.id, seq, at, kind, node, token, detail
+             FROM written, unnest({h0}::bigint[], {h1}::bigint[], {h2}::text[], {h3}::text[],
+                                  {h4}::bigint[], {h5}::jsonb[])
+                  AS event (seq, at, kind, node, token, detail)),
+         cleared_waits AS (
+             DELETE FROM waits USING written
+             WHERE waits.instance = written.id AND waits.park = ANY({cleared}::bigint[])),
+         cleared_deliveries AS (
+             DELETE FROM deliveries USING written
+             WHERE deliveries.instance = written.id AND deliveries.park = ANY({cleared}::bigint[])),
+         armed_tasks AS (
+             INSERT INTO tasks (id, tenant, instance, park, topic, input, state, attempt, retries,
+                                backoff_us, lock_us, available_at, created_at, updated_at)
+             SELECT task.id, written.tenant, written.id, park, topic, input, 'available', 1,
+                    retries, backoff_us, lock_us, sutra_now(), sutra_now(), sutra_now()
+             FROM written, unnest({t0}::text[], {t1}::bigint[], {t2}::text[], {t3}::jsonb[],
+                                  {t4}::bigint[], {t5}::bigint[], {t6}::bigint[])
+                  AS task (id, park, topic, input, retries, backoff_us, lock_us)
+             ON CONFLICT (id) DO UPDATE SET {TASK_REARMED})
+         SELECT 1 FROM written",
+        h0 = p(0),
+        h1 = p(1),
+        h2 = p(2),
+        h3 = p(3),
+        h4 = p(4),
+        h5 = p(5),
+        cleared = p(6),
+        t0 = p(7),
+        t1 = p(8),
+        t2 = p(9),
+        t3 = p(10),
+        t4 = p(11),
+        t5 = p(12),
+        t6 = p(13),
+    )
+}
+
+/// What a task armed again at a park whose earlier task is resolved becomes: the new attempt,
+/// available now.
+const TASK_REARMED: &str = "topic = excluded.topic, input = excluded.input, state = excluded.state,
+     attempt = 1, retries = excluded.retries, backoff_us = excluded.backoff_us,
+     lock_us = excluded.lock_us, lock_token = NULL, locked_until = NULL,
+     available_at = excluded.available_at, updated_at = excluded.updated_at";
+
+/// A step's history as six arrays: sequence, time, kind, node, token, detail.
+struct HistoryColumns<'a> {
+    seqs: Vec<i64>,
+    ats: Vec<i64>,
+    kinds: Vec<String>,
+    nodes: Vec<Option<&'a str>>,
+    tokens: Vec<Option<i64>>,
+    details: Vec<Json<&'a Value>>,
+}
+
+impl<'a> HistoryColumns<'a> {
+    fn of(events: &'a [HistoryEvent]) -> Result<HistoryColumns<'a>> {
+        let mut columns = HistoryColumns {
+            seqs: Vec::with_capacity(events.len()),
+            ats: Vec::with_capacity(events.len()),
+            kinds: Vec::with_capacity(events.len()),
+            nodes: Vec::with_capacity(events.len()),
+            tokens: Vec::with_capacity(events.len()),
+            details: Vec::with_capacity(events.len()),
+        };
+        for event in events {
+            columns.seqs.push(signed(event.seq, "a history sequence")?);
+            columns.ats.push(micros(event.at));
+            columns.kinds.push(history_kind(event.kind));
+            columns.nodes.push(event.node.as_deref());
+            let token = event.token.map(|token| signed(token.0, "a token id"));
+            columns.tokens.push(token.transpose()?);
+            columns.details.push(Json(&event.detail));
+        }
+        Ok(columns)
+    }
+
+    fn bind(self, query: Query<'a>) -> Query<'a> {
+        query
+            .bind(self.seqs)
+            .bind(self.ats)
+            .bind(self.kinds)
+            .bind(self.nodes)
+            .bind(self.tokens)
+            .bind(self.details)
+    }
+}
+
+/// A step's armed tasks as seven arrays: id, park, topic, input, retries, backoff, lock.
+struct TaskColumns<'a> {
+    ids: Vec<&'a str>,
+    parks: Vec<i64>,
+    topics: Vec<&'a str>,
+    inputs: Vec<Json<&'a Value>>,
+    retries: Vec<i64>,
+    backoffs: Vec<i64>,
+    locks: Vec<i64>,
+}
+
+impl<'a> TaskColumns<'a> {
+    fn of(tasks: &'a [TaskArm<'a>]) -> Result<TaskColumns<'a>> {
+        let mut columns = TaskColumns {
+            ids: Vec::with_capacity(tasks.len()),
+            parks: Vec::with_capacity(tasks.len()),
+            topics: Vec::with_capacity(tasks.len()),
+            inputs: Vec::with_capacity(tasks.len()),
+            retries: Vec::with_capacity(tasks.len()),
+            backoffs: Vec::with_capacity(tasks.len()),
+            locks: Vec::with_capacity(tasks.len()),
+        };
+        for task in tasks {
+            columns.ids.push(&task.id);
+            columns.parks.push(park(task.park)?);
+            columns.topics.push(task.topic);
+            columns.inputs.push(Json(task.input));
+            columns.retries.push(i64::from(task.retries));
+            columns.backoffs.push(duration_micros(task.backoff));
+            columns.locks.push(duration_micros(task.lock));
+        }
+        Ok(columns)
+    }
+
+    fn bind(self, query: Query<'a>) -> Query<'a> {
+        query
+            .bind(self.ids)
+            .bind(self.parks)
+            .bind(self.topics)
+            .bind(self.inputs)
+            .bind(self.retries)
+            .bind(self.backoffs)
+            .bind(self.locks)
     }
 }

@@ -12,13 +12,13 @@ use sutra_core::snapshot::{InstanceInfo, ParkId};
 use sutra_core::step::Message;
 use sutra_store::codec::corrupt;
 use sutra_store::{
-    Arm, ClaimToken, Committed, DeliveryId, DeliveryKind, EndNotice, Error, InboxAnswer,
-    InboxEntry, Result, StepCommit, Steps, task_id,
+    Arm, Committed, DeliveryId, DeliveryKind, EndNotice, Error, InboxAnswer, InboxEntry, Result,
+    StepCommit, Steps, task_id,
 };
 
 use crate::statements::{
-    Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements, StepStatements,
-    TaskArm, WaitArm,
+    Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements, StepRows,
+    StepStatements, TaskArm, WaitArm,
 };
 use crate::store::SqlStore;
 
@@ -28,7 +28,7 @@ impl<B: Backend> Steps for SqlStore<B> {
         let mut tx = self
             .begin(Scope::Tenant(&step.snapshot.instance.tenant))
             .await?;
-        let committed = write_step(&mut tx, step).await?;
+        let committed = write_step(&mut tx, step, None).await?;
         if step.announce_end {
             let ended = std::slice::from_ref(&step.snapshot.instance.id);
             tx.announce_ended(ended).await?;
@@ -42,23 +42,29 @@ impl<B: Backend> Steps for SqlStore<B> {
     }
 }
 
-/// Every row of a step, in the caller's transaction (its own, or a group's).
+/// Every row of a step, in the caller's transaction (its own, or a group's). `resolved` is the
+/// park whose task this transaction completed already: there is no task of it left to cancel.
+///
+/// What may refuse the step without writing comes first (a taken alias, a start's inbox row),
+/// then the cancel of every task a worker may still hold, then the step's own rows
+/// ([`StepStatements::write_rows`]) — the settle guarded by the claim's fence, or the start's
+/// insert — and last the rows a park arms that another transaction may race for.
 pub(crate) async fn write_step<T: StepStatements>(
     tx: &mut T,
     step: &StepCommit,
+    resolved: Option<ParkId>,
 ) -> Result<Committed> {
     let instance = &step.snapshot.instance;
     refuse_taken_aliases(tx, step).await?;
     let mut writer = StepWriter { tx, step, instance };
-    match &step.claim {
-        Some(token) => writer.settle(token).await?,
-        None => writer.insert_start().await?,
+    if step.claim.is_none() {
+        writer.claim_message().await?;
     }
+    for park in step.disarms.iter().filter(|park| Some(**park) != resolved) {
+        writer.cancel_task(*park).await?;
+    }
+    writer.write_rows().await?;
     lock_waits(writer.tx, step).await?;
-    writer.tx.insert_history(instance, &step.history).await?;
-    for park in &step.disarms {
-        writer.disarm(*park).await?;
-    }
     let mut due_now = Vec::new();
     for arm in &step.arms {
         due_now.extend(writer.arm(arm).await?);
@@ -67,7 +73,7 @@ pub(crate) async fn write_step<T: StepStatements>(
     if let Some(taken) = step.taken {
         writer.tx.take_delivery(&instance.id, taken).await?;
     }
-    // A start's inbox row was written first, by `insert_start`.
+    // A start's inbox row was written first, by `claim_message`.
     if step.claim.is_some()
         && let Some(entry) = &step.inbox
     {
@@ -163,31 +169,44 @@ struct StepWriter<'s, T> {
 }
 
 impl<T: StepStatements> StepWriter<'_, T> {
-    /// Writes the snapshot and clears the owner, if and only if the claim is still ours: the
-    /// fence makes a holder whose claim lapsed (and was taken) unable to commit. The row lock it
-    /// takes is held until the commit.
-    async fn settle(&mut self, token: &ClaimToken) -> Result<()> {
-        let held_by = self.step.held_by.as_deref();
-        if !self.tx.settle(token, &self.step.snapshot, held_by).await? {
+    /// Writes the instance's row and every row that only lands beside it. A settle writes the
+    /// snapshot and clears the owner if and only if the claim is still ours: the fence makes a
+    /// holder whose claim lapsed (and was taken) unable to commit. The row lock it takes is held
+    /// until the commit. A start inserts a new, unowned instance.
+    async fn write_rows(&mut self) -> Result<()> {
+        let step = self.step;
+        let tasks = step
+            .arms
+            .iter()
+            .filter_map(|arm| task_arm(self.instance, arm))
+            .collect::<Vec<_>>();
+        let rows = StepRows {
+            claim: step.claim.as_ref(),
+            snapshot: &step.snapshot,
+            held_by: step.held_by.as_deref(),
+            history: &step.history,
+            cleared: &step.disarms,
+            tasks: &tasks,
+        };
+        if !self.tx.write_rows(&rows).await? {
             return Err(Error::ClaimLost);
         }
         Ok(())
     }
 
-    /// Inserts a new, unowned instance, unless an instance waits on its message's key (the
-    /// message is a relay) or another start already consumed the message. Both are found before
-    /// anything is written.
-    async fn insert_start(&mut self) -> Result<()> {
-        if let Some(entry) = &self.step.inbox {
-            self.refuse_if_waited(entry).await?;
-            let consumed =
-                insert_inbox_unless_consumed(self.tx, &self.instance.tenant, entry).await?;
-            if let Some(first) = consumed {
-                return Err(Error::Duplicate(first));
-            }
+    /// A start's message becomes the instance's, unless an instance waits on its key (the
+    /// message is a relay) or another start already consumed it. Both are found before anything
+    /// is written.
+    async fn claim_message(&mut self) -> Result<()> {
+        let Some(entry) = &self.step.inbox else {
+            return Ok(());
+        };
+        self.refuse_if_waited(entry).await?;
+        let consumed = insert_inbox_unless_consumed(self.tx, &self.instance.tenant, entry).await?;
+        match consumed {
+            Some(first) => Err(Error::Duplicate(first)),
+            None => Ok(()),
         }
-        let held_by = self.step.held_by.as_deref();
-        self.tx.insert_instance(&self.step.snapshot, held_by).await
     }
 
     /// Intake's look for a wait, in the start's own transaction rather than one before it.
@@ -209,17 +228,16 @@ impl<T: StepStatements> StepWriter<'_, T> {
         }
     }
 
-    /// Resolves every row behind one park of this instance: its task if a worker may still take
-    /// it, its wait, and its pending deliveries (timers among them). The task goes first: a
-    /// worker completing it concurrently holds its row, so the update waits for that completion
-    /// to commit, and the delete that follows — a new statement — then sees and resolves the
-    /// delivery the completion wrote.
-    async fn disarm(&mut self, park: ParkId) -> Result<()> {
-        self.tx.cancel_task(&self.instance.id, park).await?;
-        self.tx.delete_park_rows(&self.instance.id, park).await
+    /// Cancels the park's task if a worker may still take it, before the park's other rows are
+    /// deleted ([`StepRows::cleared`]): a worker completing it concurrently holds its row, so the
+    /// update waits for that completion to commit, and the delete that follows — a later
+    /// statement — then sees and resolves the delivery the completion wrote.
+    async fn cancel_task(&mut self, park: ParkId) -> Result<()> {
+        self.tx.cancel_task(&self.instance.id, park).await
     }
 
-    /// Writes the row behind a park; returns the delivery of a buffered message it matched.
+    /// Writes the row behind a park that [`StepWriter::write_rows`] did not (a wait or a
+    /// timer); returns the delivery of a buffered message it matched.
     async fn arm(&mut self, arm: &Arm) -> Result<Option<DeliveryId>> {
         match arm {
             Arm::Wait { park, channel, key } => self.arm_wait(*park, channel, key).await,
@@ -228,27 +246,7 @@ impl<T: StepStatements> StepWriter<'_, T> {
                     .await?;
                 Ok(None)
             }
-            Arm::Task {
-                park,
-                topic,
-                input,
-                retries,
-                backoff,
-                lock,
-            } => {
-                let task = TaskArm {
-                    instance: self.instance,
-                    park: *park,
-                    id: task_id(&self.instance.id, *park),
-                    topic,
-                    input,
-                    retries: *retries,
-                    backoff: *backoff,
-                    lock: *lock,
-                };
-                self.tx.insert_task(&task).await?;
-                Ok(None)
-            }
+            Arm::Task { .. } => Ok(None),
         }
     }
 
@@ -302,4 +300,29 @@ impl<T: StepStatements> StepWriter<'_, T> {
         };
         self.tx.insert_delivery(row).await
     }
+}
+
+/// The task row of a task arm; `None` for the other arms.
+fn task_arm<'s>(instance: &'s InstanceInfo, arm: &'s Arm) -> Option<TaskArm<'s>> {
+    let Arm::Task {
+        park,
+        topic,
+        input,
+        retries,
+        backoff,
+        lock,
+    } = arm
+    else {
+        return None;
+    };
+    Some(TaskArm {
+        instance,
+        park: *park,
+        id: task_id(&instance.id, *park),
+        topic,
+        input,
+        retries: *retries,
+        backoff: *backoff,
+        lock: *lock,
+    })
 }

@@ -23,6 +23,7 @@ impl<B: Backend> Groups for SqlStore<B> {
         Ok(Box::new(SqlGroup::<B> {
             tx,
             ended: Vec::new(),
+            completed: None,
         }))
     }
 }
@@ -32,11 +33,14 @@ struct SqlGroup<B: Backend> {
     /// The instances whose end the members announce, told all at once just before the commit:
     /// one notice per group, however many members end instances held elsewhere.
     ended: Vec<String>,
+    /// The task the open member completed: its step has no task of that park left to cancel.
+    completed: Option<HeldTask>,
 }
 
 #[async_trait::async_trait]
 impl<B: Backend> Group for SqlGroup<B> {
     async fn member(&mut self, tenant: &str) -> Result<()> {
+        self.completed = None;
         self.tx.begin_member(tenant).await
     }
 
@@ -57,7 +61,13 @@ impl<B: Backend> Group for SqlGroup<B> {
     }
 
     async fn commit_step(&mut self, step: &StepCommit) -> Result<Committed> {
-        let committed = write_step(&mut self.tx, step).await?;
+        let instance = &step.snapshot.instance.id;
+        let resolved = self
+            .completed
+            .as_ref()
+            .filter(|task| &task.instance == instance)
+            .map(|task| task.park);
+        let committed = write_step(&mut self.tx, step, resolved).await?;
         if step.announce_end {
             self.ended.push(step.snapshot.instance.id.clone());
         }
@@ -70,7 +80,9 @@ impl<B: Backend> Group for SqlGroup<B> {
         id: &str,
         lock_token: &str,
     ) -> Result<HeldTask> {
-        complete_locked(&mut self.tx, tenant, id, lock_token).await
+        let held = complete_locked(&mut self.tx, tenant, id, lock_token).await?;
+        self.completed = Some(held.clone());
+        Ok(held)
     }
 
     async fn deliver_output(
@@ -83,7 +95,7 @@ impl<B: Backend> Group for SqlGroup<B> {
     }
 
     async fn commit(self: Box<Self>) -> Result<()> {
-        let SqlGroup { mut tx, ended } = *self;
+        let SqlGroup { mut tx, ended, .. } = *self;
         if !ended.is_empty() {
             tx.announce_ended(&ended).await?;
         }

@@ -45,6 +45,6 @@ pub use statements::{
     Backend, ClaimStatements, Correlation, DeliveryStatements, DeploymentStatements, InboxKey,
     IntakeStatements, LeaseStatements, LockOn, NewClaim, NewDeliveryRow, NewLease, NewVersion,
     OutboxStatements, PurgeStatements, ReadStatements, ScalingStatements, Scope, Statements,
-    StepStatements, TaskArm, TaskStatements, WaitArm,
+    StepRows, StepStatements, TaskArm, TaskStatements, WaitArm,
 };
 pub use store::SqlStore;

@@ -137,6 +137,21 @@ pub struct TaskArm<'a> {
     pub lock: SignedDuration,
 }
 
+/// A step's own rows: its instance row (the fenced settle, or a start's insert), its history,
+/// the waits and deliveries of the parks it resolves, and the tasks it arms — what every step
+/// writes, which a backend may write in one statement ([`StepStatements::write_rows`]).
+pub struct StepRows<'a> {
+    /// The claim the step settles under; `None` inserts a new, unowned instance.
+    pub claim: Option<&'a ClaimToken>,
+    pub snapshot: &'a Snapshot,
+    /// [`sutra_store::StepCommit::held_by`].
+    pub held_by: Option<&'a str>,
+    pub history: &'a [HistoryEvent],
+    /// Parks whose wait and pending deliveries are deleted (their tasks are resolved before).
+    pub cleared: &'a [ParkId],
+    pub tasks: &'a [TaskArm<'a>],
+}
+
 /// A backend the scripts can begin transactions on, and what the store does on it that is not
 /// a statement.
 pub trait Backend: Send + Sync + 'static {
@@ -250,43 +265,17 @@ pub trait ClaimStatements: Statements {
 
 /// The statements of a step's commit (`commit`).
 pub trait StepStatements: Statements {
-    /// Writes the snapshot and clears the owner if `token` still holds the claim, growing the
-    /// fence for a locked claim; whether it did. `held_by` replaces who holds a caller, unless
-    /// `None` ([`sutra_store::StepCommit::held_by`]).
-    fn settle(
-        &mut self,
-        token: &ClaimToken,
-        snapshot: &Snapshot,
-        held_by: Option<&str>,
-    ) -> impl Future<Output = Result<bool>> + Send;
-
-    /// Inserts a new, unowned instance, held by `held_by` if a caller waits for its end.
-    fn insert_instance(
-        &mut self,
-        snapshot: &Snapshot,
-        held_by: Option<&str>,
-    ) -> impl Future<Output = Result<()>> + Send;
-
     /// Tells the other processes on the store, once this transaction commits, that `instances`
     /// ended ([`sutra_store::Steps::end_notice`]). Sent once per transaction, for every step
     /// in it that announces one.
     fn announce_ended(&mut self, instances: &[String]) -> impl Future<Output = Result<()>> + Send;
 
-    fn insert_history(
-        &mut self,
-        instance: &InstanceInfo,
-        events: &[HistoryEvent],
-    ) -> impl Future<Output = Result<()>> + Send;
+    /// Writes `rows`; whether the instance row was written. `false` — a settle whose claim no
+    /// longer holds — writes nothing at all.
+    fn write_rows(&mut self, rows: &StepRows<'_>) -> impl Future<Output = Result<bool>> + Send;
 
     /// Cancels the park's task if a worker may still take it (available or locked).
     fn cancel_task(
-        &mut self,
-        instance: &str,
-        park: ParkId,
-    ) -> impl Future<Output = Result<()>> + Send;
-
-    /// Deletes the park's wait and its pending deliveries (timers among them).
-    fn delete_park_rows(
         &mut self,
         instance: &str,
         park: ParkId,
@@ -300,9 +289,6 @@ pub trait StepStatements: Statements {
         &mut self,
         on: Correlation<'_>,
     ) -> impl Future<Output = Result<Option<Value>>> + Send;
-
-    /// Inserts the park's task, available now, replacing an earlier, resolved row of the park.
-    fn insert_task(&mut self, task: &TaskArm<'_>) -> impl Future<Output = Result<()>> + Send;
 
     fn insert_outbox(
         &mut self,

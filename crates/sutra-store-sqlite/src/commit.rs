@@ -7,39 +7,32 @@ use sqlx::types::Json;
 use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot};
 use sutra_core::step::HistoryEvent;
 use sutra_store::{ClaimToken, DeliveryId, InboxEntry, OutboxEntry, Result};
-use sutra_store_sql::{Correlation, StepStatements, TaskArm, WaitArm, params};
+use sutra_store_sql::{Correlation, StepRows, StepStatements, TaskArm, WaitArm, params};
 
 use crate::codec::{db, history_kind, micros, park, signed};
 use crate::statements::Session;
 
 impl StepStatements for Session {
-    async fn settle(
-        &mut self,
-        token: &ClaimToken,
-        snapshot: &Snapshot,
-        held_by: Option<&str>,
-    ) -> Result<bool> {
-        let tx = self.write().await?;
-        let query = sqlx::query(
-            "UPDATE instances
-             SET snapshot = ?1, status = ?2, owner = NULL, claimed_at = NULL, recoveries = 0,
-                 fence = fence + ?7, held_by = COALESCE(?8, held_by), version = ?9,
-                 updated_at = ?10
-             WHERE tenant = ?3 AND id = ?4 AND (?5 IS NULL OR owner = ?5) AND fence = ?6",
-        );
-        let query = params::settle(query, token, snapshot, held_by).bind(micros(tx.now()));
-        Ok(tx.execute(query).await? == 1)
-    }
-
-    async fn insert_instance(&mut self, snapshot: &Snapshot, held_by: Option<&str>) -> Result<()> {
-        let tx = self.write().await?;
-        let query = sqlx::query(
-            "INSERT INTO instances (id, tenant, deployment, version, flow, status, snapshot,
-                                    held_by, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
-        );
-        let query = params::instance(query, snapshot, held_by).bind(micros(tx.now()));
-        tx.execute(query).await.map(drop)
+    /// One statement per row, in order: nothing else writes while the step holds the write
+    /// lock, so the statements cost no round trips to batch away.
+    async fn write_rows(&mut self, rows: &StepRows<'_>) -> Result<bool> {
+        match rows.claim {
+            Some(token) => {
+                if !self.settle(token, rows.snapshot, rows.held_by).await? {
+                    return Ok(false);
+                }
+            }
+            None => self.insert_instance(rows.snapshot, rows.held_by).await?,
+        }
+        let instance = &rows.snapshot.instance;
+        self.insert_history(instance, rows.history).await?;
+        for park in rows.cleared {
+            self.delete_park_rows(&instance.id, *park).await?;
+        }
+        for task in rows.tasks {
+            self.insert_task(task).await?;
+        }
+        Ok(true)
     }
 
     /// One process per file: no other process holds a caller, so there is no one to tell.
@@ -49,34 +42,6 @@ impl StepStatements for Session {
 
     /// One statement per event. The primary key `(instance, seq)` refuses a repeated sequence,
     /// failing the whole step.
-    async fn insert_history(
-        &mut self,
-        instance: &InstanceInfo,
-        events: &[HistoryEvent],
-    ) -> Result<()> {
-        let tx = self.write().await?;
-        for event in events {
-            let token = event
-                .token
-                .map(|token| signed(token.0, "a token id"))
-                .transpose()?;
-            let query = sqlx::query(
-                "INSERT INTO history (tenant, instance, seq, at, kind, node, token, detail)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )
-            .bind(&instance.tenant)
-            .bind(&instance.id)
-            .bind(signed(event.seq, "a history sequence")?)
-            .bind(micros(event.at))
-            .bind(history_kind(event.kind))
-            .bind(&event.node)
-            .bind(token)
-            .bind(Json(&event.detail));
-            tx.execute(query).await?;
-        }
-        Ok(())
-    }
-
     async fn cancel_task(&mut self, instance: &str, park_id: ParkId) -> Result<()> {
         let tx = self.write().await?;
         let query = sqlx::query(
@@ -85,18 +50,6 @@ impl StepStatements for Session {
         );
         let query = params::cancel_task(query, instance, park_id)?.bind(micros(tx.now()));
         tx.execute(query).await.map(drop)
-    }
-
-    async fn delete_park_rows(&mut self, instance: &str, park_id: ParkId) -> Result<()> {
-        let tx = self.write().await?;
-        for resolve in [
-            "DELETE FROM waits WHERE instance = ?1 AND park = ?2",
-            "DELETE FROM deliveries WHERE instance = ?1 AND park = ?2",
-        ] {
-            let query = sqlx::query(resolve).bind(instance).bind(park(park_id)?);
-            tx.execute(query).await?;
-        }
-        Ok(())
     }
 
     async fn insert_wait(&mut self, wait: &WaitArm<'_>) -> Result<bool> {
@@ -125,22 +78,6 @@ impl StepStatements for Session {
             .await
             .map_err(db)?;
         Ok(early.map(|Json(message)| message))
-    }
-
-    async fn insert_task(&mut self, task: &TaskArm<'_>) -> Result<()> {
-        let tx = self.write().await?;
-        let query = sqlx::query(
-            "INSERT INTO tasks (id, tenant, instance, park, topic, input, state, attempt, retries,
-                                backoff_us, lock_us, available_at, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, ?10, ?11, ?11, ?11)
-             ON CONFLICT (id) DO UPDATE SET
-                 topic = excluded.topic, input = excluded.input, state = excluded.state,
-                 attempt = 1, retries = excluded.retries, backoff_us = excluded.backoff_us,
-                 lock_us = excluded.lock_us, lock_token = NULL, locked_until = NULL,
-                 available_at = excluded.available_at, updated_at = excluded.updated_at",
-        );
-        let query = params::task(query, task)?.bind(micros(tx.now()));
-        tx.execute(query).await.map(drop)
     }
 
     /// One statement per row.
@@ -179,6 +116,94 @@ impl StepStatements for Session {
              DO UPDATE SET instance = excluded.instance, status = excluded.status",
         );
         let query = params::inbox(query, tenant, entry).bind(micros(tx.now()));
+        tx.execute(query).await.map(drop)
+    }
+}
+
+/// The statements of [`StepStatements::write_rows`].
+impl Session {
+    async fn settle(
+        &mut self,
+        token: &ClaimToken,
+        snapshot: &Snapshot,
+        held_by: Option<&str>,
+    ) -> Result<bool> {
+        let tx = self.write().await?;
+        let query = sqlx::query(
+            "UPDATE instances
+             SET snapshot = ?1, status = ?2, owner = NULL, claimed_at = NULL, recoveries = 0,
+                 fence = fence + ?7, held_by = COALESCE(?8, held_by), version = ?9,
+                 updated_at = ?10
+             WHERE tenant = ?3 AND id = ?4 AND (?5 IS NULL OR owner = ?5) AND fence = ?6",
+        );
+        let query = params::settle(query, token, snapshot, held_by).bind(micros(tx.now()));
+        Ok(tx.execute(query).await? == 1)
+    }
+
+    async fn insert_instance(&mut self, snapshot: &Snapshot, held_by: Option<&str>) -> Result<()> {
+        let tx = self.write().await?;
+        let query = sqlx::query(
+            "INSERT INTO instances (id, tenant, deployment, version, flow, status, snapshot,
+                                    held_by, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
+        );
+        let query = params::instance(query, snapshot, held_by).bind(micros(tx.now()));
+        tx.execute(query).await.map(drop)
+    }
+
+    async fn insert_history(
+        &mut self,
+        instance: &InstanceInfo,
+        events: &[HistoryEvent],
+    ) -> Result<()> {
+        let tx = self.write().await?;
+        for event in events {
+            let token = event
+                .token
+                .map(|token| signed(token.0, "a token id"))
+                .transpose()?;
+            let query = sqlx::query(
+                "INSERT INTO history (tenant, instance, seq, at, kind, node, token, detail)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )
+            .bind(&instance.tenant)
+            .bind(&instance.id)
+            .bind(signed(event.seq, "a history sequence")?)
+            .bind(micros(event.at))
+            .bind(history_kind(event.kind))
+            .bind(&event.node)
+            .bind(token)
+            .bind(Json(&event.detail));
+            tx.execute(query).await?;
+        }
+        Ok(())
+    }
+
+    async fn delete_park_rows(&mut self, instance: &str, park_id: ParkId) -> Result<()> {
+        let tx = self.write().await?;
+        for resolve in [
+            "DELETE FROM waits WHERE instance = ?1 AND park = ?2",
+            "DELETE FROM deliveries WHERE instance = ?1 AND park = ?2",
+        ] {
+            let query = sqlx::query(resolve).bind(instance).bind(park(park_id)?);
+            tx.execute(query).await?;
+        }
+        Ok(())
+    }
+
+    async fn insert_task(&mut self, task: &TaskArm<'_>) -> Result<()> {
+        let tx = self.write().await?;
+        let query = sqlx::query(
+            "INSERT INTO tasks (id, tenant, instance, park, topic, input, state, attempt, retries,
+                                backoff_us, lock_us, available_at, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, ?10, ?11, ?11, ?11)
+             ON CONFLICT (id) DO UPDATE SET
+                 topic = excluded.topic, input = excluded.input, state = excluded.state,
+                 attempt = 1, retries = excluded.retries, backoff_us = excluded.backoff_us,
+                 lock_us = excluded.lock_us, lock_token = NULL, locked_until = NULL,
+                 available_at = excluded.available_at, updated_at = excluded.updated_at",
+        );
+        let query = params::task(query, task)?.bind(micros(tx.now()));
         tx.execute(query).await.map(drop)
     }
 }
