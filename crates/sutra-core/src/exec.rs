@@ -26,7 +26,7 @@ mod nodes;
 pub use migration::migrate;
 
 use jiff::SignedDuration;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::codes;
 use crate::expr::{Bindings, EvalError};
@@ -578,14 +578,10 @@ impl<'a> Run<'a> {
         id
     }
 
-    fn bindings(&self) -> Bindings {
-        self.bindings_over(&self.snap.vars)
-    }
-
-    /// The names an expression over the instance sees, with `vars` as given.
-    fn bindings_over(&self, vars: &Map<String, Value>) -> Bindings {
+    /// The names an expression over the instance sees.
+    fn bindings(&self) -> Bindings<'_> {
         let bindings = Bindings::new()
-            .json("vars", &Value::Object(vars.clone()))
+            .object("vars", &self.snap.vars)
             .json("instance", &self.instance)
             .timestamp("now", self.ctx.now);
         match &self.msg {

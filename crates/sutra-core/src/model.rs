@@ -5,7 +5,7 @@
 //! only failures left for run time are those that depend on data (an expression that errors on the
 //! instance's variables, a choice with no match).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use jiff::SignedDuration;
 
@@ -155,18 +155,33 @@ pub struct Flow {
     pub nodes: Vec<Node>,
     /// The first node of the top-level list; `None` for a flow with no nodes (it completes at once).
     pub entry: Option<NodeIndex>,
+    /// Each node's index by its id: a token names its node, and a step looks it up at every
+    /// visit.
+    ids: HashMap<String, NodeIndex>,
 }
 
 impl Flow {
+    pub fn new(name: String, start: Start, nodes: Vec<Node>, entry: Option<NodeIndex>) -> Flow {
+        let mut ids = HashMap::with_capacity(nodes.len());
+        for (i, node) in nodes.iter().enumerate() {
+            // The first of a repeated id, which the checker refuses anyway.
+            ids.entry(node.id.clone()).or_insert(NodeIndex(i as u32));
+        }
+        Flow {
+            name,
+            start,
+            nodes,
+            entry,
+            ids,
+        }
+    }
+
     pub fn node(&self, index: NodeIndex) -> &Node {
         &self.nodes[index.0 as usize]
     }
 
     pub fn find(&self, id: &str) -> Option<NodeIndex> {
-        self.nodes
-            .iter()
-            .position(|node| node.id == id)
-            .map(|i| NodeIndex(i as u32))
+        self.ids.get(id).copied()
     }
 }
 

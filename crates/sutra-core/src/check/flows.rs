@@ -17,6 +17,11 @@ use super::channels::Channels;
 use super::reader::{Checker, NameRule, suggestion};
 use super::{LOWERCASE_NAME, graph, nodes};
 
+/// The most nodes a flow has, parallel branches included: as many as one step visits by default
+/// (`step::TRANSITIONS_PER_STEP_DEFAULT`), so that a straight sequence of them still runs in a
+/// step, and far more than any flow written by hand.
+pub const FLOW_NODES_MAX: usize = 10_000;
+
 /// Node ids: jumps, history and `migrate --map old=new` refer to them.
 const NODE_ID: NameRule = NameRule {
     first: |c| c.is_ascii_alphanumeric() || c == '_',
@@ -101,6 +106,18 @@ fn flow<'a>(
         })?;
     let errors = cx.errors();
     let outline = Outline::of(cx, name, nodes);
+    if outline.slots.len() > FLOW_NODES_MAX
+        && let Some(entry) = record.entry("nodes")
+    {
+        let message = format!(
+            "flow `{name}` has {} nodes, parallel branches included; a flow has at most \
+             {FLOW_NODES_MAX}",
+            outline.slots.len()
+        );
+        let hint = "split it into flows that hand over by a channel: one step runs at most \
+                    a budget of node visits, and every visit is recorded in the history";
+        cx.report(Diagnostic::error("flow-too-large", entry.key_span, message).with_hint(hint));
+    }
     let nodes: Vec<_> = (0..outline.slots.len())
         .map(|index| nodes::build(cx, &outline, NodeIndex(index as u32), channels))
         .collect();
@@ -110,12 +127,7 @@ fn flow<'a>(
         let spans: Vec<Span> = outline.slots.iter().map(|slot| slot.at).collect();
         graph::warn_unreachable(cx, &nodes, entry, &spans);
     }
-    Some(Flow {
-        name: name.to_owned(),
-        start: start?,
-        nodes,
-        entry,
-    })
+    Some(Flow::new(name.to_owned(), start?, nodes, entry))
 }
 
 fn start<'a>(

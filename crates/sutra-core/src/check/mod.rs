@@ -7,6 +7,7 @@
 
 mod channels;
 mod flows;
+pub use flows::FLOW_NODES_MAX;
 mod graph;
 mod nodes;
 mod reader;

@@ -195,6 +195,38 @@ fn a_flood_of_mistakes_is_cut_short_but_still_refused() {
     assert!(checked.deployment.is_none());
 }
 
+/// A flow of `n` nodes: `n - 1` `set` nodes and an end.
+fn flow_of(n: usize) -> String {
+    let nodes: String = (1..n)
+        .map(|i| format!("      - {{ id: n{i}, set: {{ x: {i} }} }}\n"))
+        .collect();
+    format!(
+        "name: d\nchannels: {{ c: {{ transport: http }} }}\nflows:\n  f:\n    \
+         start: {{ channel: c }}\n    nodes:\n{nodes}      - {{ id: done, end: {{}} }}\n"
+    )
+}
+
+#[test]
+fn a_flow_has_at_most_its_node_limit() {
+    deployment(&flow_of(super::FLOW_NODES_MAX));
+    let checked = check(&flow_of(super::FLOW_NODES_MAX + 1));
+    assert!(checked.deployment.is_none());
+    let [too_large] = checked.diagnostics.as_slice() else {
+        panic!("one diagnostic: {:#?}", checked.diagnostics);
+    };
+    assert_eq!(too_large.rule, "flow-too-large");
+    assert_eq!(
+        (too_large.line, too_large.column),
+        (6, 5),
+        "located at `nodes:`"
+    );
+    assert!(
+        too_large.message.contains("has 10001 nodes"),
+        "{}",
+        too_large.message
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 

@@ -120,12 +120,23 @@ impl Run<'_> {
     /// Assigns a `set` node's variables in order, each template seeing the ones before it. A
     /// failing template assigns nothing, so the node can run again as a whole after a restore.
     fn assign(&mut self, token: &Token, assignments: &[(String, Template)]) -> Result<(), Fault> {
-        let mut vars = self.snap.vars.clone();
+        // What each assignment replaced, to put back if a later one fails: the variables are
+        // changed in place, not copied, so that a node costs what it assigns.
+        let mut replaced = Vec::with_capacity(assignments.len());
         for (name, template) in assignments {
-            let value = template.render(&self.bindings_over(&vars))?;
-            vars.insert(name.clone(), value);
+            match template.render(&self.bindings()) {
+                Ok(value) => replaced.push((name, self.snap.vars.insert(name.clone(), value))),
+                Err(error) => {
+                    for (name, before) in replaced.into_iter().rev() {
+                        match before {
+                            Some(value) => self.snap.vars.insert(name.clone(), value),
+                            None => self.snap.vars.remove(name),
+                        };
+                    }
+                    return Err(error.into());
+                }
+            }
         }
-        self.snap.vars = vars;
         let names: Vec<&str> = assignments.iter().map(|(name, _)| name.as_str()).collect();
         self.record_at(HistoryKind::VariablesSet, token, json!({"names": names}));
         Ok(())

@@ -150,14 +150,11 @@ pub fn flow(nodes: Vec<N>) -> Flow {
         .collect();
     let mut arena = Vec::new();
     lay_out(&nodes, &index, &mut arena);
-    Flow {
-        name: "f".into(),
-        start: Start {
-            channel: "in".into(),
-        },
-        nodes: arena,
-        entry: nodes.first().map(|n| index[&n.id]),
-    }
+    let start = Start {
+        channel: "in".into(),
+    };
+    let entry = nodes.first().map(|n| index[&n.id]);
+    Flow::new("f".into(), start, arena, entry)
 }
 
 /// Node ids in arena order: each node, then its branches' nodes (pre-order).
