@@ -10,6 +10,7 @@
 
 mod amqp;
 mod latency;
+mod machine;
 mod postgres;
 mod reference;
 mod replicas;
@@ -96,6 +97,8 @@ struct Driven {
     elapsed: Duration,
     stopped_early: bool,
     recorder: Recorder,
+    /// The machine's CPU over the driving time, where it can be read.
+    machine: Option<machine::Load>,
 }
 
 pub fn run(args: &Args, server: Option<&str>, token: Option<&str>, json: bool) -> ExitCode {
@@ -433,6 +436,7 @@ async fn drive(plan: &Plan<'_>, servers: &[Client]) -> Result<Driven, String> {
             .as_millis()
     );
     let started = Instant::now();
+    let cpu_at_start = machine::Sample::now();
     let next = Arc::new(AtomicU64::new(0));
     let drivers: Vec<_> = (0..plan.clients)
         .map(|driver| {
@@ -466,6 +470,7 @@ async fn drive(plan: &Plan<'_>, servers: &[Client]) -> Result<Driven, String> {
         failure = failure.or(outcome.err());
     }
     let elapsed = started.elapsed();
+    let cpu_at_end = machine::Sample::now();
     progress.finish_and_clear();
     drop(stop_workers);
     for worker in workers {
@@ -475,11 +480,15 @@ async fn drive(plan: &Plan<'_>, servers: &[Client]) -> Result<Driven, String> {
         return Err(failure);
     }
     let completed = progress.position();
+    let machine = cpu_at_start
+        .zip(cpu_at_end)
+        .and_then(|(start, end)| start.load_until(end, elapsed, completed));
     Ok(Driven {
         completed,
         elapsed,
         stopped_early: completed < plan.instances,
         recorder,
+        machine,
     })
 }
 
@@ -549,6 +558,7 @@ fn report(
             .as_ref()
             .map(|reference| instances_per_second / reference.commits_per_second),
         reference,
+        machine: driven.machine,
     }
 }
 

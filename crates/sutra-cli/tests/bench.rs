@@ -38,6 +38,7 @@ fn start_end_runs_to_its_end_and_reports_every_field() {
         "p99",
         "commits/instance",
         "reference",
+        "machine CPU",
     ] {
         assert!(stdout.contains(field), "no `{field}` in:\n{stdout}");
     }
@@ -63,6 +64,12 @@ fn json_report_has_its_shape() {
     assert!(report["commits"].is_null(), "{report}");
     assert!(report["reference"].is_null(), "{report}");
     assert!(report["ratio"].is_null(), "{report}");
+    // The machine's CPU over the driving time (this is Linux).
+    let machine = &report["machine"];
+    assert!(machine["cores"].as_u64().is_some_and(|n| n >= 1), "{report}");
+    assert!(machine["busy_cores"].is_f64(), "{report}");
+    assert!(machine["cpu_ms_per_instance"].is_f64(), "{report}");
+    assert!(machine["measured"].is_string(), "{report}");
 }
 
 #[test]

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::machine::Load;
 use super::reference::Reference;
 
 #[derive(Debug, Serialize)]
@@ -31,6 +32,8 @@ pub struct Report {
     pub reference: Option<Reference>,
     /// Instances per second over the reference's commits per second.
     pub ratio: Option<f64>,
+    /// The machine's CPU over the driving time; `None` where it cannot be read.
+    pub machine: Option<Load>,
 }
 
 #[derive(Debug, Serialize)]
@@ -124,6 +127,14 @@ impl Report {
         if let Some(ratio) = self.ratio {
             lines.push(format!(
                 "ratio                 {ratio:.3} instances per reference commit"
+            ));
+        }
+        if let Some(machine) = &self.machine {
+            lines.push(format!(
+                "machine CPU           {:.2} of {} cores busy, {} per instance  (every process on the machine)",
+                machine.busy_cores,
+                machine.cores,
+                ms(machine.cpu_ms_per_instance),
             ));
         }
         lines.join("\n") + "\n"
