@@ -18,8 +18,8 @@ use sutra_core::exec;
 use sutra_core::snapshot::{InstanceInfo, Park, ParkId, ParkKind, Snapshot, Status};
 use sutra_core::step::{Effect, Event, Message, Rejection, Reply, Step, StepContext};
 use sutra_store::{
-    Arm, ClaimToken, Claimed, DeliveryId, Group, InboxAnswer, InboxEntry, InstanceKey, OutboxEntry,
-    Owner, StepCommit,
+    Arm, ClaimToken, Claimed, CompletingClaim, DeliveryId, Group, InboxAnswer, InboxEntry,
+    InstanceKey, OutboxEntry, Owner, StepCommit,
 };
 use tracing::debug;
 
@@ -220,14 +220,18 @@ impl Stepper<'_> {
         } = completion;
         let instance =
             sutra_store::task_instance(task).ok_or_else(|| Error::TaskNotFound(task.clone()))?;
-        let key = InstanceKey {
-            tenant: tenant.clone(),
-            id: instance.to_owned(),
+        // The claim first, and the task completed under it: a refused claim writes nothing, so
+        // the completion after it is still clean.
+        let claim = CompletingClaim {
+            tenant,
+            instance,
+            owner: self.owner,
+            claim_timeout: self.shared.config.claim_timeout,
         };
-        // The claim first: it writes nothing, so a refused completion after it is still clean.
-        let claimed = match self.claim(group, &key).await {
-            Ok(claimed) => claimed,
-            Err(error) if fails_clean(&error) => {
+        let completing = group.claim_completing(&claim, task, lock_token).await;
+        let (claimed, held) = match completing.map_err(claim_error) {
+            Ok(both) => both,
+            Err(error @ (Error::Busy | Error::NotFound(_))) => {
                 if matches!(error, Error::Busy) {
                     metrics::claim_bounce(metrics::BouncePath::Timer);
                 }
@@ -237,10 +241,6 @@ impl Stepper<'_> {
             Err(error) => return Err(error),
         };
         fault::point("after-claim");
-        let held = group
-            .complete_task(tenant, task, lock_token)
-            .await
-            .map_err(task_error)?;
         let resumption = Resumption {
             event: Event::TaskCompleted {
                 park: held.park,
@@ -384,12 +384,10 @@ impl Stepper<'_> {
 
     async fn claim(&self, group: &mut dyn Group, key: &InstanceKey) -> Result<Claimed, Error> {
         let timeout = self.shared.config.claim_timeout;
-        match group.claim(&key.tenant, &key.id, self.owner, timeout).await {
-            Ok(claimed) => Ok(claimed),
-            Err(sutra_store::Error::ClaimHeld) => Err(Error::Busy),
-            Err(sutra_store::Error::InstanceNotFound(id)) => Err(Error::NotFound(id)),
-            Err(other) => Err(other.into()),
-        }
+        group
+            .claim(&key.tenant, &key.id, self.owner, timeout)
+            .await
+            .map_err(claim_error)
     }
 
     async fn advance(
@@ -507,6 +505,15 @@ pub(crate) fn outcome_label(error: &Error) -> &'static str {
         Error::Unpinned(_) => "unpinned",
         Error::Panicked => "panicked",
         _ => "failed",
+    }
+}
+
+/// A refused claim as the engine says it; any other error as a task's ([`task_error`]).
+fn claim_error(error: sutra_store::Error) -> Error {
+    match error {
+        sutra_store::Error::ClaimHeld => Error::Busy,
+        sutra_store::Error::InstanceNotFound(id) => Error::NotFound(id),
+        other => task_error(other),
     }
 }
 

@@ -5,7 +5,7 @@
 
 use jiff::SignedDuration;
 use sutra_store::{ClaimToken, Result};
-use sutra_store_sql::rows::{ClaimedRow, SweptRow};
+use sutra_store_sql::rows::{ClaimedRow, CompletedRow, SweptRow};
 use sutra_store_sql::{ClaimStatements, NewClaim, params};
 
 use crate::codec::{age, db};
@@ -59,6 +59,58 @@ impl ClaimStatements for Scoped {
                AND (owner IS NULL OR owner = $1 OR claimed_at < sutra_now() - $4)
              FOR NO KEY UPDATE SKIP LOCKED";
         self.claimed_row(sql, claim).await
+    }
+
+    /// One statement: the claim's row lock, then the task's completion only if the row was
+    /// claimed — a refused claim leaves the task as it was. The task's update may wait for a
+    /// poll retaking its expired lock, as `complete_locked` does; the claim never waits.
+    async fn lock_claimable_completing(
+        &mut self,
+        claim: &NewClaim<'_>,
+        task: &str,
+        lock_token: &str,
+    ) -> Result<(Option<ClaimedRow>, Option<CompletedRow>)> {
+        #[derive(sqlx::FromRow)]
+        struct Row {
+            #[sqlx(flatten)]
+            claimed: ClaimedRow,
+            instance: Option<String>,
+            park: Option<i64>,
+        }
+        let row: Option<Row> = sqlx::query_as(
+            "WITH claimed AS (
+                 SELECT fence, snapshot, held_by FROM instances
+                 WHERE tenant = $2 AND id = $3
+                   AND (owner IS NULL OR owner = $1 OR claimed_at < sutra_now() - $4)
+                 FOR NO KEY UPDATE SKIP LOCKED),
+             completed AS (
+                 UPDATE tasks SET state = 'completed', lock_token = NULL, locked_until = NULL,
+                                  updated_at = sutra_now()
+                 WHERE tenant = $2 AND id = $5 AND EXISTS (SELECT 1 FROM claimed)
+                   AND state = 'locked' AND lock_token = $6 AND locked_until > sutra_now()
+                 RETURNING instance, park)
+             SELECT claimed.fence, claimed.snapshot, claimed.held_by,
+                    completed.instance, completed.park
+             FROM claimed LEFT JOIN completed ON true",
+        )
+        .bind(&claim.owner.0)
+        .bind(claim.tenant)
+        .bind(claim.instance)
+        .bind(age(claim.timeout))
+        .bind(task)
+        .bind(lock_token)
+        .fetch_optional(self.connection())
+        .await
+        .map_err(db)?;
+        Ok(match row {
+            None => (None, None),
+            Some(Row {
+                claimed,
+                instance: Some(instance),
+                park: Some(park),
+            }) => (Some(claimed), Some(CompletedRow { instance, park })),
+            Some(Row { claimed, .. }) => (Some(claimed), None),
+        })
     }
 
     async fn instance_exists(&mut self, tenant: &str, instance: &str) -> Result<bool> {

@@ -2,11 +2,14 @@
 //! against the store's clock.
 
 use jiff::SignedDuration;
-use sutra_store::{ClaimKind, ClaimToken, Claimed, Claims, Error, Owner, Result, SweepOutcome};
+use sutra_store::{
+    ClaimKind, ClaimToken, Claimed, Claims, Error, HeldTask, Owner, Result, SweepOutcome,
+};
 
 use crate::rows::{ClaimedRow, SweptRow};
-use crate::statements::{Backend, ClaimStatements, NewClaim, Scope, Statements};
+use crate::statements::{Backend, ClaimStatements, NewClaim, Scope, Statements, TaskStatements};
 use crate::store::SqlStore;
+use crate::tasks::completed_or_why;
 
 #[async_trait::async_trait]
 impl<B: Backend> Claims for SqlStore<B> {
@@ -62,6 +65,21 @@ pub(crate) async fn lock_claim<T: ClaimStatements>(
 ) -> Result<Claimed> {
     let row = tx.lock_claimable(claim).await?;
     decode_or_refuse(tx, claim, row, ClaimKind::Locked).await
+}
+
+/// [`lock_claim`], then the completion of `task` under it (`sutra_store::Group::claim_completing`).
+pub(crate) async fn lock_claim_completing<T: ClaimStatements + TaskStatements>(
+    tx: &mut T,
+    claim: &NewClaim<'_>,
+    task: &str,
+    lock_token: &str,
+) -> Result<(Claimed, HeldTask)> {
+    let (row, completed) = tx
+        .lock_claimable_completing(claim, task, lock_token)
+        .await?;
+    let claimed = decode_or_refuse(tx, claim, row, ClaimKind::Locked).await?;
+    let held = completed_or_why(tx, claim.tenant, task, lock_token, completed).await?;
+    Ok((claimed, held))
 }
 
 /// The claimed row, or why there is none: held, or no such instance.

@@ -6,9 +6,11 @@
 
 use jiff::SignedDuration;
 use serde_json::Value;
-use sutra_store::{Claimed, Committed, Group, Groups, HeldTask, Owner, Result, StepCommit};
+use sutra_store::{
+    Claimed, Committed, CompletingClaim, Group, Groups, HeldTask, Owner, Result, StepCommit,
+};
 
-use crate::claim::lock_claim;
+use crate::claim::{lock_claim, lock_claim_completing};
 use crate::commit::write_step;
 use crate::statements::{Backend, NewClaim, Scope, Statements, StepStatements};
 use crate::store::SqlStore;
@@ -58,6 +60,23 @@ impl<B: Backend> Group for SqlGroup<B> {
             timeout: claim_timeout,
         };
         lock_claim(&mut self.tx, &claim).await
+    }
+
+    async fn claim_completing(
+        &mut self,
+        claim: &CompletingClaim<'_>,
+        task: &str,
+        lock_token: &str,
+    ) -> Result<(Claimed, HeldTask)> {
+        let new = NewClaim {
+            tenant: claim.tenant,
+            instance: claim.instance,
+            owner: claim.owner,
+            timeout: claim.claim_timeout,
+        };
+        let (claimed, held) = lock_claim_completing(&mut self.tx, &new, task, lock_token).await?;
+        self.completed = Some(held.clone());
+        Ok((claimed, held))
     }
 
     async fn commit_step(&mut self, step: &StepCommit) -> Result<Committed> {

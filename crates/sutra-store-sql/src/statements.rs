@@ -242,6 +242,27 @@ pub trait ClaimStatements: Statements {
         claim: &NewClaim<'_>,
     ) -> impl Future<Output = Result<Option<ClaimedRow>>> + Send;
 
+    /// [`ClaimStatements::lock_claimable`], then, if the row is claimed,
+    /// [`TaskStatements::complete_locked`] of the task: what each returned. By default the two
+    /// statements; a backend may make them one.
+    fn lock_claimable_completing(
+        &mut self,
+        claim: &NewClaim<'_>,
+        task: &str,
+        lock_token: &str,
+    ) -> impl Future<Output = Result<(Option<ClaimedRow>, Option<CompletedRow>)>> + Send
+    where
+        Self: TaskStatements,
+    {
+        async move {
+            let Some(claimed) = self.lock_claimable(claim).await? else {
+                return Ok((None, None));
+            };
+            let completed = self.complete_locked(claim.tenant, task, lock_token).await?;
+            Ok((Some(claimed), completed))
+        }
+    }
+
     fn instance_exists(
         &mut self,
         tenant: &str,

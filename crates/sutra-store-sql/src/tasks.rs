@@ -14,7 +14,7 @@ use sutra_store::{
     Tasks, after_failure, lock_expired, retry_backoff,
 };
 
-use crate::rows::{Held, HeldRow};
+use crate::rows::{CompletedRow, Held, HeldRow};
 use crate::statements::{Backend, NewDeliveryRow, Scope, Statements, TaskStatements};
 use crate::store::SqlStore;
 
@@ -106,7 +106,19 @@ pub(crate) async fn complete_locked<T: TaskStatements>(
     id: &str,
     lock_token: &str,
 ) -> Result<HeldTask> {
-    if let Some(completed) = tx.complete_locked(tenant, id, lock_token).await? {
+    let completed = tx.complete_locked(tenant, id, lock_token).await?;
+    completed_or_why(tx, tenant, id, lock_token, completed).await
+}
+
+/// The task `complete_locked` completed, or why it did not.
+pub(crate) async fn completed_or_why<T: TaskStatements>(
+    tx: &mut T,
+    tenant: &str,
+    id: &str,
+    lock_token: &str,
+    completed: Option<CompletedRow>,
+) -> Result<HeldTask> {
+    if let Some(completed) = completed {
         return Ok(HeldTask {
             instance: completed.instance,
             park: park_id(completed.park)?,

@@ -101,6 +101,8 @@ macro_rules! conformance_tests {
             an_expired_lock_makes_the_task_available_again,
             a_wrong_or_expired_lock_token_is_refused,
             completing_twice_is_refused,
+            a_member_claims_then_completes_and_nothing_else,
+            a_member_whose_claim_or_lock_is_refused_leaves_the_task_as_it_was,
             completion_is_recorded_with_the_task_update,
             a_business_error_is_delivered_at_once,
             retries_back_off_then_exhaust,

@@ -29,6 +29,15 @@ pub struct HeldTask {
     pub park: ParkId,
 }
 
+/// The claim a completion takes ([`Group::claim_completing`]).
+#[derive(Debug, Clone, Copy)]
+pub struct CompletingClaim<'a> {
+    pub tenant: &'a str,
+    pub instance: &'a str,
+    pub owner: &'a Owner,
+    pub claim_timeout: SignedDuration,
+}
+
 /// Beginning group transactions.
 #[async_trait::async_trait]
 pub trait Groups: Send + Sync {
@@ -54,6 +63,18 @@ pub trait Group: Send {
         owner: &Owner,
         claim_timeout: SignedDuration,
     ) -> Result<Claimed>;
+
+    /// [`Group::claim`], then [`Group::complete_task`] under the claim, as one statement where
+    /// the store can: a worker's completion that resumes its instance in place. A refused claim
+    /// ([`crate::Error::ClaimHeld`], [`crate::Error::InstanceNotFound`]) leaves the task as it
+    /// was; a claim taken under which the task's lock does not hold refuses as `complete_task`
+    /// does. Either refusal writes nothing.
+    async fn claim_completing(
+        &mut self,
+        claim: &CompletingClaim<'_>,
+        task: &str,
+        lock_token: &str,
+    ) -> Result<(Claimed, HeldTask)>;
 
     /// [`crate::Steps::commit`]'s writes, in the group's transaction. A refusal found before
     /// the first write ([`crate::Error::Duplicate`], [`crate::Error::AliasTaken`]) leaves the

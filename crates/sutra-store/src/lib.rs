@@ -43,7 +43,7 @@ pub use claim::{ClaimKind, ClaimToken, Claimed, Claims, InstanceKey, Owner, Swee
 pub use deliveries::{Deliveries, Delivery, DeliveryId, DeliveryKind, NewDelivery, RESTORE_PARK};
 pub use deployments::{DeploymentRecord, DeploymentStatus, Deployments, Retirement};
 pub use error::{Error, Result};
-pub use group::{Group, Groups, HeldTask};
+pub use group::{CompletingClaim, Group, Groups, HeldTask};
 pub use intake::{BufferedMessage, InboxAnswer, InboxEntry, Intake, Lookup, WaitTarget};
 pub use leases::{Lease, Leases};
 pub use outbox::{Outbox, OutboxId, OutboxRecord, OutboxRetry, OutboxRow, SendError, Sender};

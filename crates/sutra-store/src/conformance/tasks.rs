@@ -14,12 +14,12 @@ use sutra_core::snapshot::ParkId;
 use sutra_core::step::TaskError;
 
 use super::fixtures::{
-    HOUR, LANE_A, LAPSE, OTHER_TENANT, REDELIVER_AT_ONCE, TENANT, arming, claimed, id, lapse, now,
-    owner, started, step, task,
+    HOUR, LANE_A, LANE_B, LAPSE, OTHER_TENANT, REDELIVER_AT_ONCE, TENANT, arming, claimed, id,
+    lapse, now, owner, owner_of, started, step, task,
 };
 use crate::{
-    Arm, Delivery, DeliveryKind, Error, LockedTask, Polled, Result, StepCommit, Store, TaskFailure,
-    TaskFilter, TaskPoll, TaskRecord, TaskState, lock_expired,
+    Arm, CompletingClaim, Delivery, DeliveryKind, Error, LockedTask, Polled, Result, StepCommit,
+    Store, TaskFailure, TaskFilter, TaskPoll, TaskRecord, TaskState, lock_expired,
 };
 
 /// The topic of [`task`] arms.
@@ -289,6 +289,88 @@ pub async fn completing_twice_is_refused<S: Store>(store: &S) {
         assert_lock_lost(answer);
     }
     assert_eq!(due(store).await.len(), 1, "one completion, delivered once");
+}
+
+/// A group member's completion (decision 0031): the claim and the task's completion under it,
+/// one statement where the store can.
+pub async fn a_member_claims_then_completes_and_nothing_else<S: Store>(store: &S) {
+    let instance = id(1);
+    armed(store, TENANT, &instance, task(PARK)).await;
+    let lock = locked_one(store, WORKER_A, HOUR).await;
+    let lane = owner(LANE_A);
+    let claim = CompletingClaim {
+        tenant: TENANT,
+        instance: &instance,
+        owner: &lane,
+        claim_timeout: HOUR,
+    };
+
+    let mut group = store.group(TENANT).await.unwrap();
+    group.member(TENANT).await.unwrap();
+    let (claimed, held) = group
+        .claim_completing(&claim, &lock.id, &lock.lock_token)
+        .await
+        .unwrap();
+    assert_eq!(
+        (held.instance.as_str(), held.park),
+        (instance.as_str(), PARK)
+    );
+    assert_eq!(claimed.token.kind, crate::ClaimKind::Locked);
+    group.commit().await.unwrap();
+
+    assert_eq!(record(store, &instance).await.state, TaskState::Completed);
+    assert!(
+        due(store).await.is_empty(),
+        "completed in place: no delivery"
+    );
+    assert_eq!(
+        owner_of(store, &instance).await,
+        None,
+        "the claim was the row lock"
+    );
+}
+
+pub async fn a_member_whose_claim_or_lock_is_refused_leaves_the_task_as_it_was<S: Store>(
+    store: &S,
+) {
+    let (held_elsewhere, free) = (id(1), id(2));
+    armed(store, TENANT, &held_elsewhere, task(PARK)).await;
+    let first = locked_one(store, WORKER_A, HOUR).await;
+    armed(store, TENANT, &free, task(PARK)).await;
+    let second = locked_one(store, WORKER_A, HOUR).await;
+    claimed(store, &held_elsewhere, LANE_B).await;
+    let lane = owner(LANE_A);
+    let claim = |instance| CompletingClaim {
+        tenant: TENANT,
+        instance,
+        owner: &lane,
+        claim_timeout: HOUR,
+    };
+
+    let mut group = store.group(TENANT).await.unwrap();
+    group.member(TENANT).await.unwrap();
+    let refused = group
+        .claim_completing(&claim(&held_elsewhere), &first.id, &first.lock_token)
+        .await;
+    assert_eq!(refused.map(drop), Err(Error::ClaimHeld));
+    group.member(TENANT).await.unwrap();
+    let lost = group
+        .claim_completing(&claim(&free), &second.id, "not-the-token")
+        .await;
+    assert_lock_lost(lost);
+    group.commit().await.unwrap();
+
+    for (instance, lock) in [(&held_elsewhere, &first), (&free, &second)] {
+        let unchanged = record(store, instance).await;
+        assert_eq!(
+            (unchanged.state, unchanged.locked_until),
+            (TaskState::Locked, Some(lock.lock_expires_at))
+        );
+        store
+            .complete_task(TENANT, &lock.id, &lock.lock_token, &json!({}))
+            .await
+            .expect("the worker's lock still holds");
+    }
 }
 
 pub async fn completion_is_recorded_with_the_task_update<S: Store>(store: &S) {
