@@ -66,7 +66,10 @@ fn json_report_has_its_shape() {
     assert!(report["ratio"].is_null(), "{report}");
     // The machine's CPU over the driving time (this is Linux).
     let machine = &report["machine"];
-    assert!(machine["cores"].as_u64().is_some_and(|n| n >= 1), "{report}");
+    assert!(
+        machine["cores"].as_u64().is_some_and(|n| n >= 1),
+        "{report}"
+    );
     assert!(machine["busy_cores"].is_f64(), "{report}");
     assert!(machine["cpu_ms_per_instance"].is_f64(), "{report}");
     assert!(machine["measured"].is_string(), "{report}");
