@@ -520,7 +520,8 @@ async fn an_invalid_deployment_is_refused_with_located_diagnostics() {
 }
 
 #[tokio::test]
-async fn an_attribute_or_a_correlation_key_too_long_to_index_is_refused_at_intake() {
+async fn an_attribute_too_long_to_index_or_holding_nul_or_a_correlation_key_too_long_is_refused_at_intake()
+ {
     let scratch = Scratch::new("key-limits");
     let server = deployed(&scratch).await;
     let long = "x".repeat(2_000);
@@ -538,6 +539,24 @@ async fn an_attribute_or_a_correlation_key_too_long_to_index_is_refused_at_intak
             .contains("`id` is 2000 bytes long; at most 1024"),
         "{body}"
     );
+
+    for (attribute, value) in [("id", "a\u{0}b"), ("source", "s\u{0}"), ("time", "\u{0}")] {
+        let mut event = json!({"specversion": "1.0", "id": "evt-nul", "type": "t", "source": "s", "data": {"id": "o1", "amount": 1}});
+        event[attribute] = json!(value);
+        let (status, body) = server
+            .post_raw("/v1/channels/orders/messages", event.to_string())
+            .await;
+        assert_eq!(
+            (status, body["code"].clone()),
+            (422, json!("SUTRA.INTAKE.VALIDATION")),
+            "{attribute}: {body}"
+        );
+        assert!(
+            body.to_string()
+                .contains(&format!("`{attribute}` contains the character")),
+            "{body}"
+        );
+    }
 
     let (status, body) = server
         .send("orders", "evt-long-key", json!({"id": long, "amount": 1}))

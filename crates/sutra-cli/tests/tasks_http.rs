@@ -564,6 +564,26 @@ async fn malformed_task_requests_are_refused_naming_the_field() {
         ),
         (
             "/v1/tasks/poll",
+            json!({"worker": "w".repeat(201), "topics": ["debit"]}),
+            "worker",
+        ),
+        (
+            "/v1/tasks/poll",
+            json!({"worker": "w\u{7}1", "topics": ["debit"]}),
+            "worker",
+        ),
+        (
+            "/v1/tasks/poll",
+            json!({"worker": "w1", "topics": ["debit", "no such topic!"]}),
+            "topics",
+        ),
+        (
+            "/v1/tasks/poll",
+            json!({"worker": "w1", "topics": vec!["debit"; 101]}),
+            "topics",
+        ),
+        (
+            "/v1/tasks/poll",
             json!({"worker": "w1", "topics": ["debit"], "max": 0}),
             "max",
         ),

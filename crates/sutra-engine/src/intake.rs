@@ -360,9 +360,9 @@ fn dedup(first: InboxAnswer) -> Answer {
     }
 }
 
-/// Refuses what cannot be stored faithfully (`\u0000`, which PostgreSQL text cannot hold, and
-/// attributes longer than [`KEY_BYTES_MAX`], keys of the store's indexes) and what the channel's schema rejects, listing
-/// every violation.
+/// Refuses what cannot be stored faithfully (`\u0000` anywhere, which PostgreSQL text cannot
+/// hold, and attributes longer than [`KEY_BYTES_MAX`], keys of the store's indexes) and what the
+/// channel's schema rejects, listing every violation.
 fn validate(channel: &Channel, message: &Message) -> Result<(), IntakeError> {
     let mut violations = Vec::new();
     let attributes = [
@@ -370,14 +370,28 @@ fn validate(channel: &Channel, message: &Message) -> Result<(), IntakeError> {
         ("type", Some(&message.kind)),
         ("source", Some(&message.source)),
         ("subject", message.subject.as_ref()),
+        ("time", message.time.as_ref()),
     ];
     for (name, value) in attributes {
-        if let Some(value) = value.filter(|value| value.len() > KEY_BYTES_MAX) {
+        let Some(value) = value else {
+            continue;
+        };
+        // `time` is kept with the message, never a key: only its NUL matters.
+        if name != "time" && value.len() > KEY_BYTES_MAX {
             violations.push(Violation {
                 pointer: String::new(),
                 message: format!(
                     "the event attribute `{name}` is {} bytes long; at most {KEY_BYTES_MAX} are taken",
                     value.len()
+                ),
+            });
+        }
+        if value.contains('\0') {
+            violations.push(Violation {
+                pointer: String::new(),
+                message: format!(
+                    "the event attribute `{name}` contains the character \\u0000, which cannot be \
+                     stored; remove it"
                 ),
             });
         }

@@ -13,9 +13,9 @@ use axum::extract::{Extension, Path, State};
 use axum::routing::{get, post};
 use futures_util::future::join_all;
 use jiff::SignedDuration;
-use sutra_core::codes;
 use sutra_core::duration::parse_duration;
 use sutra_core::step::TaskError;
+use sutra_core::{check, codes};
 use sutra_engine::tasks::{MAX_TASKS, PollRequest};
 use sutra_store::{TaskFailure, TaskFilter, TaskPoll, TaskState};
 use sutra_wire::{
@@ -53,12 +53,8 @@ async fn poll(
     body: Body,
 ) -> Result<Json<Vec<LockedTask>>> {
     let body: PollBody = parse(&api, body).await?;
-    if body.worker.trim().is_empty() {
-        return Err(invalid("`worker` must name the worker polling"));
-    }
-    if body.topics.is_empty() || body.topics.iter().any(|topic| topic.is_empty()) {
-        return Err(invalid("`topics` must list at least one topic, none empty"));
-    }
+    check_worker(&body.worker)?;
+    check_topics(&body.topics)?;
     if body.max == 0 {
         return Err(invalid("`max` must be at least 1"));
     }
@@ -88,6 +84,45 @@ async fn poll(
         .await
         .map_err(engine_problem)?;
     Ok(Json(tasks.iter().map(render::locked_task).collect()))
+}
+
+/// The longest worker id a poll takes, in bytes: it is recorded on every task the poll locks.
+const WORKER_BYTES_MAX: usize = 200;
+
+/// The most topics one poll names.
+const POLL_TOPICS_MAX: usize = 100;
+
+fn check_worker(worker: &str) -> Result<()> {
+    if worker.trim().is_empty()
+        || worker.len() > WORKER_BYTES_MAX
+        || worker.contains(char::is_control)
+    {
+        return Err(invalid(format!(
+            "`worker` must name the worker polling: 1 to {WORKER_BYTES_MAX} bytes, no control \
+             characters"
+        )));
+    }
+    Ok(())
+}
+
+/// Every topic must be one a task can have: a poll for any other could never be answered.
+fn check_topics(topics: &[String]) -> Result<()> {
+    if topics.is_empty() || topics.len() > POLL_TOPICS_MAX {
+        return Err(invalid(format!(
+            "`topics` must list 1 to {POLL_TOPICS_MAX} topics, not {}",
+            topics.len()
+        )));
+    }
+    match topics.iter().find(|topic| !check::is_task_topic(topic)) {
+        Some(topic) => {
+            let shown: String = topic.chars().take(64).collect();
+            Err(invalid(format!(
+                "`topics` names {shown:?}, which no task can have: {}",
+                check::TASK_TOPIC_HINT
+            )))
+        }
+        None => Ok(()),
+    }
 }
 
 async fn complete(

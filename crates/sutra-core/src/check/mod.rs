@@ -107,6 +107,14 @@ pub fn is_tenant_name(name: &str) -> bool {
 /// How a valid tenant name looks, for messages refusing one.
 pub const TENANT_NAME_HINT: &str = LOWERCASE_NAME.hint;
 
+/// Whether `name` may name a task topic: a poll for any other topic could never be answered.
+pub fn is_task_topic(name: &str) -> bool {
+    nodes::TOPIC_NAME.allows(name)
+}
+
+/// How a valid task topic looks, for messages refusing one.
+pub const TASK_TOPIC_HINT: &str = nodes::TOPIC_NAME.hint;
+
 fn document(cx: &mut Checker, root: &yaml::Node) -> Option<Deployment> {
     let record = cx.record(root, "the document".into(), root.span, "name: payments")?;
     cx.unknown_fields(&record, DOCUMENT_FIELDS);

@@ -265,7 +265,7 @@ fn set(cx: &mut Checker, site: &Site, kind: &Entry) -> Option<NodeKind> {
 
 /// A task topic: workers poll by it, and it is a key of the store's task index, so it is a name,
 /// not free text.
-const TOPIC_NAME: NameRule = NameRule {
+pub(super) const TOPIC_NAME: NameRule = NameRule {
     first: |c| c.is_ascii_alphanumeric(),
     rest: |c| c.is_ascii_alphanumeric() || "-_.:/".contains(c),
     max_chars: 200,
