@@ -82,9 +82,13 @@ enum Surface {
     BulkFlow,
     MigrateVersion,
     DeploymentName,
+    ListFlow,
+    ListStatus,
+    TaskListTopic,
+    InstancePath,
 }
 
-const SURFACES: [Surface; 18] = [
+const SURFACES: [Surface; 22] = [
     Surface::MessageId,
     Surface::MessageType,
     Surface::MessageSource,
@@ -103,12 +107,16 @@ const SURFACES: [Surface; 18] = [
     Surface::BulkFlow,
     Surface::MigrateVersion,
     Surface::DeploymentName,
+    Surface::ListFlow,
+    Surface::ListStatus,
+    Surface::TaskListTopic,
+    Surface::InstancePath,
 ];
 
-/// A request: its path and raw body (every surface here is a POST).
+/// A request: a `GET` of its path when it has no body, else a `POST` of the body.
 struct Request {
     path: String,
-    body: String,
+    body: Option<String>,
 }
 
 impl Surface {
@@ -153,10 +161,14 @@ impl Surface {
                 .join(", ");
             Request {
                 path: "/v1/channels/orders/messages".into(),
-                body: format!("{{{body}}}"),
+                body: Some(format!("{{{body}}}")),
             }
         };
-        let post = |path: String, body: String| Request { path, body };
+        let post = |path: String, body: String| Request {
+            path,
+            body: Some(body),
+        };
+        let get = |path: String| Request { path, body: None };
         match self {
             Surface::MessageId => message("id"),
             Surface::MessageType => message("type"),
@@ -207,8 +219,26 @@ impl Surface {
                 "/v1/deployments".into(),
                 DEPLOYMENT.replace("name: hostile", &format!("name: {value}")),
             ),
+            Surface::ListFlow => get(format!("/v1/instances?flow={}", encoded(value))),
+            Surface::ListStatus => get(format!("/v1/instances?status={}", encoded(value))),
+            Surface::TaskListTopic => get(format!("/v1/tasks?topic={}", encoded(value))),
+            Surface::InstancePath => get(format!("/v1/instances/{}", encoded(value))),
         }
     }
+}
+
+/// The value as a URL would carry it: a JSON string's text (its raw text if it has none), cut to
+/// 4,000 bytes (a URL longer than 64 KiB is refused by the client itself), every byte but
+/// letters and digits percent-encoded.
+fn encoded(value: &str) -> String {
+    let text = serde_json::from_str::<String>(value).unwrap_or_else(|_| value.to_owned());
+    text.bytes()
+        .take(4_000)
+        .map(|byte| match byte {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' => char::from(byte).to_string(),
+            other => format!("%{other:02X}"),
+        })
+        .collect()
 }
 
 fn poll_path() -> String {
@@ -296,13 +326,15 @@ async fn hostile_values_are_answered_alike_by_both_stores_and_never_with_a_5xx()
                     None
                 };
                 let request = surface.request(&value, n, task.as_ref());
-                let response = http
-                    .post(server.url(&request.path))
-                    .header("content-type", "application/json")
-                    .body(request.body)
-                    .send()
-                    .await
-                    .expect("the server answers");
+                let url = server.url(&request.path);
+                let call = match request.body {
+                    Some(body) => http
+                        .post(url)
+                        .header("content-type", "application/json")
+                        .body(body),
+                    None => http.get(url),
+                };
+                let response = call.send().await.expect("the server answers");
                 let status = response.status().as_u16();
                 let text = response.text().await.unwrap_or_default();
                 let body = serde_json::from_str(&text).unwrap_or(Value::String(text));

@@ -80,7 +80,26 @@ pub fn router(api: Api) -> Router {
                 "no such endpoint; the API lives under /v1/",
             )
         })
+        .layer(axum::middleware::from_fn(refuse_nul_in_url))
         .with_state(api)
+}
+
+/// Refuses a URL holding `%00` before any route reads it: PostgreSQL text cannot hold the
+/// character, so a path or query parameter with it could only fail inside the store, where
+/// SQLite would have taken it (every body is refused for it the same way).
+async fn refuse_nul_in_url(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let holds_nul = |part: &str| part.as_bytes().windows(3).any(|w| w == b"%00");
+    let uri = request.uri();
+    if holds_nul(uri.path()) || uri.query().is_some_and(holds_nul) {
+        return invalid(
+            "the URL holds %00, the character \\u0000, which cannot be stored; remove it",
+        )
+        .into_response();
+    }
+    next.run(request).await
 }
 
 type Result<T, E = Problem> = std::result::Result<T, E>;
