@@ -201,9 +201,15 @@ impl Expr {
                 ));
             }
         };
-        value
+        let value = value
             .json()
-            .map_err(|e| error(format!("the result cannot be represented as JSON: {e}")))
+            .map_err(|e| error(format!("the result cannot be represented as JSON: {e}")))?;
+        if holds_nul(&value) {
+            return Err(error(
+                "the result holds the character \\u0000 (NUL), which cannot be stored".into(),
+            ));
+        }
+        Ok(value)
     }
 
     /// Evaluates a guard: the result must be a boolean.
@@ -388,6 +394,19 @@ fn find_reads(expr: &Ast, bound: &mut Vec<String>, reads: &mut BTreeMap<String, 
         other => children(other)
             .into_iter()
             .for_each(|child| find_reads(child, bound, reads)),
+    }
+}
+
+/// Whether a string or key anywhere in `value` holds NUL: what PostgreSQL text cannot hold, and
+/// so what no expression may put into an instance.
+fn holds_nul(value: &Value) -> bool {
+    match value {
+        Value::String(text) => text.contains('\0'),
+        Value::Array(items) => items.iter().any(holds_nul),
+        Value::Object(object) => object
+            .iter()
+            .any(|(key, item)| key.contains('\0') || holds_nul(item)),
+        _ => false,
     }
 }
 
@@ -708,6 +727,15 @@ mod tests {
                 .eval_bool(&vars(&json!({"input": {"amount": 5}})))
                 .unwrap()
         );
+    }
+
+    #[test]
+    fn a_result_holding_nul_is_an_evaluation_error() {
+        for source in [r"'a\u0000b'", r"{'k\x00': 1}", r"['ok', '\000']"] {
+            let expr = Expr::compile(source, INSTANCE_ROOTS).unwrap();
+            let error = expr.eval(&Bindings::new()).unwrap_err();
+            assert!(error.message.contains("NUL"), "{source}: {error}");
+        }
     }
 
     #[test]

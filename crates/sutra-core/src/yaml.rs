@@ -237,6 +237,7 @@ impl Builder {
             Event::Scalar(text, style, anchor, tag) => {
                 refuse_anchor(anchor, span)?;
                 refuse_tag(tag.as_deref(), span)?;
+                refuse_nul(&text, span)?;
                 if self.awaits_key() {
                     return self.key(text.into_owned(), span);
                 }
@@ -382,6 +383,20 @@ fn refuse_anchor(anchor: usize, span: Span) -> Result<(), Diagnostic> {
 
 /// Tags are refused: custom ones name types this reader cannot build, and quoting does what the
 /// only useful core one (`!!str`) would.
+/// A scalar holding NUL (a `"\0"` or `"\u0000"` escape): PostgreSQL text cannot hold the
+/// character, so no value, key or expression may carry it into an instance.
+fn refuse_nul(text: &str, span: Span) -> Result<(), Diagnostic> {
+    if !text.contains('\0') {
+        return Ok(());
+    }
+    Err(Diagnostic::error(
+        "nul-character",
+        span,
+        "this value holds the character \\u0000 (NUL), which cannot be stored",
+    )
+    .with_hint("remove the `\\0` or `\\u0000` escape"))
+}
+
 fn refuse_tag(tag: Option<&Tag>, span: Span) -> Result<(), Diagnostic> {
     let Some(tag) = tag else {
         return Ok(());

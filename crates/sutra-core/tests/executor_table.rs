@@ -462,6 +462,11 @@ fn failures_and_admin() -> Vec<Case> {
         .detail("order t1"),
         case("a loop that never parks exceeds the budget", counting)
             .failed("SUTRA.RUNTIME.STEP.BUDGET_EXCEEDED", "loop"),
+        case(
+            "a value holding NUL, which no store can hold, fails the instance",
+            vec![set("n", &[("x", json!(r"= 'a\u0000b'"))])],
+        )
+        .failed("SUTRA.RUNTIME.EXPRESSION.ERROR", "n"),
         case("cancel ends a suspended instance", vec![t("t")])
             .script(vec![Do::Cancel])
             .cancelled(),
