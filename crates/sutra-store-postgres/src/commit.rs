@@ -12,11 +12,12 @@
 use std::sync::LazyLock;
 
 use serde_json::Value;
+use sqlx::Row;
 use sqlx::types::Json;
 use sutra_core::snapshot::{InstanceInfo, ParkId};
 use sutra_core::step::HistoryEvent;
 use sutra_store::{DeliveryId, InboxEntry, OutboxEntry, Result};
-use sutra_store_sql::{Correlation, StepRows, StepStatements, TaskArm, WaitArm, params};
+use sutra_store_sql::{Correlation, StepRows, StepStatements, TaskArm, WaitArm, Wrote, params};
 
 use crate::codec::{db, duration_micros, history_kind, micros, park, signed};
 use crate::notices;
@@ -33,20 +34,16 @@ impl StepStatements for Scoped {
         self.execute(query).await.map(drop)
     }
 
-    /// One statement for the whole of `rows` (see [`ROWS_AFTER_SETTLE`]).
-    async fn write_rows(&mut self, rows: &StepRows<'_>) -> Result<bool> {
+    /// One statement for the whole of `rows` (see [`step_rows`]).
+    async fn write_rows(&mut self, rows: &StepRows<'_>) -> Result<Wrote> {
+        let sql = match (rows.claim, rows.message) {
+            (Some(_), _) => ROWS_AFTER_SETTLE.as_str(),
+            (None, None) => ROWS_AFTER_INSERT.as_str(),
+            (None, Some(_)) => ROWS_OF_A_MESSAGE.as_str(),
+        };
         let query = match rows.claim {
-            Some(token) => params::settle(
-                sqlx::query(ROWS_AFTER_SETTLE.as_str()),
-                token,
-                rows.snapshot,
-                rows.held_by,
-            ),
-            None => params::instance(
-                sqlx::query(ROWS_AFTER_INSERT.as_str()),
-                rows.snapshot,
-                rows.held_by,
-            ),
+            Some(token) => params::settle(sqlx::query(sql), token, rows.snapshot, rows.held_by),
+            None => params::instance(sqlx::query(sql), rows.snapshot, rows.held_by),
         };
         let query = HistoryColumns::of(rows.history)?.bind(query);
         let cleared = rows
@@ -55,7 +52,30 @@ impl StepStatements for Scoped {
             .map(|cleared| park(*cleared))
             .collect::<Result<Vec<_>>>()?;
         let query = TaskColumns::of(rows.tasks)?.bind(query.bind(cleared));
-        Ok(self.execute(query).await? == 1)
+        let Some(entry) = rows.message.filter(|_| rows.claim.is_none()) else {
+            let written = self.execute(query).await? == 1;
+            return Ok(if written {
+                Wrote::Rows
+            } else {
+                Wrote::ClaimLost
+            });
+        };
+        let query = query
+            .bind(&entry.channel)
+            .bind(&entry.event_id)
+            .bind(entry.answer.instance.as_deref())
+            .bind(&entry.answer.status)
+            .bind(entry.key.as_deref());
+        let row = query.fetch_one(self.connection()).await.map_err(db)?;
+        let (waited, written): (bool, bool) = (
+            row.try_get("waited").map_err(db)?,
+            row.try_get("written").map_err(db)?,
+        );
+        Ok(match (waited, written) {
+            (true, _) => Wrote::Waited,
+            (false, true) => Wrote::Rows,
+            (false, false) => Wrote::Consumed,
+        })
     }
 
     /// A worker completing the task concurrently holds its row: this update waits for that
@@ -133,6 +153,7 @@ impl StepStatements for Scoped {
 /// A step's rows after a settle: the settle's parameters ([`params::settle`]) are `$1`–`$9`.
 static ROWS_AFTER_SETTLE: LazyLock<String> = LazyLock::new(|| {
     step_rows(
+        "",
         "UPDATE instances
          SET snapshot = $1, status = $2, owner = NULL, claimed_at = NULL, recoveries = 0,
              fence = fence + $7, updated_at = sutra_now(), held_by = COALESCE($8, held_by),
@@ -140,32 +161,66 @@ static ROWS_AFTER_SETTLE: LazyLock<String> = LazyLock::new(|| {
              ended_at = CASE WHEN $2 IN ('completed', 'cancelled') THEN sutra_now() END
          WHERE tenant = $3 AND id = $4 AND ($5::text IS NULL OR owner = $5) AND fence = $6",
         10,
+        WRITTEN,
     )
 });
 
 /// A start's rows: the insert's parameters ([`params::instance`]) are `$1`–`$8`.
 static ROWS_AFTER_INSERT: LazyLock<String> = LazyLock::new(|| {
     step_rows(
+        "",
         "INSERT INTO instances (id, tenant, deployment, version, flow, status, snapshot,
                                 held_by, created_at, updated_at, ended_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, sutra_now(), sutra_now(),
                  CASE WHEN $6 IN ('completed', 'cancelled') THEN sutra_now() END)",
         9,
+        WRITTEN,
     )
 });
 
-/// One statement for a step's own rows ([`StepRows`]): `instance_row` writes the instance, and
-/// every other row is joined to what it returned, so that a settle whose fence no longer holds
-/// writes nothing at all and the statement returns no row. Its parameters from `$first` on: the
-/// history's columns ([`HistoryColumns`]), the cleared parks, the tasks' columns
-/// ([`TaskColumns`]). Data-modifying CTEs all see the snapshot the statement began with, which
-/// is right here: each writes rows of its own table that no other one reads, and the foreign
-/// keys of the rows joined to a new instance are checked at the statement's end, when it
-/// exists.
-fn step_rows(instance_row: &str, first: usize) -> String {
+/// The last part of a step's rows when only the instance row's fate is asked: a row if it was
+/// written.
+const WRITTEN: &str = "SELECT 1 FROM written";
+
+/// A start's rows with its message: the insert's parameters are `$1`–`$8`, the rows' `$9`–`$22`,
+/// the message's channel, event id, answer (instance, status) and correlation key `$23`–`$27`.
+/// The inbox row goes first, unless an instance waits on the key; the instance and every row
+/// joined to it only if the inbox row is this statement's. A racing start's uncommitted inbox
+/// row makes the insert wait for it and then insert nothing: the caller then reads the row the
+/// racer committed, in a statement of its own.
+static ROWS_OF_A_MESSAGE: LazyLock<String> = LazyLock::new(|| {
+    step_rows(
+        "waited AS (
+             SELECT 1 FROM waits WHERE tenant = $2 AND channel = $23 AND key = $27),
+         inboxed AS (
+             INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
+             SELECT $2, $23, $24, $25, $26, sutra_now()
+             WHERE NOT EXISTS (SELECT 1 FROM waited)
+             ON CONFLICT DO NOTHING
+             RETURNING 1),
+         ",
+        "INSERT INTO instances (id, tenant, deployment, version, flow, status, snapshot,
+                                held_by, created_at, updated_at, ended_at)
+         SELECT $1, $2, $3, $4, $5, $6, $7, $8, sutra_now(), sutra_now(),
+                CASE WHEN $6 IN ('completed', 'cancelled') THEN sutra_now() END
+         WHERE EXISTS (SELECT 1 FROM inboxed)",
+        9,
+        "SELECT EXISTS (SELECT 1 FROM waited) AS waited, EXISTS (SELECT 1 FROM written) AS written",
+    )
+});
+
+/// One statement for a step's own rows ([`StepRows`]): the CTEs of `lead`, then `instance_row`,
+/// which writes the instance, and every other row joined to what it returned, so that a settle
+/// whose fence no longer holds (or a start whose message is not its own) writes nothing at all;
+/// `last` says what was written. Its parameters from `$first` on: the history's columns
+/// ([`HistoryColumns`]), the cleared parks, the tasks' columns ([`TaskColumns`]).
+/// Data-modifying CTEs all see the snapshot the statement began with, which is right here: none
+/// reads a table another writes, and the foreign keys of the rows joined to a new instance are
+/// checked at the statement's end, when it exists.
+fn step_rows(lead: &str, instance_row: &str, first: usize, last: &str) -> String {
     let p = |n: usize| format!("${}", first + n);
     format!(
-        "WITH written AS ({instance_row} RETURNING tenant, id),
+        "WITH {lead}written AS ({instance_row} RETURNING tenant, id),
          history_rows AS (
              INSERT INTO history (tenant, instance, seq, at, kind, node, token, detail)
              SELECT written.tenant, written.id, seq, at, kind, node, token, detail
@@ -187,7 +242,7 @@ fn step_rows(instance_row: &str, first: usize) -> String {
                                   {t4}::bigint[], {t5}::bigint[], {t6}::bigint[])
                   AS task (id, park, topic, input, retries, backoff_us, lock_us)
              ON CONFLICT (id) DO UPDATE SET {TASK_REARMED})
-         SELECT 1 FROM written",
+         {last}",
         h0 = p(0),
         h1 = p(1),
         h2 = p(2),

@@ -18,7 +18,7 @@ use sutra_store::{
 
 use crate::statements::{
     Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements, StepRows,
-    StepStatements, TaskArm, WaitArm,
+    StepStatements, TaskArm, WaitArm, Wrote,
 };
 use crate::store::SqlStore;
 
@@ -57,9 +57,6 @@ pub(crate) async fn write_step<T: StepStatements>(
     let instance = &step.snapshot.instance;
     refuse_taken_aliases(tx, step).await?;
     let mut writer = StepWriter { tx, step, instance };
-    if step.claim.is_none() {
-        writer.claim_message().await?;
-    }
     for park in step.disarms.iter().filter(|park| Some(**park) != resolved) {
         writer.cancel_task(*park).await?;
     }
@@ -73,7 +70,7 @@ pub(crate) async fn write_step<T: StepStatements>(
     if let Some(taken) = step.taken {
         writer.tx.take_delivery(&instance.id, taken).await?;
     }
-    // A start's inbox row was written first, by `claim_message`.
+    // A start's inbox row was written first, by `write_rows`.
     if step.claim.is_some()
         && let Some(entry) = &step.inbox
     {
@@ -92,6 +89,17 @@ pub async fn insert_inbox_unless_consumed<T: Statements>(
     if tx.insert_inbox(tenant, entry).await? {
         return Ok(None);
     }
+    first_answer(tx, tenant, entry).await.map(Some)
+}
+
+/// The answer of the first to consume a message whose inbox row this transaction did not make.
+/// The read is a statement after the insert that found the row, so (READ COMMITTED) it sees the
+/// row a racing insert committed.
+pub(crate) async fn first_answer<T: Statements>(
+    tx: &mut T,
+    tenant: &str,
+    entry: &InboxEntry,
+) -> Result<InboxAnswer> {
     match tx
         .inbox_answer(InboxKey {
             tenant,
@@ -100,7 +108,7 @@ pub async fn insert_inbox_unless_consumed<T: Statements>(
         })
         .await?
     {
-        Some(first) => Ok(Some(first)),
+        Some(first) => Ok(first),
         // Only a purge between the two statements gets here: nothing was written, so try again.
         None => Err(Error::Unavailable(format!(
             "the inbox row of `{}` on `{}` vanished while it was read",
@@ -187,44 +195,28 @@ impl<T: StepStatements> StepWriter<'_, T> {
             history: &step.history,
             cleared: &step.disarms,
             tasks: &tasks,
+            message: step
+                .claim
+                .is_none()
+                .then_some(step.inbox.as_ref())
+                .flatten(),
         };
-        if !self.tx.write_rows(&rows).await? {
-            return Err(Error::ClaimLost);
-        }
-        Ok(())
-    }
-
-    /// A start's message becomes the instance's, unless an instance waits on its key (the
-    /// message is a relay) or another start already consumed it. Both are found before anything
-    /// is written.
-    async fn claim_message(&mut self) -> Result<()> {
-        let Some(entry) = &self.step.inbox else {
-            return Ok(());
-        };
-        self.refuse_if_waited(entry).await?;
-        let consumed = insert_inbox_unless_consumed(self.tx, &self.instance.tenant, entry).await?;
-        match consumed {
-            Some(first) => Err(Error::Duplicate(first)),
-            None => Ok(()),
-        }
-    }
-
-    /// Intake's look for a wait, in the start's own transaction rather than one before it.
-    async fn refuse_if_waited(&mut self, entry: &InboxEntry) -> Result<()> {
-        let Some(key) = &entry.key else {
-            return Ok(());
-        };
-        let on = Correlation {
-            tenant: &self.instance.tenant,
-            channel: &entry.channel,
-            key,
-        };
-        match self.tx.find_wait(on).await? {
-            Some(_) => Err(Error::Waited {
-                channel: entry.channel.clone(),
-                key: key.clone(),
-            }),
-            None => Ok(()),
+        match self.tx.write_rows(&rows).await? {
+            Wrote::Rows => Ok(()),
+            Wrote::ClaimLost => Err(Error::ClaimLost),
+            Wrote::Waited => {
+                let entry = rows.message.expect("only a start's message is waited for");
+                Err(Error::Waited {
+                    channel: entry.channel.clone(),
+                    key: entry.key.clone().unwrap_or_default(),
+                })
+            }
+            Wrote::Consumed => {
+                let entry = rows.message.expect("only a start's message is consumed");
+                Err(Error::Duplicate(
+                    first_answer(self.tx, &self.instance.tenant, entry).await?,
+                ))
+            }
         }
     }
 

@@ -150,6 +150,23 @@ pub struct StepRows<'a> {
     /// Parks whose wait and pending deliveries are deleted (their tasks are resolved before).
     pub cleared: &'a [ParkId],
     pub tasks: &'a [TaskArm<'a>],
+    /// A start's message: its inbox row is inserted before anything else, unless an instance
+    /// waits on its correlation key (the message is a relay) or another start consumed it
+    /// already; either way nothing is written.
+    pub message: Option<&'a InboxEntry>,
+}
+
+/// What [`StepStatements::write_rows`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wrote {
+    /// Every row.
+    Rows,
+    /// Nothing: the settle's claim no longer holds.
+    ClaimLost,
+    /// Nothing: an instance waits on the start message's key.
+    Waited,
+    /// Nothing: another start consumed the message (its inbox row is there).
+    Consumed,
 }
 
 /// A backend the scripts can begin transactions on, and what the store does on it that is not
@@ -291,9 +308,9 @@ pub trait StepStatements: Statements {
     /// in it that announces one.
     fn announce_ended(&mut self, instances: &[String]) -> impl Future<Output = Result<()>> + Send;
 
-    /// Writes `rows`; whether the instance row was written. `false` — a settle whose claim no
-    /// longer holds — writes nothing at all.
-    fn write_rows(&mut self, rows: &StepRows<'_>) -> impl Future<Output = Result<bool>> + Send;
+    /// Writes `rows`, or nothing at all when the settle's claim no longer holds or a start's
+    /// message is not its to consume.
+    fn write_rows(&mut self, rows: &StepRows<'_>) -> impl Future<Output = Result<Wrote>> + Send;
 
     /// Cancels the park's task if a worker may still take it (available or locked).
     fn cancel_task(

@@ -7,7 +7,9 @@ use sqlx::types::Json;
 use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot};
 use sutra_core::step::HistoryEvent;
 use sutra_store::{ClaimToken, DeliveryId, InboxEntry, OutboxEntry, Result};
-use sutra_store_sql::{Correlation, StepRows, StepStatements, TaskArm, WaitArm, params};
+use sutra_store_sql::{
+    Correlation, Statements, StepRows, StepStatements, TaskArm, WaitArm, Wrote, params,
+};
 
 use crate::codec::{db, history_kind, micros, park, signed};
 use crate::statements::Session;
@@ -15,11 +17,27 @@ use crate::statements::Session;
 impl StepStatements for Session {
     /// One statement per row, in order: nothing else writes while the step holds the write
     /// lock, so the statements cost no round trips to batch away.
-    async fn write_rows(&mut self, rows: &StepRows<'_>) -> Result<bool> {
+    async fn write_rows(&mut self, rows: &StepRows<'_>) -> Result<Wrote> {
+        let tenant = &rows.snapshot.instance.tenant;
+        if let Some(entry) = rows.message {
+            if let Some(key) = &entry.key {
+                let on = Correlation {
+                    tenant,
+                    channel: &entry.channel,
+                    key,
+                };
+                if self.find_wait(on).await?.is_some() {
+                    return Ok(Wrote::Waited);
+                }
+            }
+            if !self.insert_inbox(tenant, entry).await? {
+                return Ok(Wrote::Consumed);
+            }
+        }
         match rows.claim {
             Some(token) => {
                 if !self.settle(token, rows.snapshot, rows.held_by).await? {
-                    return Ok(false);
+                    return Ok(Wrote::ClaimLost);
                 }
             }
             None => self.insert_instance(rows.snapshot, rows.held_by).await?,
@@ -32,7 +50,7 @@ impl StepStatements for Session {
         for task in rows.tasks {
             self.insert_task(task).await?;
         }
-        Ok(true)
+        Ok(Wrote::Rows)
     }
 
     /// One process per file: no other process holds a caller, so there is no one to tell.
