@@ -9,7 +9,7 @@
 //! thread with a generous stack, and the parsed tree's depth is bounded before it is accepted.
 //! A panic inside the evaluator is caught and reported as an expression error.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, LazyLock};
 
@@ -152,11 +152,13 @@ impl Expr {
         if tree_depth(&root.expr) > EXPRESSION_TREE_DEPTH_MAX {
             return Err(CompileError::TooDeep);
         }
-        let mut free = BTreeSet::new();
-        free_names(&root.expr, &mut Vec::new(), &mut free);
-        if let Some(name) = free
-            .into_iter()
+        // The names it reads are its free names.
+        let mut reads = BTreeMap::new();
+        find_reads(&root.expr, &mut Vec::new(), &mut reads);
+        if let Some(name) = reads
+            .keys()
             .find(|name| !roots.contains(&name.as_str()))
+            .cloned()
         {
             let allowed = roots
                 .iter()
@@ -165,8 +167,6 @@ impl Expr {
                 .join(", ");
             return Err(CompileError::UnknownName { name, allowed });
         }
-        let mut reads = BTreeMap::new();
-        find_reads(&root.expr, &mut Vec::new(), &mut reads);
         Ok(Expr {
             source: source.into(),
             program: Arc::new(program),
@@ -354,8 +354,9 @@ impl Reads {
     }
 }
 
-/// Records in `reads` what `expr` reads of each free name (names in `bound` are a
-/// comprehension's own).
+/// Records in `reads` what `expr` reads of each free name: each identifier not bound by an
+/// enclosing comprehension (`all`, `exists`, `map`, `filter`; those in `bound`). Only called on
+/// trees whose depth has been bounded.
 fn find_reads(expr: &Ast, bound: &mut Vec<String>, reads: &mut BTreeMap<String, Reads>) {
     match expr {
         Ast::Ident(name) if !bound.contains(name) => {
@@ -537,31 +538,6 @@ fn tree_depth(root: &Ast) -> usize {
         stack.extend(children(expr).into_iter().map(|child| (child, depth + 1)));
     }
     deepest
-}
-
-/// Identifiers not bound by an enclosing comprehension (`all`, `exists`, `map`, `filter`).
-/// Only called on trees whose depth has been bounded.
-fn free_names(expr: &Ast, bound: &mut Vec<String>, free: &mut BTreeSet<String>) {
-    match expr {
-        Ast::Ident(name) if !bound.contains(name) => {
-            free.insert(name.clone());
-        }
-        Ast::Comprehension(c) => {
-            free_names(&c.iter_range.expr, bound, free);
-            free_names(&c.accu_init.expr, bound, free);
-            let scope = bound.len();
-            bound.push(c.iter_var.clone());
-            bound.extend(c.iter_var2.clone());
-            bound.push(c.accu_var.clone());
-            for inner in [&c.loop_cond, &c.loop_step, &c.result] {
-                free_names(&inner.expr, bound, free);
-            }
-            bound.truncate(scope);
-        }
-        other => children(other)
-            .into_iter()
-            .for_each(|child| free_names(child, bound, free)),
-    }
 }
 
 /// A YAML value in which every string leaf starting with `=` is an expression. `==` at the start
