@@ -204,7 +204,7 @@ impl Expr {
         let value = value
             .json()
             .map_err(|e| error(format!("the result cannot be represented as JSON: {e}")))?;
-        if holds_nul(&value) {
+        if crate::storable::holds_nul(&value) {
             return Err(error(
                 "the result holds the character \\u0000 (NUL), which cannot be stored".into(),
             ));
@@ -395,19 +395,6 @@ fn find_reads(expr: &Ast, bound: &mut Vec<String>, reads: &mut BTreeMap<String, 
         other => children(other)
             .into_iter()
             .for_each(|child| find_reads(child, bound, reads)),
-    }
-}
-
-/// Whether a string or key anywhere in `value` holds NUL: what PostgreSQL text cannot hold, and
-/// so what no expression may put into an instance.
-fn holds_nul(value: &Value) -> bool {
-    match value {
-        Value::String(text) => text.contains('\0'),
-        Value::Array(items) => items.iter().any(holds_nul),
-        Value::Object(object) => object
-            .iter()
-            .any(|(key, item)| key.contains('\0') || holds_nul(item)),
-        _ => false,
     }
 }
 

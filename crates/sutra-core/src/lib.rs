@@ -14,4 +14,5 @@ pub mod expr;
 pub mod model;
 pub mod snapshot;
 pub mod step;
+pub mod storable;
 pub mod yaml;

@@ -7,11 +7,11 @@
 //! part — claim, load, apply, commit — is handed to the instance's lane, in one hop.
 
 use jiff::Timestamp;
-use serde_json::Value;
 use sutra_core::expr::{Bindings, KEY_BYTES_MAX, MESSAGE_ROOTS};
 use sutra_core::model::{Ack, Channel, Transport};
 use sutra_core::snapshot::InstanceInfo;
 use sutra_core::step::{Event, Message, Reply};
+use sutra_core::storable::nul_pointers;
 use sutra_store::{BufferedMessage, InboxAnswer, InstanceKey, WaitTarget};
 
 use crate::error::Error;
@@ -396,7 +396,14 @@ fn validate(channel: &Channel, message: &Message) -> Result<(), IntakeError> {
             });
         }
     }
-    find_nul(&message.data, "", &mut violations);
+    violations.extend(
+        nul_pointers(&message.data)
+            .into_iter()
+            .map(|pointer| Violation {
+                pointer,
+                message: "contains the character \\u0000, which cannot be stored; remove it".into(),
+            }),
+    );
     if let Some(schema) = &channel.schema {
         violations.extend(
             schema
@@ -414,42 +421,6 @@ fn validate(channel: &Channel, message: &Message) -> Result<(), IntakeError> {
         violations.len()
     );
     Err(IntakeError::Invalid { detail, violations })
-}
-
-/// The JSON pointers of every string (or key) in `value` holding `\u0000`, which PostgreSQL text
-/// cannot hold: what every body that reaches the store is refused for, as intake refuses it.
-pub fn nul_pointers(value: &Value) -> Vec<String> {
-    let mut found = Vec::new();
-    find_nul(value, "", &mut found);
-    found
-        .into_iter()
-        .map(|violation| violation.pointer)
-        .collect()
-}
-
-fn find_nul(value: &Value, pointer: &str, out: &mut Vec<Violation>) {
-    let nul = |pointer: &str| Violation {
-        pointer: pointer.to_owned(),
-        message: "contains the character \\u0000, which cannot be stored; remove it".into(),
-    };
-    match value {
-        Value::String(s) if s.contains('\0') => out.push(nul(pointer)),
-        Value::Array(items) => {
-            for (i, item) in items.iter().enumerate() {
-                find_nul(item, &format!("{pointer}/{i}"), out);
-            }
-        }
-        Value::Object(map) => {
-            for (key, item) in map {
-                let child = format!("{pointer}/{}", key.replace('~', "~0").replace('/', "~1"));
-                if key.contains('\0') {
-                    out.push(nul(&child));
-                }
-                find_nul(item, &child, out);
-            }
-        }
-        _ => {}
-    }
 }
 
 /// The message's correlation key, by the channel's `correlate` over its attributes.

@@ -210,7 +210,7 @@ fn refuse_nul(bytes: &[u8]) -> Result<()> {
     let Ok(value) = serde_json::from_slice::<serde_json::Value>(bytes) else {
         return Ok(());
     };
-    match sutra_engine::intake::nul_pointers(&value).first() {
+    match sutra_core::storable::nul_pointers(&value).first() {
         Some(pointer) => Err(invalid(format!(
             "`{pointer}`: contains the character \\u0000, which cannot be stored; remove it"
         ))),

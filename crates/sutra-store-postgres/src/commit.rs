@@ -36,7 +36,9 @@ impl StepStatements for Scoped {
 
     /// One statement for the whole of `rows` (see [`step_rows`]).
     async fn write_rows(&mut self, rows: &StepRows<'_>) -> Result<Wrote> {
-        let sql = match (rows.claim, rows.message) {
+        // A message is a start's: a settle has none.
+        let message = rows.message.filter(|_| rows.claim.is_none());
+        let sql = match (rows.claim, message) {
             (Some(_), _) => ROWS_AFTER_SETTLE.as_str(),
             (None, None) => ROWS_AFTER_INSERT.as_str(),
             (None, Some(_)) => ROWS_OF_A_MESSAGE.as_str(),
@@ -52,7 +54,7 @@ impl StepStatements for Scoped {
             .map(|cleared| park(*cleared))
             .collect::<Result<Vec<_>>>()?;
         let query = TaskColumns::of(rows.tasks)?.bind(query.bind(cleared));
-        let Some(entry) = rows.message.filter(|_| rows.claim.is_none()) else {
+        let Some(entry) = message else {
             let written = self.execute(query).await? == 1;
             return Ok(if written {
                 Wrote::Rows
@@ -166,17 +168,20 @@ static ROWS_AFTER_SETTLE: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// A start's rows: the insert's parameters ([`params::instance`]) are `$1`–`$8`.
-static ROWS_AFTER_INSERT: LazyLock<String> = LazyLock::new(|| {
-    step_rows(
-        "",
+static ROWS_AFTER_INSERT: LazyLock<String> =
+    LazyLock::new(|| step_rows("", &insert_instance(""), 9, WRITTEN));
+
+/// A start's insert of its new, unowned instance (`$1`–`$8`, [`params::instance`]), if `guard`
+/// holds.
+fn insert_instance(guard: &str) -> String {
+    format!(
         "INSERT INTO instances (id, tenant, deployment, version, flow, status, snapshot,
                                 held_by, created_at, updated_at, ended_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, sutra_now(), sutra_now(),
-                 CASE WHEN $6 IN ('completed', 'cancelled') THEN sutra_now() END)",
-        9,
-        WRITTEN,
+         SELECT $1, $2, $3, $4, $5, $6, $7, $8, sutra_now(), sutra_now(),
+                CASE WHEN $6 IN ('completed', 'cancelled') THEN sutra_now() END
+         {guard}"
     )
-});
+}
 
 /// The last part of a step's rows when only the instance row's fate is asked: a row if it was
 /// written.
@@ -199,11 +204,7 @@ static ROWS_OF_A_MESSAGE: LazyLock<String> = LazyLock::new(|| {
              ON CONFLICT DO NOTHING
              RETURNING 1),
          ",
-        "INSERT INTO instances (id, tenant, deployment, version, flow, status, snapshot,
-                                held_by, created_at, updated_at, ended_at)
-         SELECT $1, $2, $3, $4, $5, $6, $7, $8, sutra_now(), sutra_now(),
-                CASE WHEN $6 IN ('completed', 'cancelled') THEN sutra_now() END
-         WHERE EXISTS (SELECT 1 FROM inboxed)",
+        &insert_instance("WHERE EXISTS (SELECT 1 FROM inboxed)"),
         9,
         "SELECT EXISTS (SELECT 1 FROM waited) AS waited, EXISTS (SELECT 1 FROM written) AS written",
     )

@@ -45,10 +45,11 @@ impl<B: Backend> Steps for SqlStore<B> {
 /// Every row of a step, in the caller's transaction (its own, or a group's). `resolved` is the
 /// park whose task this transaction completed already: there is no task of it left to cancel.
 ///
-/// What may refuse the step without writing comes first (a taken alias, a start's inbox row),
-/// then the cancel of every task a worker may still hold, then the step's own rows
-/// ([`StepStatements::write_rows`]) — the settle guarded by the claim's fence, or the start's
-/// insert — and last the rows a park arms that another transaction may race for.
+/// A taken alias refuses first, before any write; then come the cancels of every task a worker
+/// may still hold, then the step's own rows ([`StepStatements::write_rows`]) — the settle
+/// guarded by the claim's fence, or the start's insert led by its message's inbox row, either of
+/// which may refuse having written nothing — and last the rows a park arms that another
+/// transaction may race for.
 pub(crate) async fn write_step<T: StepStatements>(
     tx: &mut T,
     step: &StepCommit,
@@ -195,11 +196,7 @@ impl<T: StepStatements> StepWriter<'_, T> {
             history: &step.history,
             cleared: &step.disarms,
             tasks: &tasks,
-            message: step
-                .claim
-                .is_none()
-                .then_some(step.inbox.as_ref())
-                .flatten(),
+            message: step.inbox.as_ref().filter(|_| step.claim.is_none()),
         };
         match self.tx.write_rows(&rows).await? {
             Wrote::Rows => Ok(()),

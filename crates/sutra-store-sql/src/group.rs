@@ -35,7 +35,8 @@ struct SqlGroup<B: Backend> {
     /// The instances whose end the members announce, told all at once just before the commit:
     /// one notice per group, however many members end instances held elsewhere.
     ended: Vec<String>,
-    /// The task the open member completed: its step has no task of that park left to cancel.
+    /// The task the open member completed under its claim ([`Group::claim_completing`]): its
+    /// step has no task of that park left to cancel.
     completed: Option<HeldTask>,
 }
 
@@ -99,9 +100,7 @@ impl<B: Backend> Group for SqlGroup<B> {
         id: &str,
         lock_token: &str,
     ) -> Result<HeldTask> {
-        let held = complete_locked(&mut self.tx, tenant, id, lock_token).await?;
-        self.completed = Some(held.clone());
-        Ok(held)
+        complete_locked(&mut self.tx, tenant, id, lock_token).await
     }
 
     async fn deliver_output(

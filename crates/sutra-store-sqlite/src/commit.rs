@@ -58,8 +58,6 @@ impl StepStatements for Session {
         Ok(())
     }
 
-    /// One statement per event. The primary key `(instance, seq)` refuses a repeated sequence,
-    /// failing the whole step.
     async fn cancel_task(&mut self, instance: &str, park_id: ParkId) -> Result<()> {
         let tx = self.write().await?;
         let query = sqlx::query(
@@ -169,6 +167,8 @@ impl Session {
         tx.execute(query).await.map(drop)
     }
 
+    /// One statement per event. The primary key `(instance, seq)` refuses a repeated sequence,
+    /// failing the whole step.
     async fn insert_history(
         &mut self,
         instance: &InstanceInfo,

@@ -11,16 +11,17 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::diagnostic::{Diagnostic, Span};
 use crate::model::{After, Flow, NodeIndex, Start};
+use crate::step::TRANSITIONS_PER_STEP_DEFAULT;
 use crate::yaml::{Entry, Node};
 
 use super::channels::Channels;
 use super::reader::{Checker, NameRule, suggestion};
 use super::{LOWERCASE_NAME, graph, nodes};
 
-/// The most nodes a flow has, parallel branches included: as many as one step visits by default
-/// (`step::TRANSITIONS_PER_STEP_DEFAULT`), so that a straight sequence of them still runs in a
-/// step, and far more than any flow written by hand.
-pub const FLOW_NODES_MAX: usize = 10_000;
+/// The most nodes a flow has, parallel branches included: as many as one step visits by
+/// default, so that a straight sequence of them still runs in a step, and far more than any
+/// flow written by hand.
+pub const FLOW_NODES_MAX: usize = TRANSITIONS_PER_STEP_DEFAULT as usize;
 
 /// Node ids: jumps, history and `migrate --map old=new` refer to them.
 const NODE_ID: NameRule = NameRule {
