@@ -39,6 +39,8 @@ pub struct Engine {
     shutdown: watch::Sender<bool>,
     /// Set when waiting long-polls should answer now (see [`Engine::end_polls`]).
     polls_end: watch::Sender<bool>,
+    /// When polls last looked for tasks whose last lock expired.
+    exhaustion: tasks::Exhaustion,
     /// The loops every replica runs: deployment convergence, the outbox worker, and (on a store
     /// replicas share) the listener for ends of instances held here.
     background: Mutex<Vec<JoinHandle<()>>>,
@@ -94,6 +96,7 @@ impl Engine {
             roles,
             shutdown,
             polls_end: watch::Sender::new(false),
+            exhaustion: tasks::Exhaustion::default(),
             background: Mutex::new(background),
             topics_reported: Mutex::new(BTreeSet::new()),
         }))
@@ -216,7 +219,13 @@ impl Engine {
     /// Locks up to `max` tasks, waiting up to `wait` for the first to become available. Empty when
     /// none did, or when the replica is shutting down.
     pub async fn poll_tasks(&self, request: PollRequest) -> Result<Vec<LockedTask>, Error> {
-        tasks::poll(&self.shared, self.polls_end.subscribe(), request).await
+        tasks::poll(
+            &self.shared,
+            &self.exhaustion,
+            self.polls_end.subscribe(),
+            request,
+        )
+        .await
     }
 
     /// Answers every waiting long-poll now, and every later one without waiting: the replica is

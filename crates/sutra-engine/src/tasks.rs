@@ -12,8 +12,15 @@
 //! A waiting poll sleeps until the earliest moment a task of its topics can become available (a
 //! retry's backoff ends, a lock expires), unless this replica wakes it first by arming or
 //! rescheduling a task. Tasks armed by other replicas are found by a bounded backstop.
+//!
+//! Tasks whose last attempt's lock expired are turned terminal by polls, but not by every poll:
+//! at most one of a tenant's polls per [`EXHAUST_EVERY`] on this replica looks for them, across
+//! all the tenant's topics ([`Exhaustion`]). A poll is the most frequent transaction of the task
+//! path, and the look was one more statement in each.
 
+use std::collections::HashMap;
 use std::pin::pin;
+use std::sync::Mutex;
 
 use jiff::{SignedDuration, Timestamp};
 use sutra_store::{LockedTask, TaskFailure, TaskPoll, TaskState};
@@ -36,6 +43,35 @@ const BACKSTOP: SignedDuration = SignedDuration::from_secs(1);
 /// spin on a task that is "already" available.
 const FLOOR: SignedDuration = SignedDuration::from_millis(10);
 
+/// How often a tenant's polls on one replica look for tasks whose last lock expired: at most
+/// this long after the lock expired, the task is terminal and its instance told.
+const EXHAUST_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// When each tenant's polls on this replica last looked for exhausted tasks.
+#[derive(Default)]
+pub(crate) struct Exhaustion {
+    looked: Mutex<HashMap<String, Instant>>,
+}
+
+impl Exhaustion {
+    /// Whether a poll of `tenant` should look now; if so, the look is counted as made.
+    fn due(&self, tenant: &str) -> bool {
+        let mut looked = self.looked.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        match looked.get_mut(tenant) {
+            Some(last) if now.duration_since(*last) < EXHAUST_EVERY => false,
+            Some(last) => {
+                *last = now;
+                true
+            }
+            None => {
+                looked.insert(tenant.to_owned(), now);
+                true
+            }
+        }
+    }
+}
+
 /// A worker's long-poll.
 #[derive(Debug, Clone)]
 pub struct PollRequest {
@@ -49,6 +85,7 @@ pub struct PollRequest {
 /// early when `ending` is set.
 pub(crate) async fn poll(
     shared: &Shared,
+    exhaustion: &Exhaustion,
     mut ending: watch::Receiver<bool>,
     request: PollRequest,
 ) -> Result<Vec<LockedTask>, Error> {
@@ -60,13 +97,16 @@ pub(crate) async fn poll(
         // Listening before looking: a task armed between the look and the sleep still wakes.
         let mut woken = pin!(shared.tasks_available.notified());
         woken.as_mut().enable();
-        let polled = shared.store.poll_tasks(&poll).await?;
-        if !polled.due_now.is_empty() {
-            shared.deliveries_due.notify_one();
+        if exhaustion.due(&poll.tenant) {
+            let due_now = shared.store.exhaust_expired(&poll.tenant).await?;
+            if !due_now.is_empty() {
+                shared.deliveries_due.notify_one();
+            }
         }
+        let tasks = shared.store.poll_tasks(&poll).await?;
         let now = Instant::now();
-        if !polled.tasks.is_empty() || now >= deadline || *ending.borrow() {
-            return Ok(polled.tasks);
+        if !tasks.is_empty() || now >= deadline || *ending.borrow() {
+            return Ok(tasks);
         }
         let pause = until_next_task(shared, &poll).await?.min(deadline - now);
         tokio::select! {

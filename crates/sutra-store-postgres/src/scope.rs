@@ -23,13 +23,29 @@ pub(crate) const SYSTEM: &str = "*";
 
 pub type Tx = Transaction<'static, Postgres>;
 
+/// Whether a transaction's commit waits until its WAL is flushed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flush {
+    /// The commit is answered once durable: everything but redoable work.
+    Wait,
+    /// `synchronous_commit = off` for this transaction alone: the commit is answered at once and
+    /// flushed by the WAL writer shortly after. A crash of the database can lose it — never
+    /// partly, and never once a later durable commit has been answered, since the WAL is flushed
+    /// in order.
+    Later,
+}
+
 /// Takes a pooled connection and begins a transaction scoped to `scope`.
-pub async fn begin(pool: &PgPool, scope: Scope<'_>) -> Result<Tx> {
+pub async fn begin(pool: &PgPool, scope: Scope<'_>, flush: Flush) -> Result<Tx> {
     let tenant = match scope {
         Scope::Tenant(tenant) => tenant,
         Scope::System => SYSTEM,
     };
-    let statement = format!("BEGIN; {}", declare(tenant)?);
+    let unflushed = match flush {
+        Flush::Wait => "",
+        Flush::Later => "; SET LOCAL synchronous_commit = off",
+    };
+    let statement = format!("BEGIN; {}{unflushed}", declare(tenant)?);
     // Safe: the only dynamic part is a literal quoted by `literal`.
     pool.begin_with(AssertSqlSafe(statement)).await.map_err(db)
 }

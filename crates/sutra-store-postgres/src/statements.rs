@@ -3,7 +3,7 @@
 //! free.
 
 use sqlx::postgres::PgArguments;
-use sqlx::{AssertSqlSafe, PgConnection};
+use sqlx::{AssertSqlSafe, PgConnection, PgPool};
 use sutra_store::{DeliveryId, EndNotice, InboxAnswer, InboxEntry, Result, WaitTarget};
 use sutra_store_sql::rows::{InboxRow, WaitRow};
 use sutra_store_sql::{
@@ -15,7 +15,7 @@ use xxhash_rust::xxh3::xxh3_64;
 use crate::Postgres;
 use crate::codec::{db, micros};
 use crate::notices::{self, Heard};
-use crate::scope::{SYSTEM, Tx, begin, declare};
+use crate::scope::{Flush, SYSTEM, Tx, begin, declare};
 
 pub type Query<'q> = sqlx::query::Query<'q, sqlx::Postgres, PgArguments>;
 
@@ -28,6 +28,15 @@ pub struct Scoped {
 }
 
 impl Scoped {
+    async fn begin(pool: &PgPool, scope: Scope<'_>, flush: Flush) -> Result<Scoped> {
+        let tx = begin(pool, scope, flush).await?;
+        let acting_for = match scope {
+            Scope::Tenant(tenant) => tenant.to_owned(),
+            Scope::System => SYSTEM.to_owned(),
+        };
+        Ok(Scoped { tx, acting_for })
+    }
+
     /// Runs a statement in the transaction; how many rows it changed.
     pub async fn execute(&mut self, query: Query<'_>) -> Result<u64> {
         let done = query.execute(&mut *self.tx).await.map_err(db)?;
@@ -43,12 +52,13 @@ impl Backend for Postgres {
     type Tx = Scoped;
 
     async fn begin(&self, scope: Scope<'_>) -> Result<Scoped> {
-        let tx = begin(&self.pool, scope).await?;
-        let acting_for = match scope {
-            Scope::Tenant(tenant) => tenant.to_owned(),
-            Scope::System => SYSTEM.to_owned(),
-        };
-        Ok(Scoped { tx, acting_for })
+        Scoped::begin(&self.pool, scope, Flush::Wait).await
+    }
+
+    /// A commit answered before its WAL is flushed: a poll's is one of the most frequent on the
+    /// task path, and a lost lock only hands its task out again.
+    async fn begin_redoable(&self, scope: Scope<'_>) -> Result<Scoped> {
+        Scoped::begin(&self.pool, scope, Flush::Later).await
     }
 
     /// The one database of a fleet of replicas: its singleton roles are led by one replica at a

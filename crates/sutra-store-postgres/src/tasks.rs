@@ -54,16 +54,13 @@ struct HeldNow {
 }
 
 impl TaskStatements for Scoped {
-    /// A task another poll is exhausting right now is skipped: that poll records its delivery.
-    async fn exhaust_expired(
-        &mut self,
-        tenant: &str,
-        topics: &[String],
-    ) -> Result<Vec<ExpiredRow>> {
+    /// A task another transaction is exhausting (or a poll is locking) right now is skipped:
+    /// that transaction decides it.
+    async fn exhaust_expired(&mut self, tenant: &str) -> Result<Vec<ExpiredRow>> {
         sqlx::query_as(
             "WITH expired AS (
                  SELECT id FROM tasks
-                 WHERE tenant = $1 AND topic = ANY($2)
+                 WHERE tenant = $1
                    AND state = 'locked' AND locked_until <= sutra_now() AND attempt > retries
                  FOR UPDATE SKIP LOCKED)
              UPDATE tasks
@@ -73,14 +70,13 @@ impl TaskStatements for Scoped {
              RETURNING instance, park, worker, attempt",
         )
         .bind(tenant)
-        .bind(topics)
         .fetch_all(self.connection())
         .await
         .map_err(db)
     }
 
     /// One statement: an expired lock was a failed attempt, so the lock taken now is the next
-    /// one. Each kind of live task is read from its own partial index, oldest first, and locked
+    /// one, if the budget has one left. Each kind of live task is read from its own partial index, oldest first, and locked
     /// `SKIP LOCKED` there, so a poll reads the few live rows rather than every task its topics
     /// ever had (one condition over both kinds let the planner scan them all: ~5 ms a poll
     /// after a few thousand tasks, against ~0.3 ms). A row locked beyond the batch is left as it
@@ -98,7 +94,7 @@ impl TaskStatements for Scoped {
              expired AS (
                  SELECT id, true AS expired, locked_until AS since FROM tasks
                  WHERE tenant = $1 AND topic = ANY($2)
-                   AND state = 'locked' AND locked_until <= sutra_now()
+                   AND state = 'locked' AND locked_until <= sutra_now() AND attempt <= retries
                  ORDER BY locked_until, id
                  LIMIT $3
                  FOR UPDATE SKIP LOCKED),

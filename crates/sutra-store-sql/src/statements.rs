@@ -189,6 +189,14 @@ pub trait Backend: Send + Sync + 'static {
     /// open one for a statement atomic on its own) whatever its statements begin when they run.
     fn begin(&self, scope: Scope<'_>) -> impl Future<Output = Result<Self::Tx>> + Send;
 
+    /// [`Backend::begin`], for work whose commit may be lost with a crash of the database
+    /// because losing it only means doing it again (a poll's locks: see
+    /// [`sutra_store::Tasks::poll_tasks`]); a backend may answer its commit before it is
+    /// flushed. By default it is any other unit of work.
+    fn begin_redoable(&self, scope: Scope<'_>) -> impl Future<Output = Result<Self::Tx>> + Send {
+        self.begin(scope)
+    }
+
     /// [`sutra_store::Leases::shared_by_replicas`].
     fn shared_by_replicas(&self) -> bool;
 
@@ -390,14 +398,14 @@ pub trait TaskStatements: Statements {
         topics: &[String],
     ) -> impl Future<Output = Result<Option<i64>>> + Send;
 
-    /// Turns terminal every task of the topics whose last attempt's lock expired; returns them.
+    /// Turns terminal every task of the tenant whose last attempt's lock expired; returns them.
     fn exhaust_expired(
         &mut self,
         tenant: &str,
-        topics: &[String],
     ) -> impl Future<Output = Result<Vec<ExpiredRow>>> + Send;
 
-    /// Locks up to `poll.max` available or expired tasks, oldest first, each with a fresh token.
+    /// Locks up to `poll.max` available tasks and expired ones within their budget, oldest
+    /// first, each with a fresh token.
     fn lock_tasks(
         &mut self,
         poll: &TaskPoll,

@@ -10,8 +10,8 @@ use serde_json::Value;
 use sutra_core::step::TaskError;
 use sutra_store::codec::{park_id, timestamp, unsigned};
 use sutra_store::{
-    DeliveryId, DeliveryKind, Error, HeldTask, Polled, Result, TaskFailure, TaskPoll, TaskState,
-    Tasks, after_failure, lock_expired, retry_backoff,
+    DeliveryId, DeliveryKind, Error, HeldTask, LockedTask, Result, TaskFailure, TaskPoll,
+    TaskState, Tasks, after_failure, lock_expired, retry_backoff,
 };
 
 use crate::rows::{CompletedRow, Held, HeldRow};
@@ -20,13 +20,21 @@ use crate::store::SqlStore;
 
 #[async_trait::async_trait]
 impl<B: Backend> Tasks for SqlStore<B> {
-    async fn poll_tasks(&self, poll: &TaskPoll) -> Result<Polled> {
-        let mut tx = self.begin(Scope::Tenant(&poll.tenant)).await?;
-        // First, so that what remains expired is within its budget and may be handed out.
-        let due_now = exhaust_expired(&mut tx, &poll.tenant, &poll.topics).await?;
+    async fn poll_tasks(&self, poll: &TaskPoll) -> Result<Vec<LockedTask>> {
+        let mut tx = self
+            .backend()
+            .begin_redoable(Scope::Tenant(&poll.tenant))
+            .await?;
         let tasks = tx.lock_tasks(poll).await?;
         tx.commit().await?;
-        Ok(Polled { tasks, due_now })
+        Ok(tasks)
+    }
+
+    async fn exhaust_expired(&self, tenant: &str) -> Result<Vec<DeliveryId>> {
+        let mut tx = self.begin(Scope::Tenant(tenant)).await?;
+        let due_now = exhaust_expired(&mut tx, tenant).await?;
+        tx.commit().await?;
+        Ok(due_now)
     }
 
     async fn next_task_at(&self, tenant: &str, topics: &[String]) -> Result<Option<Timestamp>> {
@@ -151,14 +159,10 @@ pub(crate) async fn deliver_output<T: Statements>(
     tx.insert_delivery(row).await.map(drop)
 }
 
-/// Turns terminal every task of the topics whose last attempt's lock expired, recording the
-/// exhausted delivery of each: a worker that keeps dying must not keep a task alive forever.
-async fn exhaust_expired<T: TaskStatements>(
-    tx: &mut T,
-    tenant: &str,
-    topics: &[String],
-) -> Result<Vec<DeliveryId>> {
-    let expired = tx.exhaust_expired(tenant, topics).await?;
+/// Turns terminal every task of the tenant whose last attempt's lock expired, recording the
+/// exhausted delivery of each.
+async fn exhaust_expired<T: TaskStatements>(tx: &mut T, tenant: &str) -> Result<Vec<DeliveryId>> {
+    let expired = tx.exhaust_expired(tenant).await?;
     let mut due_now = Vec::with_capacity(expired.len());
     for task in expired {
         let TaskError { code, message } = lock_expired(

@@ -28,22 +28,16 @@ struct Candidate {
 }
 
 impl TaskStatements for Session {
-    async fn exhaust_expired(
-        &mut self,
-        tenant: &str,
-        topics: &[String],
-    ) -> Result<Vec<ExpiredRow>> {
+    async fn exhaust_expired(&mut self, tenant: &str) -> Result<Vec<ExpiredRow>> {
         let tx = self.write().await?;
         let now = micros(tx.now());
         sqlx::query_as(
             "UPDATE tasks
-             SET state = 'terminal', lock_token = NULL, locked_until = NULL, updated_at = ?3
-             WHERE tenant = ?1 AND topic IN (SELECT value FROM json_each(?2))
-               AND state = 'locked' AND locked_until <= ?3 AND attempt > retries
+             SET state = 'terminal', lock_token = NULL, locked_until = NULL, updated_at = ?2
+             WHERE tenant = ?1 AND state = 'locked' AND locked_until <= ?2 AND attempt > retries
              RETURNING instance, park, worker, attempt",
         )
         .bind(tenant)
-        .bind(Json(topics))
         .bind(now)
         .fetch_all(tx.connection())
         .await
@@ -59,7 +53,7 @@ impl TaskStatements for Session {
             "SELECT id, instance, topic, input, state, attempt, lock_us FROM tasks
              WHERE tenant = ?1 AND topic IN (SELECT value FROM json_each(?2))
                AND ((state = 'available' AND available_at <= ?3)
-                    OR (state = 'locked' AND locked_until <= ?3))
+                    OR (state = 'locked' AND locked_until <= ?3 AND attempt <= retries))
              ORDER BY CASE state WHEN 'locked' THEN locked_until ELSE available_at END, id
              LIMIT ?4",
         )

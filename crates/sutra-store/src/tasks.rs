@@ -40,15 +40,6 @@ pub struct LockedTask {
     pub lock_expires_at: Timestamp,
 }
 
-/// What one poll did.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Polled {
-    pub tasks: Vec<LockedTask>,
-    /// Exhausted deliveries the poll recorded for tasks whose last attempt's lock expired: the
-    /// caller should dispatch them now.
-    pub due_now: Vec<DeliveryId>,
-}
-
 /// A worker's report that an attempt failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskFailure {
@@ -209,10 +200,19 @@ pub trait Tasks: Send + Sync {
     /// Locks up to `poll.max` tasks of `poll.topics` for `poll.worker` in one transaction, oldest
     /// available first: available tasks whose `available_at` has come, and locked tasks whose lock
     /// expired — an expired lock is a failed attempt, so the task is handed out as its next
-    /// attempt. An expired task already at its last attempt is not handed out: it turns terminal
-    /// with a [`crate::DeliveryKind::TaskExhausted`] delivery ([`lock_expired`]) due now. Each lock
-    /// gets a fresh random token.
-    async fn poll_tasks(&self, poll: &TaskPoll) -> Result<Polled>;
+    /// attempt. An expired task already at its last attempt is not handed out: it waits for
+    /// [`Tasks::exhaust_expired`]. Each lock gets a fresh random token.
+    ///
+    /// A poll's commit need not be flushed before it answers: all it writes is locks, and a lock
+    /// lost with the database's crash only hands its task out again, as an expired one does —
+    /// whatever a worker did under it later is refused for the lost lock, and whatever lands
+    /// durably after it (a completion under it) makes it durable too.
+    async fn poll_tasks(&self, poll: &TaskPoll) -> Result<Vec<LockedTask>>;
+
+    /// Turns terminal every task of `tenant` whose last attempt's lock expired, each with a
+    /// [`crate::DeliveryKind::TaskExhausted`] delivery ([`lock_expired`]) due now, and returns
+    /// those deliveries: a worker that keeps dying must not keep a task alive forever.
+    async fn exhaust_expired(&self, tenant: &str) -> Result<Vec<DeliveryId>>;
 
     /// When a task of `topics` next becomes available to a poll (a retry's backoff ends, a lock
     /// expires), if any will. A time already past means one is available now.

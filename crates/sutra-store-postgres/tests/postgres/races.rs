@@ -214,10 +214,10 @@ async fn concurrent_pollers_never_share_a_task() {
             let mut taken = Vec::new();
             loop {
                 let polled = store.poll_tasks(&poll).await.unwrap();
-                if polled.tasks.is_empty() {
+                if polled.is_empty() {
                     return taken;
                 }
-                taken.extend(polled.tasks.into_iter().map(|task| task.id));
+                taken.extend(polled.into_iter().map(|task| task.id));
             }
         })
     });

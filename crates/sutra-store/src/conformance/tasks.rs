@@ -18,8 +18,8 @@ use super::fixtures::{
     lapse, now, owner, owner_of, started, step, task,
 };
 use crate::{
-    Arm, CompletingClaim, Delivery, DeliveryKind, Error, LockedTask, Polled, Result, StepCommit,
-    Store, TaskFailure, TaskFilter, TaskPoll, TaskRecord, TaskState, lock_expired,
+    Arm, CompletingClaim, Delivery, DeliveryKind, Error, LockedTask, Result, StepCommit, Store,
+    TaskFailure, TaskFilter, TaskPoll, TaskRecord, TaskState, lock_expired,
 };
 
 /// The topic of [`task`] arms.
@@ -71,7 +71,7 @@ fn poll(worker: &str, max: u32, lock: Option<SignedDuration>) -> TaskPoll {
     }
 }
 
-async fn polled<S: Store>(store: &S, worker: &str, lock: SignedDuration) -> Polled {
+async fn polled<S: Store>(store: &S, worker: &str, lock: SignedDuration) -> Vec<LockedTask> {
     store
         .poll_tasks(&poll(worker, 10, Some(lock)))
         .await
@@ -80,7 +80,7 @@ async fn polled<S: Store>(store: &S, worker: &str, lock: SignedDuration) -> Poll
 
 /// Polls for exactly one task.
 async fn locked_one<S: Store>(store: &S, worker: &str, lock: SignedDuration) -> LockedTask {
-    let tasks = polled(store, worker, lock).await.tasks;
+    let tasks = polled(store, worker, lock).await;
     <[LockedTask; 1]>::try_from(tasks)
         .unwrap_or_else(|tasks| panic!("one task, not {tasks:?}"))
         .into_iter()
@@ -164,7 +164,7 @@ pub async fn a_task_is_locked_by_one_poller_at_a_time<S: Store>(store: &S) {
 
     let mut locked: Vec<LockedTask> = [pollers.0, pollers.1, pollers.2, pollers.3]
         .into_iter()
-        .flat_map(|polled| polled.unwrap().tasks)
+        .flat_map(|polled| polled.unwrap())
         .collect();
     locked.sort_by(|a, b| a.id.cmp(&b.id));
     let ids: Vec<_> = locked.iter().map(|task| task.id.clone()).collect();
@@ -172,7 +172,7 @@ pub async fn a_task_is_locked_by_one_poller_at_a_time<S: Store>(store: &S) {
     assert_eq!(ids, expected, "each task once");
     let tokens: HashSet<_> = locked.iter().map(|task| &task.lock_token).collect();
     assert_eq!(tokens.len(), 3, "every lock has its own token");
-    assert!(polled(store, WORKER_A, HOUR).await.tasks.is_empty());
+    assert!(polled(store, WORKER_A, HOUR).await.is_empty());
     for instance in &instances {
         let task = record(store, instance).await;
         assert_eq!((task.state, task.attempt), (TaskState::Locked, 1));
@@ -188,7 +188,7 @@ pub async fn a_poll_takes_the_oldest_tasks_of_its_topics_with_their_own_lock<S: 
     let oldest = store.poll_tasks(&poll(WORKER_A, 1, None)).await.unwrap();
 
     let after = now();
-    let [first] = <[LockedTask; 1]>::try_from(oldest.tasks).expect("max 1");
+    let [first] = <[LockedTask; 1]>::try_from(oldest).expect("max 1");
     assert_eq!(
         (
             first.id.as_str(),
@@ -213,11 +213,11 @@ pub async fn a_poll_takes_the_oldest_tasks_of_its_topics_with_their_own_lock<S: 
         ..poll(WORKER_B, 10, None)
     };
     let polled = store.poll_tasks(&other).await.unwrap();
-    assert_eq!(polled.tasks.len(), 1);
-    assert_eq!(polled.tasks[0].id, task_id(&id(2)));
+    assert_eq!(polled.len(), 1);
+    assert_eq!(polled[0].id, task_id(&id(2)));
     let listed = record(store, &id(2)).await;
     assert_eq!(listed.worker.as_deref(), Some(WORKER_B));
-    assert_eq!(listed.locked_until, Some(polled.tasks[0].lock_expires_at));
+    assert_eq!(listed.locked_until, Some(polled[0].lock_expires_at));
 }
 
 pub async fn an_expired_lock_makes_the_task_available_again<S: Store>(store: &S) {
@@ -455,7 +455,7 @@ pub async fn retries_back_off_then_exhaust<S: Store>(store: &S) {
     assert_eq!((task.state, task.attempt), (TaskState::Available, 3));
     assert_after(task.available_at, HOUR * 2, before, after);
     assert!(
-        polled(store, WORKER_A, HOUR).await.tasks.is_empty(),
+        polled(store, WORKER_A, HOUR).await.is_empty(),
         "backing off"
     );
     assert_eq!(
@@ -500,7 +500,7 @@ pub async fn retries_back_off_then_exhaust<S: Store>(store: &S) {
         (fast.as_str(), DeliveryKind::TaskExhausted { code, message }),
         "the worker's last error"
     );
-    assert!(polled(store, WORKER_A, HOUR).await.tasks.is_empty());
+    assert!(polled(store, WORKER_A, HOUR).await.is_empty());
 }
 
 pub async fn a_lock_that_expires_counts_as_an_attempt<S: Store>(store: &S) {
@@ -514,8 +514,14 @@ pub async fn a_lock_that_expires_counts_as_an_attempt<S: Store>(store: &S) {
 
     let polled_after = polled(store, WORKER_A, HOUR).await;
 
-    assert!(polled_after.tasks.is_empty(), "the budget is spent");
-    let [exhausted] = <[_; 1]>::try_from(polled_after.due_now).expect("one exhausted delivery");
+    assert!(polled_after.is_empty(), "the budget is spent");
+    assert_eq!(
+        record(store, &instance).await.state,
+        TaskState::Locked,
+        "a poll leaves the spent task to the exhaustion"
+    );
+    let exhausted = store.exhaust_expired(TENANT).await.unwrap();
+    let [exhausted] = <[_; 1]>::try_from(exhausted).expect("one exhausted delivery");
     let delivery = store.delivery(exhausted).await.unwrap().expect("recorded");
     let TaskError { code, message } = lock_expired(Some(WORKER_B), 2);
     assert_eq!(code, codes::TASK_LOCK_LOST.code);
@@ -529,8 +535,11 @@ pub async fn a_lock_that_expires_counts_as_an_attempt<S: Store>(store: &S) {
     );
     assert!(delivery.due_at <= Timestamp::now());
     assert_eq!(record(store, &instance).await.state, TaskState::Terminal);
-    let again = polled(store, WORKER_A, HOUR).await;
-    assert_eq!(again, Polled::default(), "exhausted once");
+    assert!(polled(store, WORKER_A, HOUR).await.is_empty());
+    assert!(
+        store.exhaust_expired(TENANT).await.unwrap().is_empty(),
+        "exhausted once"
+    );
 }
 
 pub async fn extend_moves_the_lock_deadline<S: Store>(store: &S) {
@@ -584,7 +593,7 @@ pub async fn a_disarmed_task_cannot_be_completed<S: Store>(store: &S) {
     }
     assert!(due(store).await.is_empty());
     assert!(
-        polled(store, WORKER_B, HOUR).await.tasks.is_empty(),
+        polled(store, WORKER_B, HOUR).await.is_empty(),
         "a cancelled task is never handed out"
     );
     for instance in [&polled_first, &never_polled] {
@@ -670,7 +679,7 @@ pub async fn tenants_never_see_each_others_tasks<S: Store>(store: &S) {
     };
     let topics = [TOPIC.to_owned()];
 
-    assert_eq!(store.poll_tasks(&theirs).await.unwrap(), Polled::default());
+    assert_eq!(store.poll_tasks(&theirs).await.unwrap(), vec![]);
     assert_eq!(
         store.next_task_at(OTHER_TENANT, &topics).await.unwrap(),
         None
