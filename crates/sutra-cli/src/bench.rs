@@ -26,6 +26,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use sutra_client::Client;
 use sutra_server::config::Sources;
 use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
 
 use crate::in_process::{ScratchDir, serve_while};
 use amqp::Broker;
@@ -60,6 +61,12 @@ pub struct Args {
     /// and the reference's pgbench clients.
     #[arg(long, default_value_t = 16)]
     clients: usize,
+    /// Start this many instances per second, each when its time comes, however many are still
+    /// running (an open loop), instead of each client starting its next instance when its last
+    /// one ended; --clients then sizes the worker and the reference only. A step's latency is
+    /// then what it would be at that load, not what the clients' own waiting lets it be.
+    #[arg(long, value_name = "PER_SECOND")]
+    rate: Option<f64>,
     /// The engine's execution lanes (sutra.engine.lanes), in process or per replica.
     #[arg(long, default_value_t = 1)]
     lanes: usize,
@@ -167,6 +174,12 @@ pub fn run(args: &Args, server: Option<&str>, token: Option<&str>, json: bool) -
 fn check_arguments(args: &Args, server: Option<&str>) -> Result<(), String> {
     if args.instances == 0 || args.clients == 0 || args.lanes == 0 || args.replicas == Some(0) {
         return Err("--instances, --clients, --lanes and --replicas must be at least 1".into());
+    }
+    if args
+        .rate
+        .is_some_and(|rate| !(rate.is_finite() && rate > 0.0))
+    {
+        return Err("--rate must be a number of instances per second above 0".into());
     }
     if args.replicas.is_some() && server.is_some() {
         return Err(
@@ -400,10 +413,10 @@ fn connect(url: &str, plan: &Plan<'_>) -> Result<Client, String> {
     })
 }
 
-/// Runs `plan.instances` instances over `plan.clients` concurrent drivers (and the workload's
-/// worker per server), until all are done or `plan.max` has passed. Driver i talks to
-/// `servers[i % servers.len()]`; each server's worker runs as many handlers at once as that
-/// server has drivers, so the concurrency is `plan.clients` in all.
+/// Runs `plan.instances` instances, by `plan.clients` concurrent drivers or at `--rate` (and the
+/// workload's worker per server), until all are done or `plan.max` has passed. Each server's
+/// worker runs as many handlers at once as that server has drivers, so the worker's concurrency
+/// is `plan.clients` in all.
 async fn drive(plan: &Plan<'_>, servers: &[Client]) -> Result<Driven, String> {
     if let Some(broker) = &plan.broker {
         consumed(broker, servers.len()).await?;
@@ -426,7 +439,6 @@ async fn drive(plan: &Plan<'_>, servers: &[Client]) -> Result<Driven, String> {
             })))
         })
         .collect();
-    // Keys unique to this run: a server keeps earlier runs' instances and event ids.
     let run = format!(
         "{}-{}",
         std::process::id(),
@@ -437,33 +449,25 @@ async fn drive(plan: &Plan<'_>, servers: &[Client]) -> Result<Driven, String> {
     );
     let started = Instant::now();
     let cpu_at_start = machine::Sample::now();
-    let next = Arc::new(AtomicU64::new(0));
-    let drivers: Vec<_> = (0..plan.clients)
-        .map(|driver| {
-            let (client, broker, recorder, progress, next, run) = (
-                servers[driver % servers.len()].clone(),
-                plan.broker.clone(),
-                recorder.clone(),
-                progress.clone(),
-                Arc::clone(&next),
-                run.clone(),
-            );
-            let (workload, instances, deadline) =
-                (plan.workload, plan.instances, started + plan.max);
-            tokio::spawn(async move {
-                loop {
-                    let n = next.fetch_add(1, Ordering::Relaxed);
-                    if n >= instances || Instant::now() >= deadline {
-                        return Ok::<_, String>(());
-                    }
-                    workload
-                        .drive(&client, broker.as_deref(), &format!("{run}-{n}"), &recorder)
-                        .await?;
-                    progress.inc(1);
-                }
-            })
-        })
-        .collect();
+    let driving = Driving {
+        servers: servers.to_vec(),
+        broker: plan.broker.clone(),
+        recorder: recorder.clone(),
+        progress: progress.clone(),
+        run,
+        workload: plan.workload,
+    };
+    let deadline = started + plan.max;
+    let drivers = match plan.args.rate {
+        None => closed_loop(&driving, plan.clients, plan.instances, deadline),
+        Some(rate) => vec![tokio::spawn(open_loop(
+            driving,
+            rate,
+            plan.instances,
+            started,
+            deadline,
+        ))],
+    };
     let mut failure = None;
     for driver in drivers {
         let outcome = driver.await.map_err(|e| e.to_string()).and_then(|r| r);
@@ -490,6 +494,86 @@ async fn drive(plan: &Plan<'_>, servers: &[Client]) -> Result<Driven, String> {
         recorder,
         machine,
     })
+}
+
+/// What every driver of a run shares: where instance `n` is driven, and what records it.
+#[derive(Clone)]
+struct Driving {
+    servers: Vec<Client>,
+    broker: Option<Arc<Broker>>,
+    recorder: Recorder,
+    progress: ProgressBar,
+    /// Keys unique to this run: a server keeps earlier runs' instances and event ids.
+    run: String,
+    workload: Workload,
+}
+
+impl Driving {
+    /// Drives instance `n` to its end, through server `n`'s turn of the round robin.
+    async fn instance(&self, n: u64, server: usize) -> Result<(), String> {
+        let client = &self.servers[server % self.servers.len()];
+        let key = format!("{}-{n}", self.run);
+        self.workload
+            .drive(client, self.broker.as_deref(), &key, &self.recorder)
+            .await?;
+        self.progress.inc(1);
+        Ok(())
+    }
+}
+
+/// `clients` drivers, each starting the next instance when its last one ended, until
+/// `instances` have started or `deadline` has passed. Driver i talks to server i mod N.
+fn closed_loop(
+    driving: &Driving,
+    clients: usize,
+    instances: u64,
+    deadline: Instant,
+) -> Vec<JoinHandle<Result<(), String>>> {
+    let next = Arc::new(AtomicU64::new(0));
+    (0..clients)
+        .map(|driver| {
+            let (driving, next) = (driving.clone(), Arc::clone(&next));
+            tokio::spawn(async move {
+                loop {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    if n >= instances || Instant::now() >= deadline {
+                        return Ok(());
+                    }
+                    driving.instance(n, driver).await?;
+                }
+            })
+        })
+        .collect()
+}
+
+/// Starts instance n at `started + n / rate`, whatever is still running, until `instances`
+/// have started or `deadline` has passed; instance n talks to server n mod N. Ends when every
+/// started instance has, with the first failure if any.
+async fn open_loop(
+    driving: Driving,
+    rate: f64,
+    instances: u64,
+    started: Instant,
+    deadline: Instant,
+) -> Result<(), String> {
+    let mut running = JoinSet::new();
+    for n in 0..instances {
+        // Instance counts are far below 2^52: exact as floats.
+        let due = started + Duration::from_secs_f64(n as f64 / rate);
+        if due >= deadline {
+            break;
+        }
+        tokio::time::sleep_until(tokio::time::Instant::from_std(due)).await;
+        let driving = driving.clone();
+        let server = usize::try_from(n).unwrap_or(usize::MAX);
+        running.spawn(async move { driving.instance(n, server).await });
+    }
+    let mut failure = None;
+    while let Some(ended) = running.join_next().await {
+        let outcome = ended.map_err(|e| e.to_string()).and_then(|r| r);
+        failure = failure.or(outcome.err());
+    }
+    failure.map_or(Ok(()), Err)
 }
 
 /// How many of `clients` round-robin drivers talk to server `index` of `servers`.
@@ -536,6 +620,7 @@ fn report(
         lanes: server.is_none().then_some(plan.args.lanes),
         replicas: server.is_none().then_some(plan.replicas),
         clients: plan.clients,
+        rate: plan.args.rate,
         instances_requested: plan.instances,
         instances_completed: driven.completed,
         stopped_early: driven.stopped_early,

@@ -53,6 +53,7 @@ fn json_report_has_its_shape() {
     assert_eq!(report["stopped_early"], false);
     assert_eq!(report["lanes"], 1);
     assert_eq!(report["replicas"], 1);
+    assert!(report["rate"].is_null(), "a closed loop: {report}");
     for number in ["seconds", "instances_per_second", "steps_per_second"] {
         assert!(report[number].as_f64().is_some_and(|v| v > 0.0), "{report}");
     }
@@ -73,6 +74,31 @@ fn json_report_has_its_shape() {
     assert!(machine["busy_cores"].is_f64(), "{report}");
     assert!(machine["cpu_ms_per_instance"].is_f64(), "{report}");
     assert!(machine["measured"].is_string(), "{report}");
+}
+
+#[test]
+fn an_open_loop_starts_instances_at_its_rate_however_many_run() {
+    // 20 instances at 200 per second: the last starts ~0.1 s in, whatever the first do.
+    let output = bench(&["--rate", "200", "--json"]);
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["rate"], 200.0);
+    assert_eq!(report["instances_completed"], 20);
+    assert_eq!(report["latency"]["samples"], 20);
+    let stdout = String::from_utf8(bench(&["--rate", "200"]).stdout).unwrap();
+    assert!(
+        stdout.contains("instances started at 200 per second (open loop)"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_rate_that_is_no_rate_is_refused() {
+    for rate in ["0", "-5", "NaN", "inf"] {
+        let output = run(&[&format!("--rate={rate}")]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "--rate {rate}: {stderr}");
+        assert!(stderr.contains("--rate must be"), "--rate {rate}: {stderr}");
+    }
 }
 
 #[test]

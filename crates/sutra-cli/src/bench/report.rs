@@ -20,6 +20,9 @@ pub struct Report {
     /// against a running server, which the bench cannot count.
     pub replicas: Option<usize>,
     pub clients: usize,
+    /// `--rate`: instances started per second whatever was running (an open loop); `None`: each
+    /// client started its next instance when its last one ended.
+    pub rate: Option<f64>,
     pub instances_requested: u64,
     pub instances_completed: u64,
     /// The run hit `--max-seconds` before every requested instance completed.
@@ -80,7 +83,13 @@ impl Report {
                 self.replicas
                     .map_or("n/a (a running server)".to_owned(), |n| n.to_string())
             ),
-            format!("clients               {}", self.clients),
+            format!(
+                "clients               {}{}",
+                self.clients,
+                self.rate
+                    .map(|rate| format!(", instances started at {rate} per second (open loop)"))
+                    .unwrap_or_default()
+            ),
             format!(
                 "instances             {} of {} completed in {:.2} s{}",
                 self.instances_completed,
