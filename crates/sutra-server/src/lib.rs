@@ -143,20 +143,35 @@ fn store_error(url: &str, error: sutra_store::Error) -> ServeError {
     }
 }
 
-/// The datasource as it may be shown in logs and errors: without its password.
+/// The datasource as it may be shown in logs and errors: without its password, whether in the
+/// login (`user:password@`) or, as libpq also takes it, in a `password` parameter.
 pub fn redacted(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
     let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
+    let authority = match authority.rsplit_once('@') {
         Some((login, host)) if login.contains(':') => {
             let user = login.split_once(':').map_or(login, |(user, _)| user);
-            format!("{scheme}://{user}:***@{host}{tail}")
+            format!("{user}:***@{host}")
         }
-        _ => url.to_owned(),
-    }
+        _ => authority.to_owned(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let query: Vec<&str> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some(("password", _)) => "password=***",
+                    _ => pair,
+                })
+                .collect();
+            format!("{path}?{}", query.join("&"))
+        }
+        None => tail.to_owned(),
+    };
+    format!("{scheme}://{authority}{tail}")
 }
 
 pub fn engine_config(settings: &Settings) -> EngineConfig {
@@ -337,6 +352,10 @@ mod tests {
         assert_eq!(
             redacted("postgres://sutra:s3cr@t@db:5432/sutra?sslmode=require"),
             "postgres://sutra:***@db:5432/sutra?sslmode=require"
+        );
+        assert_eq!(
+            redacted("postgres://db/sutra?user=sutra&password=s3cr%26t&sslmode=verify-full"),
+            "postgres://db/sutra?user=sutra&password=***&sslmode=verify-full"
         );
         for shown_as_is in [
             "postgres://sutra@db/sutra",

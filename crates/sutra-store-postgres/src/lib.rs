@@ -14,7 +14,8 @@
 //!
 //! One file per area of the seam, each with the statements of its area: [`claim`] first, then
 //! [`commit`], [`intake`], [`deliveries`], [`tasks`], [`outbox`], [`leases`], [`deployments`],
-//! [`reads`] and [`purge`].
+//! [`reads`] and [`purge`]. Opening reads the URL's TLS settings as libpq's users know them
+//! ([`tls`]; docs/decisions/0034-tls-to-postgresql.md).
 
 mod claim;
 mod codec;
@@ -32,6 +33,7 @@ mod schema;
 mod scope;
 mod statements;
 mod tasks;
+mod tls;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -40,6 +42,7 @@ use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sutra_store::{Error, Result};
 use sutra_store_sql::SqlStore;
+use url::Url;
 
 use crate::schema::migrate_with;
 
@@ -158,13 +161,52 @@ fn connect_options(url: &str) -> Result<PgConnectOptions> {
             "not a PostgreSQL URL: it must start with postgres:// or postgresql://".to_owned(),
         ));
     }
-    let options = PgConnectOptions::from_str(url)
-        .map_err(|e| Error::Unavailable(format!("not a PostgreSQL URL: {e}")))?;
+    let not_postgres =
+        |e: &dyn std::fmt::Display| Error::Unavailable(format!("not a PostgreSQL URL: {e}"));
+    let parsed = Url::parse(url).map_err(|e| not_postgres(&e))?;
+    // Checked before sqlx parses the URL, so that a bad sslmode is told in libpq's words.
+    let tls = tls::settings(&parsed, |variable| std::env::var(variable).ok())?;
+    let options = PgConnectOptions::from_str(url).map_err(|e| not_postgres(&e))?;
+    let options = tls.apply(options);
     // Named in pg_stat_activity, unless the URL names it otherwise.
     Ok(match options.get_application_name() {
         Some(_) => options,
         None => options.application_name("sutra"),
     })
+}
+
+/// SQLSTATE class of a login the server refused: no `pg_hba.conf` line for it (one asking for
+/// TLS, say), a wrong password.
+const LOGIN_REFUSED: &str = "28";
+
+/// An error connecting at the start, saying what to check. sqlx reports a server certificate
+/// rustls refused (`UnknownIssuer`, `NotValidForName`) as an I/O error, which names neither the
+/// certificate nor the settings that judged it; and a refused login is the URL's or the
+/// server's configuration, not the store's data, which [`codec::db`] would call it.
+pub(crate) fn connect_error(error: sqlx::Error) -> Error {
+    let certificate_refused = match &error {
+        sqlx::Error::Io(e) => e.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()),
+        sqlx::Error::Tls(e) => e.downcast_ref::<rustls::Error>(),
+        _ => None,
+    };
+    if let Some(rustls::Error::InvalidCertificate(reason)) = certificate_refused {
+        return Error::Unavailable(format!(
+            "PostgreSQL's TLS certificate was refused ({reason:?}): it must be signed by a \
+             certificate authority of the URL's sslrootcert or of the platform's roots, and with \
+             sslmode=verify-full name the host the URL connects to"
+        ));
+    }
+    match &error {
+        sqlx::Error::Database(e)
+            if e.code().is_some_and(|code| code.starts_with(LOGIN_REFUSED)) =>
+        {
+            Error::Unavailable(format!(
+                "PostgreSQL refused the login: {e}; check the URL's user, password and sslmode \
+                 against the server's pg_hba.conf"
+            ))
+        }
+        _ => codec::db(error),
+    }
 }
 
 fn millis(duration: Duration) -> String {

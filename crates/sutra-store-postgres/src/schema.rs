@@ -14,6 +14,7 @@ use sqlx::{ConnectOptions, Connection, PgConnection};
 use sutra_store::{Error, Result};
 
 use crate::codec::db;
+use crate::connect_error;
 
 /// The schema, embedded in the binary: applied by [`crate::open`] unless disabled,
 /// and by [`crate::migrate`] (`sutra db migrate`).
@@ -27,7 +28,7 @@ const INSUFFICIENT_PRIVILEGE: &str = "42501";
 /// takes. A current schema is left alone without taking the migrators' lock or creating
 /// anything, which a serving role may not do.
 pub async fn migrate_with(options: &PgConnectOptions) -> Result<()> {
-    let mut connection = options.connect().await.map_err(db)?;
+    let mut connection = options.connect().await.map_err(connect_error)?;
     if !is_current(&mut connection).await {
         MIGRATOR
             .run(&mut connection)
@@ -84,7 +85,7 @@ fn refused(error: &sqlx::Error) -> bool {
 /// superuser or BYPASSRLS role ignores it, and the tables' owner (or a role that may act as the
 /// owner) can switch it off. Empty when the role is as ordinary as a serving role should be.
 pub async fn row_security_gaps(options: &PgConnectOptions) -> Result<Vec<String>> {
-    let mut connection = options.connect().await.map_err(db)?;
+    let mut connection = options.connect().await.map_err(connect_error)?;
     let (superuser, bypasses, owns): (bool, bool, bool) = sqlx::query_as(
         "SELECT r.rolsuper, r.rolbypassrls,
                 COALESCE((SELECT pg_has_role(current_user, c.relowner, 'MEMBER')
