@@ -5,11 +5,13 @@
 //! again on the same file — or the same address. Waits are for conditions with a generous
 //! deadline, never fixed sleeps: a slow machine makes a test slower, not red.
 
+mod authority;
 mod bearer;
 pub mod brokers;
 pub mod postgres;
 mod receiver;
 
+pub use authority::{Authority, Issued};
 pub use bearer::Bearer;
 pub use receiver::{Received, Receiver};
 

@@ -374,19 +374,26 @@ fn cluster_directory(as_root: bool) -> PathBuf {
         .map_or(0, |since| since.subsec_nanos());
     let dir = parent.join(format!("sutra-pg-{}-{stamp}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("create the test cluster's directory");
-    if as_root {
-        let status = Command::new("chown")
-            .args(["postgres:postgres"])
-            .arg(&dir)
-            .status()
-            .expect("run chown");
-        assert!(
-            status.success(),
-            "running as root, the tests run PostgreSQL as the `postgres` user, which does not \
-             exist here: install the server package (it creates the user)"
-        );
-    }
+    give_to_cluster_user(as_root, &dir);
     dir
+}
+
+/// Makes `path` the `postgres` OS user's when this process is root, as it must be for PostgreSQL
+/// to use it; else it is already this process's user's.
+fn give_to_cluster_user(as_root: bool, path: &Path) {
+    if !as_root {
+        return;
+    }
+    let status = Command::new("chown")
+        .args(["postgres:postgres"])
+        .arg(path)
+        .status()
+        .expect("run chown");
+    assert!(
+        status.success(),
+        "running as root, the tests run PostgreSQL as the `postgres` user, which does not \
+         exist here: install the server package (it creates the user)"
+    );
 }
 
 /// `program`, run as the `postgres` OS user when this process is root (initdb and postgres

@@ -7,12 +7,18 @@
 //! `SUTRA_TEST_DATABASE_URL` says, in a directory of its own, with one database set up as every
 //! test database is (owned and migrated by the schema's owner, served by the engine's role).
 //!
+//! [`DedicatedCluster::start_over_tls`] makes one that PostgreSQL's clients reach as a production
+//! database is reached: over TCP on 127.0.0.1 with TLS only (its certificate signed by a test's
+//! [`Authority`]), a password to log in, and no connection without TLS accepted.
+//!
 //! A supervising shell runs `postgres` and obeys two files the test drops in the cluster's
 //! directory: `hold-down` (stop PostgreSQL with an immediate shutdown — no checkpoint, crash
 //! recovery at the next start — and keep it down while the file exists) and `stop` (shut down
 //! and remove everything). As for the shared cluster, it also stops everything as soon as the
 //! test process is gone, however that ends.
 
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -21,8 +27,9 @@ use url::Url;
 
 use super::{
     ENGINE_ROLE, OWNER_ROLE, PASSWORD, STARTUP, admin_url, binaries, cluster_directory,
-    connect_admin, execute, free_port, init_cluster, running_as_root, url_of,
+    connect_admin, execute, free_port, give_to_cluster_user, init_cluster, running_as_root, url_of,
 };
+use crate::Authority;
 
 /// The one database of the cluster, owned by [`OWNER_ROLE`].
 const DATABASE: &str = "sutra";
@@ -32,24 +39,47 @@ pub struct DedicatedCluster {
     dir: PathBuf,
     admin: Url,
     url: String,
+    owner_url: String,
     admin_url: String,
 }
 
 impl DedicatedCluster {
-    /// Runs `initdb`, starts PostgreSQL and creates the database. Panics when PostgreSQL is not
-    /// installed: a test that restarts the database cannot borrow someone else's.
+    /// Runs `initdb`, starts PostgreSQL, listening on a unix socket only, and creates the
+    /// database, migrated. Panics when PostgreSQL is not installed: a test that restarts the
+    /// database cannot borrow someone else's.
     pub async fn start() -> DedicatedCluster {
+        let cluster = DedicatedCluster::set_up(None).await;
+        sutra_store_postgres::migrate(&cluster.owner_url)
+            .await
+            .unwrap_or_else(|e| panic!("cannot migrate the dedicated cluster's database: {e}"));
+        cluster
+    }
+
+    /// Like [`DedicatedCluster::start`], but listening on 127.0.0.1 too, over TLS only: its
+    /// certificate, for `127.0.0.1` and `localhost`, is signed by `authority`, and its
+    /// `pg_hba.conf` has `hostssl` lines alone, so a connection without TLS is refused. Its
+    /// database is left empty, for the test to migrate over TLS. [`DedicatedCluster::url`] and
+    /// [`DedicatedCluster::owner_url`] reach it over TCP, and say nothing of TLS: the test adds
+    /// the `sslmode` it means. Panics when PostgreSQL is not installed.
+    pub async fn start_over_tls(authority: &Authority) -> DedicatedCluster {
+        DedicatedCluster::set_up(Some(authority)).await
+    }
+
+    async fn set_up(tls: Option<&Authority>) -> DedicatedCluster {
         let bin = binaries().unwrap_or_else(|| {
             panic!(
-                "this test restarts PostgreSQL, so it starts a cluster of its own from the \
-                 installed binaries: install the server (Debian: `apt-get install postgresql`)"
+                "this test starts a PostgreSQL cluster of its own from the installed binaries \
+                 (to restart it, or to serve it over TLS): install the server (Debian: \
+                 `apt-get install postgresql`)"
             )
         });
         let as_root = running_as_root();
         let dir = cluster_directory(as_root);
         init_cluster(as_root, &bin, &dir);
         let port = free_port();
+        configure(as_root, &dir.join("data"), tls);
         supervise(as_root, &bin.join("postgres"), &dir, port);
+        // The test's own admin work goes over the unix socket, which `pg_hba.conf` trusts.
         let admin = admin_url(&dir, port);
         let pool = connect_admin(admin.clone())
             .await
@@ -63,12 +93,13 @@ impl DedicatedCluster {
         .await
         .unwrap_or_else(|e| panic!("cannot create the dedicated cluster's database: {e}"));
         pool.close().await;
-        let owner_url = url_of(&admin, DATABASE, Some((OWNER_ROLE, PASSWORD)));
-        sutra_store_postgres::migrate(&owner_url)
-            .await
-            .unwrap_or_else(|e| panic!("cannot migrate the dedicated cluster's database: {e}"));
+        let served = match tls {
+            None => admin.clone(),
+            Some(_) => Url::parse(&format!("postgres://127.0.0.1:{port}/")).expect("a URL"),
+        };
         DedicatedCluster {
-            url: url_of(&admin, DATABASE, Some((ENGINE_ROLE, PASSWORD))),
+            url: url_of(&served, DATABASE, Some((ENGINE_ROLE, PASSWORD))),
+            owner_url: url_of(&served, DATABASE, Some((OWNER_ROLE, PASSWORD))),
             admin_url: url_of(&admin, DATABASE, None),
             admin,
             dir,
@@ -78,6 +109,12 @@ impl DedicatedCluster {
     /// The URL the engine serves with: [`ENGINE_ROLE`] on the cluster's database.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The URL of the schema's owner, [`OWNER_ROLE`], on the cluster's database: what
+    /// `sutra db migrate` takes.
+    pub fn owner_url(&self) -> &str {
+        &self.owner_url
     }
 
     /// The admin's URL on the cluster's database, for checks that must look past row-level
@@ -145,6 +182,43 @@ impl Drop for DedicatedCluster {
     }
 }
 
+/// Appends the cluster's listening and TLS settings to its `postgresql.conf` (where they stay
+/// across the supervisor's restarts): a unix socket alone, or with `tls` 127.0.0.1 too, with a
+/// certificate `tls` signs, and TLS demanded of every TCP connection.
+fn configure(as_root: bool, data: &Path, tls: Option<&Authority>) {
+    let settings = match tls {
+        None => "listen_addresses = ''\n",
+        Some(authority) => {
+            let issued = authority.issue(&["127.0.0.1", "localhost"]);
+            // PostgreSQL refuses a key file others may read, and must own it to read it.
+            for (file, pem) in [
+                ("server.crt", &issued.certificate_pem),
+                ("server.key", &issued.key_pem),
+            ] {
+                let path = data.join(file);
+                std::fs::write(&path, pem).expect("write the server's certificate");
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                    .expect("make the server's key private");
+                give_to_cluster_user(as_root, &path);
+            }
+            // The unix socket is the test's own way in; over TCP, TLS and a password or nothing.
+            std::fs::write(
+                data.join("pg_hba.conf"),
+                "local all all trust\nhostssl all all 127.0.0.1/32 scram-sha-256\n",
+            )
+            .expect("write pg_hba.conf");
+            "listen_addresses = '127.0.0.1'\nssl = on\n\
+             ssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n"
+        }
+    };
+    let mut conf = std::fs::OpenOptions::new()
+        .append(true)
+        .open(data.join("postgresql.conf"))
+        .expect("open postgresql.conf");
+    conf.write_all(settings.as_bytes())
+        .expect("write postgresql.conf");
+}
+
 /// Runs `postgres` and obeys the test's files (see the module's doc). `alive` reads `/proc`, which
 /// tells whether a process lives even when it belongs to another user, as `kill -0` cannot.
 ///
@@ -155,7 +229,7 @@ impl Drop for DedicatedCluster {
 const SUPERVISOR: &str = r#"
 dir=$1 watched=$2 postgres=$3 port=$4
 run() {
-    "$postgres" -D "$dir/data" -k "$dir" -p "$port" -c listen_addresses= \
+    "$postgres" -D "$dir/data" -k "$dir" -p "$port" \
         -c fsync=off -c full_page_writes=off -c max_connections=100 \
         >>"$dir/postgres.log" 2>&1 &
     server=$!
