@@ -265,6 +265,16 @@ impl Engine {
         tasks::fail(&self.shared, tenant, id, lock_token, failure).await
     }
 
+    /// Hands a held task back without spending its attempt: available again at once.
+    pub async fn release_task(
+        &self,
+        tenant: &str,
+        id: &str,
+        lock_token: &str,
+    ) -> Result<(), Error> {
+        tasks::release(&self.shared, tenant, id, lock_token).await
+    }
+
     /// Moves a held lock's deadline to `lock` from now; returns the new deadline.
     pub async fn extend_task(
         &self,

@@ -1,5 +1,5 @@
-//! The pull surface (SPEC §5.5): workers long-poll for tasks, then complete, fail or extend them
-//! with the lock token a poll gave them.
+//! The pull surface (SPEC §5.5): workers long-poll for tasks, then complete, fail, extend or
+//! hand back (release) them with the lock token a poll gave them.
 //!
 //! The long wait lives here and in the task row's lock, never in an instance claim: the instance
 //! stays suspended and unclaimed while a worker holds its task. A completion runs on its
@@ -156,6 +156,22 @@ pub(crate) async fn fail(
         shared.deliveries_due.notify_one();
     }
     Ok(state)
+}
+
+/// Hands a task back, and wakes the waiting polls: it is available again now.
+pub(crate) async fn release(
+    shared: &Shared,
+    tenant: &str,
+    id: &str,
+    lock_token: &str,
+) -> Result<(), Error> {
+    shared
+        .store
+        .release_task(tenant, id, lock_token)
+        .await
+        .map_err(task_error)?;
+    shared.tasks_available.notify_waiters();
+    Ok(())
 }
 
 pub(crate) async fn extend(

@@ -173,16 +173,17 @@ impl TaskStatements for Scoped {
         self.execute(query).await.map(drop)
     }
 
-    async fn retry_task(&mut self, id: &str, backoff: SignedDuration) -> Result<()> {
+    async fn reopen_task(&mut self, id: &str, spent: u32, after: SignedDuration) -> Result<()> {
         let query = sqlx::query(
             "UPDATE tasks
-             SET state = $2, lock_token = NULL, locked_until = NULL, attempt = attempt + 1,
+             SET state = $2, lock_token = NULL, locked_until = NULL, attempt = attempt + $4,
                  available_at = sutra_after($3), updated_at = sutra_now()
              WHERE id = $1",
         )
         .bind(id)
         .bind(TaskState::Available.as_str())
-        .bind(duration_micros(backoff));
+        .bind(duration_micros(after))
+        .bind(i64::from(spent));
         self.execute(query).await.map(drop)
     }
 

@@ -431,12 +431,13 @@ pub trait TaskStatements: Statements {
     /// The lock ends: the task leaves `locked` for `state`.
     fn end_lock(&mut self, id: &str, state: TaskState) -> impl Future<Output = Result<()>> + Send;
 
-    /// The lock ends with a failed attempt within the budget: the next attempt is available once
-    /// `backoff` has passed.
-    fn retry_task(
+    /// The lock ends and the task is available again once `after` has passed, `spent` attempts
+    /// later: one for a failed attempt within the budget, none for a task its worker handed back.
+    fn reopen_task(
         &mut self,
         id: &str,
-        backoff: SignedDuration,
+        spent: u32,
+        after: SignedDuration,
     ) -> impl Future<Output = Result<()>> + Send;
 
     /// Moves the lock's deadline to `lock` from now; returns it.

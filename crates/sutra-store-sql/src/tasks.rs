@@ -79,7 +79,7 @@ impl<B: Backend> Tasks for SqlStore<B> {
         match outcome {
             None => {
                 let backoff = retry_backoff(held.backoff, held.attempt);
-                tx.retry_task(id, backoff).await?;
+                tx.reopen_task(id, 1, backoff).await?;
             }
             Some(outcome) => {
                 tx.end_lock(id, state).await?;
@@ -88,6 +88,13 @@ impl<B: Backend> Tasks for SqlStore<B> {
         }
         tx.commit().await?;
         Ok(state)
+    }
+
+    async fn release_task(&self, tenant: &str, id: &str, lock_token: &str) -> Result<()> {
+        let mut tx = self.begin(Scope::Tenant(tenant)).await?;
+        held(&mut tx, tenant, id, lock_token).await?;
+        tx.reopen_task(id, 0, SignedDuration::ZERO).await?;
+        tx.commit().await
     }
 
     async fn extend_task(

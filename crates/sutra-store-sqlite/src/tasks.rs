@@ -122,18 +122,19 @@ impl TaskStatements for Session {
         tx.execute(query).await.map(drop)
     }
 
-    async fn retry_task(&mut self, id: &str, backoff: SignedDuration) -> Result<()> {
+    async fn reopen_task(&mut self, id: &str, spent: u32, after: SignedDuration) -> Result<()> {
         let tx = self.write().await?;
         let query = sqlx::query(
             "UPDATE tasks
-             SET state = ?2, lock_token = NULL, locked_until = NULL, attempt = attempt + 1,
+             SET state = ?2, lock_token = NULL, locked_until = NULL, attempt = attempt + ?5,
                  available_at = ?3, updated_at = ?4
              WHERE id = ?1",
         )
         .bind(id)
         .bind(TaskState::Available.as_str())
-        .bind(micros(later(tx.now(), backoff)?))
-        .bind(micros(tx.now()));
+        .bind(micros(later(tx.now(), after)?))
+        .bind(micros(tx.now()))
+        .bind(i64::from(spent));
         tx.execute(query).await.map(drop)
     }
 

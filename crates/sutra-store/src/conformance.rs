@@ -107,6 +107,7 @@ macro_rules! conformance_tests {
             a_business_error_is_delivered_at_once,
             retries_back_off_then_exhaust,
             a_lock_that_expires_counts_as_an_attempt,
+            a_released_task_is_available_again_on_the_same_attempt,
             extend_moves_the_lock_deadline,
             a_disarmed_task_cannot_be_completed,
             next_task_at_is_when_a_poll_could_next_take_one,

@@ -240,6 +240,12 @@ pub trait Tasks: Send + Sync {
         failure: &TaskFailure,
     ) -> Result<TaskState>;
 
+    /// Ends a lock `lock_token` holds without spending an attempt: the task is available again
+    /// at once, on the attempt it was on. A worker stopping before its handler finished hands its
+    /// tasks back so, rather than letting their locks lapse (which spends the attempt, and keeps
+    /// the task from everyone until then).
+    async fn release_task(&self, tenant: &str, id: &str, lock_token: &str) -> Result<()>;
+
     /// Moves the deadline of a lock `lock_token` holds to `lock` from now; returns it.
     async fn extend_task(
         &self,

@@ -136,8 +136,8 @@ fn assert_after(at: Timestamp, duration: SignedDuration, before: Timestamp, afte
     );
 }
 
-/// The answer a worker's token gets for each of complete, fail and extend.
-async fn every_answer<S: Store>(store: &S, tenant: &str, id: &str, token: &str) -> [Result<()>; 3] {
+/// The answer a worker's token gets for each of complete, fail, extend and release.
+async fn every_answer<S: Store>(store: &S, tenant: &str, id: &str, token: &str) -> [Result<()>; 4] {
     [
         store.complete_task(tenant, id, token, &json!({})).await,
         store
@@ -145,6 +145,7 @@ async fn every_answer<S: Store>(store: &S, tenant: &str, id: &str, token: &str) 
             .await
             .map(drop),
         store.extend_task(tenant, id, token, HOUR).await.map(drop),
+        store.release_task(tenant, id, token).await,
     ]
 }
 
@@ -540,6 +541,34 @@ pub async fn a_lock_that_expires_counts_as_an_attempt<S: Store>(store: &S) {
         store.exhaust_expired(TENANT).await.unwrap().is_empty(),
         "exhausted once"
     );
+}
+
+pub async fn a_released_task_is_available_again_on_the_same_attempt<S: Store>(store: &S) {
+    let instance = id(1);
+    armed(store, TENANT, &instance, budgeted(1, HOUR, HOUR)).await;
+    let first = locked_one(store, WORKER_A, HOUR).await;
+
+    store
+        .release_task(TENANT, &first.id, &first.lock_token)
+        .await
+        .unwrap();
+
+    let task = record(store, &instance).await;
+    assert_eq!(
+        (task.state, task.attempt, task.locked_until),
+        (TaskState::Available, 1, None),
+        "handed back, not failed"
+    );
+    assert!(task.available_at <= now(), "available at once");
+    assert_lock_lost(
+        store
+            .complete_task(TENANT, &first.id, &first.lock_token, &json!({}))
+            .await,
+    );
+    let again = locked_one(store, WORKER_B, HOUR).await;
+    assert_eq!((again.id.as_str(), again.attempt), (first.id.as_str(), 1));
+    assert_ne!(again.lock_token, first.lock_token);
+    assert!(due(store).await.is_empty(), "a hand-back is no outcome");
 }
 
 pub async fn extend_moves_the_lock_deadline<S: Store>(store: &S) {
