@@ -407,6 +407,46 @@ async fn an_expired_lock_makes_the_task_available_to_another_worker() {
 }
 
 #[tokio::test]
+async fn a_released_task_goes_to_a_waiting_worker_at_once_on_the_same_attempt() {
+    let scratch = Scratch::new("tasks-released");
+    let server = deployed(&scratch).await;
+    let instance = start_transfer(&server, "t1").await;
+    let held = poll_one(&server, "w1", "debit", json!({"lock": "PT10M"})).await;
+    let forged = json!({"lock_token": "not-the-token"});
+    assert_problem(
+        &answer(&server, &held, "release", forged).await,
+        409,
+        "SUTRA.TASK.LOCK.LOST",
+    );
+
+    // Another worker already waits: the hand-back wakes it, long before the lock would lapse.
+    let waiting = {
+        let server = &server;
+        async move { poll_one(server, "w2", "debit", json!({"lock": "PT5M"})).await }
+    };
+    let release = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let body = json!({"lock_token": held["lock_token"]});
+        answer(&server, &held, "release", body).await
+    };
+    let began = Instant::now();
+    let (taken, (status, released)) = tokio::join!(waiting, release);
+
+    assert_eq!(status, 200, "{released}");
+    assert_eq!(released, json!({"id": held["id"], "state": "available"}));
+    assert!(began.elapsed() < PROMPTLY, "took {:?}", began.elapsed());
+    assert_eq!((&taken["id"], &taken["attempt"]), (&held["id"], &json!(1)));
+    assert_problem(
+        &complete(&server, &held, json!({"by": "w1"})).await,
+        409,
+        "SUTRA.TASK.LOCK.LOST",
+    );
+    assert_eq!(complete(&server, &taken, json!({"by": "w2"})).await.0, 200);
+    let advanced = server.wait_for_node(&instance, "credit").await;
+    assert_eq!(advanced["vars"]["debit"], json!({"by": "w2"}));
+}
+
+#[tokio::test]
 async fn a_batched_completion_answers_each_item_on_its_own() {
     let scratch = Scratch::new("tasks-batch");
     let server = deployed(&scratch).await;

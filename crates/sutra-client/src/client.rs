@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use sutra_wire::{
     BulkAnswer, BulkBody, CompleteBody, CompletedBatch, ExtendBody, FailBody, MigrateBody,
+    ReleaseBody,
 };
 
 use crate::duration::iso8601;
@@ -310,6 +311,15 @@ impl Client {
             lock: iso8601(lock),
         };
         self.post(&["v1", "tasks", id, "extend"], Some(&body)).await
+    }
+
+    /// Hands a task back without spending its attempt: another worker may take it at once.
+    pub async fn release(&self, id: &str, lock_token: &str) -> Result<TaskState, ApiError> {
+        let body = ReleaseBody {
+            lock_token: lock_token.to_owned(),
+        };
+        self.post(&["v1", "tasks", id, "release"], Some(&body))
+            .await
     }
 
     /// The base URL with `segments` appended, each percent-encoded as one path segment.

@@ -1,5 +1,5 @@
-//! The pull surface over HTTP (SPEC §4, §5.5): poll, complete (one or a batch), fail, extend and
-//! list external tasks.
+//! The pull surface over HTTP (SPEC §4, §5.5): poll, complete (one or a batch), fail, extend,
+//! release and list external tasks.
 //!
 //! These are the routes workers in any language call, so every malformed body is refused with
 //! `SUTRA.API.REQUEST.INVALID` and a detail naming the field, never with a framework's own
@@ -20,7 +20,7 @@ use sutra_engine::tasks::{MAX_TASKS, PollRequest};
 use sutra_store::{TaskFailure, TaskFilter, TaskPoll, TaskState};
 use sutra_wire::{
     CompleteBody, CompleteItem, CompletedBatch, ExtendBody, Extra, FailBody, ItemResult,
-    LockExtended, LockedTask, Page, PollBody, TaskQuery, TaskSummary,
+    LockExtended, LockedTask, Page, PollBody, ReleaseBody, TaskQuery, TaskSummary,
 };
 
 use crate::auth::Caller;
@@ -45,6 +45,7 @@ pub fn routes() -> Router<Api> {
         .route("/v1/tasks/{id}/complete", post(complete))
         .route("/v1/tasks/{id}/fail", post(fail))
         .route("/v1/tasks/{id}/extend", post(extend))
+        .route("/v1/tasks/{id}/release", post(release))
 }
 
 async fn poll(
@@ -206,6 +207,22 @@ fn task_state(id: String, state: TaskState) -> Json<sutra_wire::TaskState> {
         state: state.as_str().to_owned(),
         extra: Extra::new(),
     })
+}
+
+/// Hands the task back without spending its attempt: a worker stopping before its handler
+/// finished, so that another takes the task now rather than when the lock lapses.
+async fn release(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    body: Body,
+) -> Result<Json<sutra_wire::TaskState>> {
+    let body: ReleaseBody = parse(&api, body).await?;
+    api.engine
+        .release_task(&caller.tenant, &id, &body.lock_token)
+        .await
+        .map_err(engine_problem)?;
+    Ok(task_state(id, TaskState::Available))
 }
 
 async fn extend(

@@ -94,6 +94,12 @@ pub struct TaskFailure {
     pub message: String,
 }
 
+/// `POST /v1/tasks/{id}/release`: hands the task back without spending its attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseBody {
+    pub lock_token: String,
+}
+
 /// `POST /v1/tasks/{id}/extend`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExtendBody {

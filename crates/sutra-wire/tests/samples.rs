@@ -142,6 +142,7 @@ fn task_requests_keep_their_fields_and_defaults() {
         serde_json::from_value(json!({"lock_token": "l", "error": {"code": "X"}})).unwrap();
     assert!(bare.retry && bare.error.message.is_empty());
     round_trip::<ExtendBody>(json!({"lock_token": "l", "lock": "PT1M"}));
+    round_trip::<ReleaseBody>(json!({"lock_token": "l"}));
     round_trip::<Vec<CompleteItem>>(json!([{"id": "i:3", "lock_token": "l", "output": {}}]));
     let bare: CompleteItem =
         serde_json::from_value(json!({"id": "i:3", "lock_token": "l"})).unwrap();

@@ -72,10 +72,7 @@ impl Execution {
         match ending {
             Ending::Finished(Ok(output)) => self.report(Report::Complete(output)).await,
             Ending::Finished(Err(error)) => self.report(Report::Fail(error)).await,
-            Ending::Abandoned => {
-                let error = TaskError::retry_as(codes::SHUTDOWN, "worker shutting down");
-                self.report(Report::Fail(error)).await;
-            }
+            Ending::Abandoned => self.report(Report::Release).await,
         }
     }
 
@@ -128,8 +125,8 @@ impl Execution {
         }
     }
 
-    /// A completion goes in a batch with other executions'; a failure goes alone, as the server
-    /// batches only completions, the report nearly every task ends with (decision 0025).
+    /// A completion goes in a batch with other executions'; a failure or a hand-back goes alone,
+    /// as the server batches only completions, the report nearly every task ends with (decision 0025).
     async fn send(&self, report: &Report) -> Result<String, Arc<ApiError>> {
         let (id, token) = (&self.task.id, &self.task.lock_token);
         match report {
@@ -142,6 +139,7 @@ impl Execution {
                     .await?;
                 Ok(answer.state)
             }
+            Report::Release => Ok(self.client.release(id, token).await?.state),
         }
     }
 }
@@ -149,14 +147,17 @@ impl Execution {
 enum Report {
     Complete(Value),
     Fail(TaskError),
+    /// The worker stopped before the handler finished: the task goes back, its attempt unspent.
+    Release,
 }
 
 impl Report {
     fn describe(&self) -> String {
         match self {
             Report::Complete(_) => "completing the task".to_owned(),
+            Report::Release => "handing the task back".to_owned(),
             Report::Fail(error) if error.is_retry() => {
-                format!("handing the task back for a retry ({error})")
+                format!("failing the task for a retry ({error})")
             }
             Report::Fail(error) => format!("failing the task with a business error ({error})"),
         }

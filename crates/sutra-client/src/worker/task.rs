@@ -27,8 +27,6 @@ pub mod codes {
     pub const HANDLER_FAILED: &str = "WORKER.HANDLER.FAILED";
     /// The handler panicked. Retried.
     pub const HANDLER_PANICKED: &str = "WORKER.HANDLER.PANICKED";
-    /// The worker stopped before the handler finished and handed the task back. Retried.
-    pub const SHUTDOWN: &str = "WORKER.SHUTDOWN";
     /// The server sent a task of a topic this worker has no handler for. Retried.
     pub const TOPIC_UNKNOWN: &str = "WORKER.TOPIC.UNKNOWN";
 }
@@ -253,7 +251,6 @@ mod tests {
             codes::OUTPUT_INVALID,
             codes::HANDLER_FAILED,
             codes::HANDLER_PANICKED,
-            codes::SHUTDOWN,
             codes::TOPIC_UNKNOWN,
         ] {
             assert!(
