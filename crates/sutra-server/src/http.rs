@@ -12,6 +12,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use futures_util::StreamExt;
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 use sutra_core::codes;
@@ -23,6 +24,7 @@ use sutra_engine::{DeployError, Engine, Error as EngineError, Restored, bulk};
 use sutra_store::{DeploymentStatus, InstanceFilter, InstanceRecord};
 use sutra_transport::consumer::Health;
 use sutra_wire::{Extra, InstanceQuery, Page};
+use utoipa::IntoParams;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -205,6 +207,24 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath
     }
 }
 
+/// The instance a route under `/v1/instances/{id}` acts on.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct InstancePath {
+    /// The instance's id.
+    id: String,
+}
+
+/// A deployment version.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct DeploymentPath {
+    /// The deployment's name.
+    name: String,
+    /// The version.
+    version: u32,
+}
+
 /// A listing's `after`, if it is one of the cursors this server gives (`ours`): anything else
 /// would silently page from nowhere.
 pub(crate) fn cursor(after: Option<String>, ours: fn(&str) -> bool) -> Result<Option<String>> {
@@ -251,7 +271,11 @@ pub(crate) fn invalid(detail: impl Into<String>) -> Problem {
     post,
     path = "/v1/channels/{channel}/messages",
     operation_id = "send_message",
-    params(("channel" = String, Path, description = "An `http` channel of an active deployment")),
+    params((
+        "channel" = String,
+        Path,
+        description = "An `http` channel of an active deployment",
+    )),
     request_body(
         description = "The event (structured mode), or its `data` (binary mode)",
         content((CloudEvent = "application/cloudevents+json"), (CloudEvent = "application/json")),
@@ -259,13 +283,15 @@ pub(crate) fn invalid(detail: impl Into<String>) -> Problem {
     responses(
         (
             status = 200,
-            description = "`ack: complete`: the instance ended in time; the body is its `end` node's reply",
+            description = "`ack: complete`: the instance ended in time; the body is its `end` \
+                node's reply",
             body = serde_json::Value,
             headers(("sutra-instance" = String, description = "The instance's id")),
         ),
         (
             status = 202,
-            description = "Taken: the step it caused committed (with `ack: complete`, the instance had not ended within `ack-timeout`)",
+            description = "Taken: the step it caused committed (with `ack: complete`, the \
+                instance had not ended within `ack-timeout`)",
             body = sutra_wire::Accepted,
         ),
         (status = 400, response = BadRequest),
@@ -275,7 +301,9 @@ pub(crate) fn invalid(detail: impl Into<String>) -> Problem {
         (status = 422, response = Unprocessable),
         (
             status = 500,
-            description = "`ack: complete`: the instance failed; the problem carries its failure code, a flow's own or Sutra's, and `instance`. Or the server failed, as `ServerError` says.",
+            description = "`ack: complete`: the instance failed; the problem carries its \
+                failure code, a flow's own or Sutra's, and `instance`. Or the server failed, as \
+                `ServerError` says.",
             body = sutra_wire::Problem,
             content_type = "application/problem+json",
         ),
@@ -424,10 +452,24 @@ fn deployment_file_name(headers: &HeaderMap) -> String {
     post,
     path = "/v1/deployments",
     operation_id = "deploy",
-    params(("Sutra-File" = Option<String>, Header, description = "The file name diagnostics point at, as `sutra deploy FILE` sends it; `deployment.yaml` by default")),
-    request_body(content = String, content_type = "application/yaml", description = "The deployment document"),
+    params((
+        "Sutra-File" = Option<String>,
+        Header,
+        nullable = false,
+        description = "The file name diagnostics point at, as `sutra deploy FILE` sends it; \
+            `deployment.yaml` by default",
+    )),
+    request_body(
+        content = String,
+        content_type = "application/yaml",
+        description = "The deployment document",
+    ),
     responses(
-        (status = 201, description = "Deployed, with what the checker warned about", body = sutra_wire::Deployment),
+        (
+            status = 201,
+            description = "Deployed, with what the checker warned about",
+            body = sutra_wire::Deployment,
+        ),
         (status = 400, response = BadRequest),
         (status = 409, response = Conflict),
         (status = 413, response = PayloadTooLarge),
@@ -501,10 +543,7 @@ async fn deployments(
     get,
     path = "/v1/deployments/{name}/{version}",
     operation_id = "deployment",
-    params(
-        ("name" = String, Path, description = "The deployment's name"),
-        ("version" = u32, Path, description = "The version"),
-    ),
+    params(DeploymentPath),
     responses(
         (status = 200, description = "The version", body = sutra_wire::Deployment),
         (status = 400, response = BadRequest),
@@ -516,7 +555,7 @@ async fn deployments(
 async fn deployment(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    ApiPath((name, version)): ApiPath<(String, u32)>,
+    ApiPath(DeploymentPath { name, version }): ApiPath<DeploymentPath>,
 ) -> Result<Json<sutra_wire::Deployment>> {
     let records = api
         .engine
@@ -622,7 +661,7 @@ fn parse_status(text: &str) -> Result<Status> {
     get,
     path = "/v1/instances/{id}",
     operation_id = "instance",
-    params(("id" = String, Path, description = "The instance's id")),
+    params(InstancePath),
     responses(
         (status = 200, description = "Its snapshot", body = sutra_wire::Instance),
         (status = 404, response = NotFound),
@@ -633,7 +672,7 @@ fn parse_status(text: &str) -> Result<Status> {
 async fn instance(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    ApiPath(id): ApiPath<String>,
+    ApiPath(InstancePath { id }): ApiPath<InstancePath>,
 ) -> Result<Json<sutra_wire::Instance>> {
     let record = find_instance(&api, &caller, &id).await?;
     Ok(Json(render::instance(&record)?))
@@ -667,7 +706,7 @@ async fn rows_of_instance<T>(
     get,
     path = "/v1/instances/{id}/history",
     operation_id = "history",
-    params(("id" = String, Path, description = "The instance's id")),
+    params(InstancePath),
     responses(
         (status = 200, description = "The events", body = Vec<sutra_wire::HistoryEvent>),
         (status = 404, response = NotFound),
@@ -678,7 +717,7 @@ async fn rows_of_instance<T>(
 async fn history(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    ApiPath(id): ApiPath<String>,
+    ApiPath(InstancePath { id }): ApiPath<InstancePath>,
 ) -> Result<Json<Vec<sutra_wire::HistoryEvent>>> {
     let read = api.engine.store().history(&caller.tenant, &id);
     let events = rows_of_instance(&api, &caller, &id, read).await?;
@@ -693,7 +732,7 @@ async fn history(
     get,
     path = "/v1/instances/{id}/outbox",
     operation_id = "outbox",
-    params(("id" = String, Path, description = "The instance's id")),
+    params(InstancePath),
     responses(
         (status = 200, description = "The messages", body = Vec<sutra_wire::OutboxMessage>),
         (status = 404, response = NotFound),
@@ -704,7 +743,7 @@ async fn history(
 async fn outbox(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    ApiPath(id): ApiPath<String>,
+    ApiPath(InstancePath { id }): ApiPath<InstancePath>,
 ) -> Result<Json<Vec<sutra_wire::OutboxMessage>>> {
     let read = api.engine.store().outbox(&caller.tenant, &id);
     let records = rows_of_instance(&api, &caller, &id, read).await?;
@@ -718,7 +757,7 @@ async fn outbox(
     post,
     path = "/v1/instances/{id}/cancel",
     operation_id = "cancel",
-    params(("id" = String, Path, description = "The instance's id")),
+    params(InstancePath),
     responses(
         (status = 200, description = "Cancelled", body = sutra_wire::StatusChange),
         (status = 404, response = NotFound),
@@ -730,7 +769,7 @@ async fn outbox(
 async fn cancel(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    ApiPath(id): ApiPath<String>,
+    ApiPath(InstancePath { id }): ApiPath<InstancePath>,
 ) -> Result<Json<sutra_wire::StatusChange>> {
     let outcome = api.engine.cancel(&caller.tenant, &id).await;
     administered(outcome, codes::CANCEL_CLAIM_HELD)
@@ -745,10 +784,14 @@ async fn cancel(
     post,
     path = "/v1/instances/{id}/restore",
     operation_id = "restore",
-    params(("id" = String, Path, description = "The instance's id")),
+    params(InstancePath),
     responses(
         (status = 200, description = "Restored", body = sutra_wire::StatusChange),
-        (status = 202, description = "Asked, to run once the claim is free", body = sutra_wire::StatusChange),
+        (
+            status = 202,
+            description = "Asked, to run once the claim is free",
+            body = sutra_wire::StatusChange,
+        ),
         (status = 404, response = NotFound),
         (status = 409, response = Conflict),
         (status = 500, response = ServerError),
@@ -758,7 +801,7 @@ async fn cancel(
 async fn restore(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    ApiPath(id): ApiPath<String>,
+    ApiPath(InstancePath { id }): ApiPath<InstancePath>,
 ) -> Result<Response> {
     let restored = api.engine.restore(&caller.tenant, &id).await;
     match restored.map_err(|e| Problem::engine(e, codes::RESTORE_CLAIM_HELD))? {
@@ -787,7 +830,7 @@ async fn restore(
     post,
     path = "/v1/instances/{id}/migrate",
     operation_id = "migrate",
-    params(("id" = String, Path, description = "The instance's id")),
+    params(InstancePath),
     request_body = sutra_wire::MigrateBody,
     responses(
         (status = 200, description = "Migrated", body = sutra_wire::Instance),
@@ -803,7 +846,7 @@ async fn restore(
 async fn migrate(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    ApiPath(id): ApiPath<String>,
+    ApiPath(InstancePath { id }): ApiPath<InstancePath>,
     body: Body,
 ) -> Result<Json<sutra_wire::Instance>> {
     let sutra_wire::MigrateBody { to_version, map } = parse(&api, body).await?;
@@ -825,7 +868,11 @@ async fn migrate(
     operation_id = "bulk",
     request_body = sutra_wire::BulkBody,
     responses(
-        (status = 200, description = "What became of each selected instance", body = sutra_wire::BulkAnswer),
+        (
+            status = 200,
+            description = "What became of each selected instance",
+            body = sutra_wire::BulkAnswer,
+        ),
         (status = 400, response = BadRequest),
         (status = 409, response = Conflict),
         (status = 413, response = PayloadTooLarge),

@@ -11,6 +11,7 @@ use axum::body::Body;
 use axum::extract::{Extension, State};
 use futures_util::future::join_all;
 use jiff::SignedDuration;
+use serde::Deserialize;
 use sutra_core::duration::parse_duration;
 use sutra_core::step::TaskError;
 use sutra_core::{check, codes};
@@ -20,6 +21,7 @@ use sutra_wire::{
     CompleteBody, CompleteItem, CompletedBatch, ExtendBody, Extra, FailBody, ItemResult,
     LockExtended, LockedTask, Page, PollBody, TaskQuery, TaskSummary,
 };
+use utoipa::IntoParams;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -38,6 +40,14 @@ type Result<T, E = Problem> = std::result::Result<T, E>;
 /// clients size their batches by; this keeps the two one number.
 const BATCH_MAX: usize = MAX_TASKS as usize;
 const _: () = assert!(BATCH_MAX == sutra_wire::COMPLETE_BATCH_MAX);
+
+/// The task a route under `/v1/tasks/{id}` acts on.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+struct TaskPath {
+    /// The task's id, `{instance}:{park}` as a poll answers it.
+    id: String,
+}
 
 /// The worker routes, each described by its `#[utoipa::path]`.
 pub fn routes() -> OpenApiRouter<Api> {
@@ -153,7 +163,7 @@ fn check_topics(topics: &[String]) -> Result<()> {
     post,
     path = "/v1/tasks/{id}/complete",
     operation_id = "complete_task",
-    params(("id" = String, Path, description = "The task's id, `{instance}:{park}` as a poll answers it")),
+    params(TaskPath),
     request_body = CompleteBody,
     responses(
         (status = 200, description = "Completed", body = sutra_wire::TaskState),
@@ -168,7 +178,7 @@ fn check_topics(topics: &[String]) -> Result<()> {
 async fn complete(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    ApiPath(id): ApiPath<String>,
+    ApiPath(TaskPath { id }): ApiPath<TaskPath>,
     body: Body,
 ) -> Result<Json<sutra_wire::TaskState>> {
     let body: CompleteBody = parse(&api, body).await?;
@@ -234,7 +244,7 @@ async fn complete_item(api: &Api, tenant: &str, item: CompleteItem) -> ItemResul
     post,
     path = "/v1/tasks/{id}/fail",
     operation_id = "fail_task",
-    params(("id" = String, Path, description = "The task's id, `{instance}:{park}` as a poll answers it")),
+    params(TaskPath),
     request_body = FailBody,
     responses(
         (status = 200, description = "The task's state now", body = sutra_wire::TaskState),
@@ -249,7 +259,7 @@ async fn complete_item(api: &Api, tenant: &str, item: CompleteItem) -> ItemResul
 async fn fail(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    ApiPath(id): ApiPath<String>,
+    ApiPath(TaskPath { id }): ApiPath<TaskPath>,
     body: Body,
 ) -> Result<Json<sutra_wire::TaskState>> {
     let body: FailBody = parse(&api, body).await?;
@@ -286,7 +296,7 @@ fn task_state(id: String, state: TaskState) -> Json<sutra_wire::TaskState> {
     post,
     path = "/v1/tasks/{id}/extend",
     operation_id = "extend_lock",
-    params(("id" = String, Path, description = "The task's id, `{instance}:{park}` as a poll answers it")),
+    params(TaskPath),
     request_body = ExtendBody,
     responses(
         (status = 200, description = "The lock's new expiry", body = LockExtended),
@@ -301,7 +311,7 @@ fn task_state(id: String, state: TaskState) -> Json<sutra_wire::TaskState> {
 async fn extend(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    ApiPath(id): ApiPath<String>,
+    ApiPath(TaskPath { id }): ApiPath<TaskPath>,
     body: Body,
 ) -> Result<Json<LockExtended>> {
     let body: ExtendBody = parse(&api, body).await?;
