@@ -3,10 +3,12 @@
 //!
 //! Each handler's `#[utoipa::path]`, beside it, says what its route takes and answers, over
 //! sutra-wire's own types (its `openapi` feature): the schemas are the types the server writes,
-//! so they cannot drift from them. What a layer does to every route it wraps is written down by
-//! the code that applies the layer: [`gated`] for a role's gate, [`document`] for the refusal of
-//! `%00` in front of every route. A refusal is one of the shared responses below, each naming
-//! the codes of its status from `sutra_core::codes`, the table the answers themselves come from.
+//! so the bodies cannot drift from them. The statuses a route answers are listed by hand, and
+//! `.ci/openapi` holds them to a live server with a schema-driven fuzzer. What a layer does to
+//! every route it wraps is written down once for all of them: [`gated`] for a role's gate,
+//! [`document`] for the refusal of `%00` that `http::router` puts in front of every route. A
+//! refusal is one of the shared responses below, each naming the codes of its status from
+//! `sutra_core::codes`, the table the answers themselves take their status from.
 
 use axum::Extension;
 use axum::body::Bytes;
@@ -143,14 +145,15 @@ pub fn document(parts: impl IntoIterator<Item = OpenApi>) -> Document {
             .entry("400".to_owned())
             .or_insert_with(refusal::<BadRequest>);
     }
-    // Serializing plain data into a string cannot fail: every map key is a string.
-    let rendered = document.to_pretty_json().unwrap_or_default();
+    let rendered = document
+        .to_pretty_json()
+        .expect("the document is plain data whose every map key is a string");
     Document(Bytes::from(rendered))
 }
 
-const DESCRIPTION: &str = "The HTTP API of Sutra, a durable process engine (SPEC §4). Every \
-refusal is `application/problem+json` with a stable `code`; docs/errors.md says what each asks of \
-the caller. Answers may gain members in later versions, and never lose or rename one.";
+const DESCRIPTION: &str = "The HTTP API of Sutra, a durable process engine (docs/spec.md §4). \
+Every refusal is `application/problem+json` with a stable `code`; docs/errors.md says what each \
+asks of the caller. Answers may gain members in later versions, and never lose or rename one.";
 
 /// One tag per role a gate admits, and one for the open routes.
 fn tags() -> Vec<utoipa::openapi::Tag> {
