@@ -10,9 +10,9 @@ use axum::extract::{Extension, FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::StreamExt;
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 use sutra_core::codes;
@@ -24,9 +24,16 @@ use sutra_engine::{DeployError, Engine, Error as EngineError, Restored, bulk};
 use sutra_store::{DeploymentStatus, InstanceFilter, InstanceRecord};
 use sutra_transport::consumer::Health;
 use sutra_wire::{Extra, InstanceQuery, Page};
+use utoipa::IntoParams;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::auth::{Caller, Gate, admit};
 use crate::cloudevents;
+use crate::openapi::{
+    self, BadRequest, CloudEvent, Conflict, NotFound, PayloadTooLarge, ServerError, Unavailable,
+    Unprocessable,
+};
 use crate::problem::{self, Problem};
 use crate::render;
 use crate::tokens::{Keyring, Role};
@@ -45,35 +52,47 @@ pub struct Api {
 }
 
 /// The routes in three groups, each behind a gate admitting the role it needs (SPEC §4); a
-/// route added to a group takes that group's role.
+/// route added to a group takes that group's role. Each group is described as it is built, and
+/// the parts make the API's OpenAPI document, served at `GET /openapi.json`.
 pub fn router(api: Api) -> Router {
-    let gate =
-        |role| axum::middleware::from_fn_with_state(Gate::new(api.tokens.clone(), role), admit);
-    let senders = Router::new()
-        .route("/v1/channels/{channel}/messages", post(intake))
-        .route_layer(gate(Role::Sender));
-    let workers = crate::tasks::routes().route_layer(gate(Role::Worker));
+    let gated = |routes: OpenApiRouter<Api>, role| {
+        let (routes, mut part) = routes.split_for_parts();
+        openapi::gated(&mut part, role);
+        let gate = Gate::new(api.tokens.clone(), role);
+        let routes = routes.route_layer(axum::middleware::from_fn_with_state(gate, admit));
+        (routes, part)
+    };
+    let (senders, senders_part) = gated(OpenApiRouter::new().routes(routes!(intake)), Role::Sender);
+    let (workers, workers_part) = gated(crate::tasks::routes(), Role::Worker);
+    let admins = OpenApiRouter::new()
+        .routes(routes!(deploy, deployments))
+        .routes(routes!(deployment))
+        .routes(routes!(instances))
+        .routes(routes!(instance))
+        .routes(routes!(history))
+        .routes(routes!(outbox))
+        .routes(routes!(cancel))
+        .routes(routes!(restore))
+        .routes(routes!(migrate))
+        .routes(routes!(bulk))
+        .routes(routes!(crate::leases::list))
+        .routes(routes!(scaling));
+    let (admins, admins_part) = gated(admins, Role::Admin);
+    // Open, tokens or not: probes, metrics and the document carry no credentials and show no
+    // tenant's rows.
+    let (open, mut open_part) = OpenApiRouter::new()
+        .routes(routes!(healthy))
+        .routes(routes!(ready))
+        .routes(routes!(crate::metrics::render))
+        .routes(routes!(openapi::serve))
+        .split_for_parts();
+    openapi::open(&mut open_part);
+    let document = openapi::document([senders_part, workers_part, admins_part, open_part]);
     Router::new()
-        .route("/v1/deployments", post(deploy).get(deployments))
-        .route("/v1/deployments/{name}/{version}", get(deployment))
-        .route("/v1/instances", get(instances))
-        .route("/v1/instances/{id}", get(instance))
-        .route("/v1/instances/{id}/history", get(history))
-        .route("/v1/instances/{id}/outbox", get(outbox))
-        .route("/v1/instances/{id}/cancel", post(cancel))
-        .route("/v1/instances/{id}/restore", post(restore))
-        .route("/v1/instances/{id}/migrate", post(migrate))
-        .route("/v1/instances/bulk", post(bulk))
-        .route("/v1/leases", get(crate::leases::list))
-        .route("/v1/scaling", get(scaling))
-        // Every route above is an administrator's.
-        .route_layer(gate(Role::Admin))
+        .merge(admins)
         .merge(senders)
         .merge(workers)
-        // Open, tokens or not: probes and metrics carry no credentials and show no tenant's rows.
-        .route("/healthz", get(healthy))
-        .route("/readyz", get(ready))
-        .route("/metrics", get(crate::metrics::render))
+        .merge(open.layer(Extension(document)))
         .fallback(|| async {
             Problem::new(
                 codes::API_ROUTE_NOT_FOUND,
@@ -173,7 +192,8 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
     }
 }
 
-/// Path parameters, refused as problem+json when they do not fit (a version that is no number).
+/// Path parameters, refused as problem+json when they do not fit (a version that is no number,
+/// a percent-encoding that is not UTF-8) rather than with axum's plain-text answer.
 pub(crate) struct ApiPath<T>(pub T);
 
 impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath<T> {
@@ -185,6 +205,24 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath
             Err(rejection) => Err(invalid(format!("the path: {}", rejection.body_text()))),
         }
     }
+}
+
+/// The instance a route under `/v1/instances/{id}` acts on.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct InstancePath {
+    /// The instance's id.
+    id: String,
+}
+
+/// A deployment version.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct DeploymentPath {
+    /// The deployment's name.
+    name: String,
+    /// The version.
+    version: u32,
 }
 
 /// A listing's `after`, if it is one of the cursors this server gives (`ours`): anything else
@@ -223,10 +261,59 @@ pub(crate) fn invalid(detail: impl Into<String>) -> Problem {
     Problem::new(codes::API_REQUEST_INVALID, detail)
 }
 
+/// Sends a message to a channel
+///
+/// A CloudEvents 1.0 event on an `http` channel (SPEC §5.1): structured mode, the event as the
+/// JSON body, or binary mode, its attributes in `ce-specversion`, `ce-id`, `ce-type` and
+/// `ce-source` headers (`ce-subject` and `ce-time` optional) and its `data` as the body. The
+/// event's `id` is its deduplication key: a message sent again is answered as the first was.
+#[utoipa::path(
+    post,
+    path = "/v1/channels/{channel}/messages",
+    operation_id = "send_message",
+    params((
+        "channel" = String,
+        Path,
+        description = "An `http` channel of an active deployment",
+    )),
+    request_body(
+        description = "The event (structured mode), or its `data` (binary mode)",
+        content((CloudEvent = "application/cloudevents+json"), (CloudEvent = "application/json")),
+    ),
+    responses(
+        (
+            status = 200,
+            description = "`ack: complete`: the instance ended in time; the body is its `end` \
+                node's reply",
+            body = serde_json::Value,
+            headers(("sutra-instance" = String, description = "The instance's id")),
+        ),
+        (
+            status = 202,
+            description = "Taken: the step it caused committed (with `ack: complete`, the \
+                instance had not ended within `ack-timeout`)",
+            body = sutra_wire::Accepted,
+        ),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        (status = 413, response = PayloadTooLarge),
+        (status = 422, response = Unprocessable),
+        (
+            status = 500,
+            description = "`ack: complete`: the instance failed; the problem carries its \
+                failure code, a flow's own or Sutra's, and `instance`. Or the server failed, as \
+                `ServerError` says.",
+            body = sutra_wire::Problem,
+            content_type = "application/problem+json",
+        ),
+        (status = 503, response = Unavailable),
+    ),
+)]
 async fn intake(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    Path(channel): Path<String>,
+    ApiPath(channel): ApiPath<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response> {
@@ -356,6 +443,40 @@ fn deployment_file_name(headers: &HeaderMap) -> String {
         .to_owned()
 }
 
+/// Deploys a document
+///
+/// The body is the YAML document. It is checked as `sutra check` checks it (an invalid one is
+/// refused with every error located), stored as the next version of its name, and activated on
+/// every replica (SPEC §7.1).
+#[utoipa::path(
+    post,
+    path = "/v1/deployments",
+    operation_id = "deploy",
+    params((
+        "Sutra-File" = Option<String>,
+        Header,
+        nullable = false,
+        description = "The file name diagnostics point at, as `sutra deploy FILE` sends it; \
+            `deployment.yaml` by default",
+    )),
+    request_body(
+        content = String,
+        content_type = "application/yaml",
+        description = "The deployment document",
+    ),
+    responses(
+        (
+            status = 201,
+            description = "Deployed, with what the checker warned about",
+            body = sutra_wire::Deployment,
+        ),
+        (status = 400, response = BadRequest),
+        (status = 409, response = Conflict),
+        (status = 413, response = PayloadTooLarge),
+        (status = 500, response = ServerError),
+        (status = 503, response = Unavailable),
+    ),
+)]
 async fn deploy(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
@@ -388,6 +509,19 @@ async fn deploy(
     }
 }
 
+/// Lists the deployments
+///
+/// Every version of every deployment of the caller's tenant, on one page (`next` is null).
+#[utoipa::path(
+    get,
+    path = "/v1/deployments",
+    operation_id = "deployments",
+    responses(
+        (status = 200, description = "The deployments", body = Page<sutra_wire::Deployment>),
+        (status = 500, response = ServerError),
+        (status = 503, response = Unavailable),
+    ),
+)]
 async fn deployments(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
@@ -402,10 +536,26 @@ async fn deployments(
     Ok(Json(Page { items, next: None }))
 }
 
+/// Reads one deployment version
+///
+/// With its YAML, and for a draining version what keeps it from retiring (SPEC §7.3).
+#[utoipa::path(
+    get,
+    path = "/v1/deployments/{name}/{version}",
+    operation_id = "deployment",
+    params(DeploymentPath),
+    responses(
+        (status = 200, description = "The version", body = sutra_wire::Deployment),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 500, response = ServerError),
+        (status = 503, response = Unavailable),
+    ),
+)]
 async fn deployment(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    ApiPath((name, version)): ApiPath<(String, u32)>,
+    ApiPath(DeploymentPath { name, version }): ApiPath<DeploymentPath>,
 ) -> Result<Json<sutra_wire::Deployment>> {
     let records = api
         .engine
@@ -435,6 +585,21 @@ async fn deployment(
     Ok(Json(body))
 }
 
+/// Lists instances
+///
+/// A page at a time: pass a page's `next` as `after` for the next one.
+#[utoipa::path(
+    get,
+    path = "/v1/instances",
+    operation_id = "instances",
+    params(InstanceQuery),
+    responses(
+        (status = 200, description = "A page of instances", body = Page<sutra_wire::Instance>),
+        (status = 400, response = BadRequest),
+        (status = 500, response = ServerError),
+        (status = 503, response = Unavailable),
+    ),
+)]
 async fn instances(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
@@ -491,10 +656,23 @@ fn parse_status(text: &str) -> Result<Status> {
         })
 }
 
+/// Reads an instance
+#[utoipa::path(
+    get,
+    path = "/v1/instances/{id}",
+    operation_id = "instance",
+    params(InstancePath),
+    responses(
+        (status = 200, description = "Its snapshot", body = sutra_wire::Instance),
+        (status = 404, response = NotFound),
+        (status = 500, response = ServerError),
+        (status = 503, response = Unavailable),
+    ),
+)]
 async fn instance(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
+    ApiPath(InstancePath { id }): ApiPath<InstancePath>,
 ) -> Result<Json<sutra_wire::Instance>> {
     let record = find_instance(&api, &caller, &id).await?;
     Ok(Json(render::instance(&record)?))
@@ -521,10 +699,25 @@ async fn rows_of_instance<T>(
     read.await.map_err(store_problem)
 }
 
+/// Reads an instance's history
+///
+/// Its audit events in sequence order: `seq` starts at 1 and has no gaps.
+#[utoipa::path(
+    get,
+    path = "/v1/instances/{id}/history",
+    operation_id = "history",
+    params(InstancePath),
+    responses(
+        (status = 200, description = "The events", body = Vec<sutra_wire::HistoryEvent>),
+        (status = 404, response = NotFound),
+        (status = 500, response = ServerError),
+        (status = 503, response = Unavailable),
+    ),
+)]
 async fn history(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
+    ApiPath(InstancePath { id }): ApiPath<InstancePath>,
 ) -> Result<Json<Vec<sutra_wire::HistoryEvent>>> {
     let read = api.engine.store().history(&caller.tenant, &id);
     let events = rows_of_instance(&api, &caller, &id, read).await?;
@@ -532,32 +725,83 @@ async fn history(
     Ok(Json(events.collect::<Result<_>>()?))
 }
 
-/// The messages the instance emitted and where each stands, in emission order.
+/// Lists the messages an instance emitted
+///
+/// In emission order, with where each stands.
+#[utoipa::path(
+    get,
+    path = "/v1/instances/{id}/outbox",
+    operation_id = "outbox",
+    params(InstancePath),
+    responses(
+        (status = 200, description = "The messages", body = Vec<sutra_wire::OutboxMessage>),
+        (status = 404, response = NotFound),
+        (status = 500, response = ServerError),
+        (status = 503, response = Unavailable),
+    ),
+)]
 async fn outbox(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
+    ApiPath(InstancePath { id }): ApiPath<InstancePath>,
 ) -> Result<Json<Vec<sutra_wire::OutboxMessage>>> {
     let read = api.engine.store().outbox(&caller.tenant, &id);
     let records = rows_of_instance(&api, &caller, &id, read).await?;
     Ok(Json(records.iter().map(render::outbox_message).collect()))
 }
 
+/// Cancels an instance
+///
+/// It ends `cancelled`; its waits, timers and tasks are resolved.
+#[utoipa::path(
+    post,
+    path = "/v1/instances/{id}/cancel",
+    operation_id = "cancel",
+    params(InstancePath),
+    responses(
+        (status = 200, description = "Cancelled", body = sutra_wire::StatusChange),
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        (status = 500, response = ServerError),
+        (status = 503, response = Unavailable),
+    ),
+)]
 async fn cancel(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
+    ApiPath(InstancePath { id }): ApiPath<InstancePath>,
 ) -> Result<Json<sutra_wire::StatusChange>> {
     let outcome = api.engine.cancel(&caller.tenant, &id).await;
     administered(outcome, codes::CANCEL_CLAIM_HELD)
 }
 
-/// `200` once restored; `202` when its claim was held, the restore then asked as a delivery
-/// that runs once the claim is free (the instance is still `failed` meanwhile).
+/// Restores a failed instance
+///
+/// `failed` becomes `suspended`, its parks re-armed (SPEC §7.2): `200`. When a step held its
+/// claim, the restore is asked as a delivery that runs once the claim is free: `202` with
+/// `"restore": "asked"`, the instance still `failed` meanwhile.
+#[utoipa::path(
+    post,
+    path = "/v1/instances/{id}/restore",
+    operation_id = "restore",
+    params(InstancePath),
+    responses(
+        (status = 200, description = "Restored", body = sutra_wire::StatusChange),
+        (
+            status = 202,
+            description = "Asked, to run once the claim is free",
+            body = sutra_wire::StatusChange,
+        ),
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        (status = 500, response = ServerError),
+        (status = 503, response = Unavailable),
+    ),
+)]
 async fn restore(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
+    ApiPath(InstancePath { id }): ApiPath<InstancePath>,
 ) -> Result<Response> {
     let restored = api.engine.restore(&caller.tenant, &id).await;
     match restored.map_err(|e| Problem::engine(e, codes::RESTORE_CLAIM_HELD))? {
@@ -577,11 +821,32 @@ async fn restore(
     }
 }
 
-/// Moves the instance onto another version (SPEC §7.4); answers the instance as it is now.
+/// Migrates an instance onto another version
+///
+/// A `suspended` or `failed` instance moves onto version `to_version` of its deployment, each
+/// token's node mapped by `map` (a node not named keeps its id; SPEC §7.4). Answers the
+/// instance as it is now.
+#[utoipa::path(
+    post,
+    path = "/v1/instances/{id}/migrate",
+    operation_id = "migrate",
+    params(InstancePath),
+    request_body = sutra_wire::MigrateBody,
+    responses(
+        (status = 200, description = "Migrated", body = sutra_wire::Instance),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        (status = 413, response = PayloadTooLarge),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = ServerError),
+        (status = 503, response = Unavailable),
+    ),
+)]
 async fn migrate(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
+    ApiPath(InstancePath { id }): ApiPath<InstancePath>,
     body: Body,
 ) -> Result<Json<sutra_wire::Instance>> {
     let sutra_wire::MigrateBody { to_version, map } = parse(&api, body).await?;
@@ -593,7 +858,28 @@ async fn migrate(
     Ok(Json(render::instance(&record)?))
 }
 
-/// One page of a bulk repair: the action on each instance the filter selects, each alone.
+/// Repairs instances in bulk
+///
+/// One action on each instance the filter selects, each alone, a page (at most 500) per call;
+/// pass `next` as `after` for the next page (decision 0028).
+#[utoipa::path(
+    post,
+    path = "/v1/instances/bulk",
+    operation_id = "bulk",
+    request_body = sutra_wire::BulkBody,
+    responses(
+        (
+            status = 200,
+            description = "What became of each selected instance",
+            body = sutra_wire::BulkAnswer,
+        ),
+        (status = 400, response = BadRequest),
+        (status = 409, response = Conflict),
+        (status = 413, response = PayloadTooLarge),
+        (status = 500, response = ServerError),
+        (status = 503, response = Unavailable),
+    ),
+)]
 async fn bulk(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
@@ -708,7 +994,20 @@ fn administered(
     }))
 }
 
-/// The scaling signal as JSON: the database's counts and this replica's steps in flight.
+/// Reads the scaling signal
+///
+/// What waits for the fleet, counted in the database, and the steps in progress on the replica
+/// that answered (SPEC §8).
+#[utoipa::path(
+    get,
+    path = "/v1/scaling",
+    operation_id = "scaling",
+    responses(
+        (status = 200, description = "The signal", body = sutra_wire::Scaling),
+        (status = 500, response = ServerError),
+        (status = 503, response = Unavailable),
+    ),
+)]
 async fn scaling(State(api): State<Api>) -> Result<Json<sutra_wire::Scaling>> {
     let backlog = api
         .engine
@@ -730,15 +1029,38 @@ async fn scaling(State(api): State<Api>) -> Result<Json<sutra_wire::Scaling>> {
     }))
 }
 
+/// Liveness
+///
+/// `ok` whenever the process answers.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    operation_id = "health",
+    responses(
+        (status = 200, description = "Alive", body = sutra_wire::Health),
+    ),
+)]
 async fn healthy() -> Json<sutra_wire::Health> {
     Json(sutra_wire::Health {
         status: "ok".into(),
     })
 }
 
-/// Ready means the store accepts a commit, no lane is wedged and every broker channel is
-/// consumed: a replica that cannot make progress must not take traffic, and says what it cannot
-/// reach.
+/// Readiness
+///
+/// Ready when the store accepts a commit, no lane is wedged and every broker channel is
+/// consumed: a replica that cannot make progress must not take traffic, and says what it
+/// cannot reach.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    operation_id = "readiness",
+    responses(
+        (status = 200, description = "Ready", body = sutra_wire::Readiness),
+        (status = 500, response = ServerError),
+        (status = 503, response = Unavailable),
+    ),
+)]
 async fn ready(State(api): State<Api>) -> Result<Json<sutra_wire::Readiness>> {
     api.engine.store().ping().await.map_err(store_problem)?;
     let wedged = api.engine.wedged_lanes();

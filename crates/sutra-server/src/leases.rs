@@ -13,9 +13,24 @@ use sutra_wire::{Extra, Leases};
 
 use crate::auth::Caller;
 use crate::http::{Api, store_problem};
+use crate::openapi::{ServerError, Unavailable};
 use crate::problem::Problem;
 use crate::render;
 
+/// Lists the leases
+///
+/// Who leads which singleton role (SPEC §6): the fleet's lease rows, and the roles the answering
+/// replica leads as it sees it. Another tenant's channel roles are not shown.
+#[utoipa::path(
+    get,
+    path = "/v1/leases",
+    operation_id = "leases",
+    responses(
+        (status = 200, description = "The leases", body = Leases),
+        (status = 500, response = ServerError),
+        (status = 503, response = Unavailable),
+    ),
+)]
 pub async fn list(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,

@@ -12,6 +12,7 @@ pub mod consumers;
 pub mod http;
 pub mod leases;
 pub mod metrics;
+pub mod openapi;
 pub mod problem;
 mod render;
 pub mod tasks;

@@ -44,8 +44,23 @@ pub fn install() {
     handle();
 }
 
-/// Prometheus text format. The gauges are refreshed first — the in-memory ones, and the backlog
-/// the database counts (one read per scrape); the rest was recorded as it happened.
+/// Metrics
+///
+/// Prometheus text format (SPEC §8). The gauges are refreshed first — the in-memory ones, and
+/// the backlog the database counts (one read per scrape); the rest was recorded as it happened.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    operation_id = "metrics",
+    responses(
+        (
+            status = 200,
+            description = "The metrics",
+            body = String,
+            content_type = "text/plain; version=0.0.4",
+        ),
+    ),
+)]
 pub(crate) async fn render(State(api): State<Api>) -> impl IntoResponse {
     api.engine.publish_gauges().await;
     (

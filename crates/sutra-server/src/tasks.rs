@@ -7,12 +7,11 @@
 //! to drop its result rather than retry.
 
 use axum::Json;
-use axum::Router;
 use axum::body::Body;
-use axum::extract::{Extension, Path, State};
-use axum::routing::{get, post};
+use axum::extract::{Extension, State};
 use futures_util::future::join_all;
 use jiff::SignedDuration;
+use serde::Deserialize;
 use sutra_core::duration::parse_duration;
 use sutra_core::step::TaskError;
 use sutra_core::{check, codes};
@@ -22,11 +21,16 @@ use sutra_wire::{
     CompleteBody, CompleteItem, CompletedBatch, ExtendBody, Extra, FailBody, ItemResult,
     LockExtended, LockedTask, Page, PollBody, ReleaseBody, TaskQuery, TaskSummary,
 };
+use utoipa::IntoParams;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::auth::Caller;
 use crate::http::{
-    Api, ApiQuery, cursor, invalid, is_instance_id, next_cursor, page_limit, parse, store_problem,
+    Api, ApiPath, ApiQuery, cursor, invalid, is_instance_id, next_cursor, page_limit, parse,
+    store_problem,
 };
+use crate::openapi::{BadRequest, Conflict, NotFound, PayloadTooLarge, ServerError, Unavailable};
 use crate::problem::Problem;
 use crate::render;
 
@@ -37,17 +41,43 @@ type Result<T, E = Problem> = std::result::Result<T, E>;
 const BATCH_MAX: usize = MAX_TASKS as usize;
 const _: () = assert!(BATCH_MAX == sutra_wire::COMPLETE_BATCH_MAX);
 
-pub fn routes() -> Router<Api> {
-    Router::new()
-        .route("/v1/tasks", get(list))
-        .route("/v1/tasks/poll", post(poll))
-        .route("/v1/tasks/complete", post(complete_batch))
-        .route("/v1/tasks/{id}/complete", post(complete))
-        .route("/v1/tasks/{id}/fail", post(fail))
-        .route("/v1/tasks/{id}/extend", post(extend))
-        .route("/v1/tasks/{id}/release", post(release))
+/// The task a route under `/v1/tasks/{id}` acts on.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+struct TaskPath {
+    /// The task's id, `{instance}:{park}` as a poll answers it.
+    id: String,
 }
 
+/// The worker routes, each described by its `#[utoipa::path]`.
+pub fn routes() -> OpenApiRouter<Api> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(poll))
+        .routes(routes!(complete_batch))
+        .routes(routes!(complete))
+        .routes(routes!(fail))
+        .routes(routes!(extend))
+        .routes(routes!(release))
+}
+
+/// Polls for tasks
+///
+/// Locks up to `max` available tasks of the given topics for this worker, waiting up to `wait`
+/// for one to come (a long poll); an empty array when none came.
+#[utoipa::path(
+    post,
+    path = "/v1/tasks/poll",
+    operation_id = "poll_tasks",
+    request_body = PollBody,
+    responses(
+        (status = 200, description = "The tasks locked for this worker", body = Vec<LockedTask>),
+        (status = 400, response = BadRequest),
+        (status = 413, response = PayloadTooLarge),
+        (status = 500, response = ServerError),
+        (status = 503, response = Unavailable),
+    ),
+)]
 async fn poll(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
@@ -126,10 +156,30 @@ fn check_topics(topics: &[String]) -> Result<()> {
     }
 }
 
+/// Completes a task
+///
+/// The lock token proves the worker still holds the task; a lock that no longer holds is
+/// `SUTRA.TASK.LOCK.LOST`, and the worker should drop its result.
+#[utoipa::path(
+    post,
+    path = "/v1/tasks/{id}/complete",
+    operation_id = "complete_task",
+    params(TaskPath),
+    request_body = CompleteBody,
+    responses(
+        (status = 200, description = "Completed", body = sutra_wire::TaskState),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        (status = 413, response = PayloadTooLarge),
+        (status = 500, response = ServerError),
+        (status = 503, response = Unavailable),
+    ),
+)]
 async fn complete(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
+    ApiPath(TaskPath { id }): ApiPath<TaskPath>,
     body: Body,
 ) -> Result<Json<sutra_wire::TaskState>> {
     let body: CompleteBody = parse(&api, body).await?;
@@ -140,9 +190,22 @@ async fn complete(
     Ok(task_state(id, TaskState::Completed))
 }
 
-/// Completes every item on its own and all at once, so that the engine's lanes can group
-/// them; an item's refusal is that item's result and fails no other. Only a body that is not a
-/// batch at all is refused whole, before anything is completed.
+/// Completes a batch of tasks
+///
+/// At most 100, each on its own: an item's refusal is that item's result, the problem the same
+/// completion alone would have answered, and fails no other. A body that is not such an array,
+/// or holds more, is refused whole and completes nothing (decision 0025).
+#[utoipa::path(
+    post,
+    path = "/v1/tasks/complete",
+    operation_id = "complete_tasks",
+    request_body = Vec<CompleteItem>,
+    responses(
+        (status = 200, description = "One result per item, in order", body = CompletedBatch),
+        (status = 400, response = BadRequest),
+        (status = 413, response = PayloadTooLarge),
+    ),
+)]
 async fn complete_batch(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
@@ -174,10 +237,30 @@ async fn complete_item(api: &Api, tenant: &str, item: CompleteItem) -> ItemResul
     render::item_result(item.id, completed)
 }
 
+/// Fails a task
+///
+/// `retry: true` (the default) makes it available again after its backoff, or terminal once
+/// out of retries; `retry: false` is a business error its flow handles at once (`on-error`).
+#[utoipa::path(
+    post,
+    path = "/v1/tasks/{id}/fail",
+    operation_id = "fail_task",
+    params(TaskPath),
+    request_body = FailBody,
+    responses(
+        (status = 200, description = "The task's state now", body = sutra_wire::TaskState),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        (status = 413, response = PayloadTooLarge),
+        (status = 500, response = ServerError),
+        (status = 503, response = Unavailable),
+    ),
+)]
 async fn fail(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
+    ApiPath(TaskPath { id }): ApiPath<TaskPath>,
     body: Body,
 ) -> Result<Json<sutra_wire::TaskState>> {
     let body: FailBody = parse(&api, body).await?;
@@ -209,12 +292,31 @@ fn task_state(id: String, state: TaskState) -> Json<sutra_wire::TaskState> {
     })
 }
 
-/// Hands the task back without spending its attempt: a worker stopping before its handler
-/// finished, so that another takes the task now rather than when the lock lapses.
+/// Hands a task back
+///
+/// Without spending its attempt: the task is available again at once, on the same attempt, and
+/// waiting polls are woken. For a worker stopping before its handler finished, so that another
+/// takes the task now rather than when the lock lapses.
+#[utoipa::path(
+    post,
+    path = "/v1/tasks/{id}/release",
+    operation_id = "release_task",
+    params(TaskPath),
+    request_body = ReleaseBody,
+    responses(
+        (status = 200, description = "Available again", body = sutra_wire::TaskState),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        (status = 413, response = PayloadTooLarge),
+        (status = 500, response = ServerError),
+        (status = 503, response = Unavailable),
+    ),
+)]
 async fn release(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
+    ApiPath(TaskPath { id }): ApiPath<TaskPath>,
     body: Body,
 ) -> Result<Json<sutra_wire::TaskState>> {
     let body: ReleaseBody = parse(&api, body).await?;
@@ -225,10 +327,27 @@ async fn release(
     Ok(task_state(id, TaskState::Available))
 }
 
+/// Extends a task's lock
+#[utoipa::path(
+    post,
+    path = "/v1/tasks/{id}/extend",
+    operation_id = "extend_lock",
+    params(TaskPath),
+    request_body = ExtendBody,
+    responses(
+        (status = 200, description = "The lock's new expiry", body = LockExtended),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        (status = 413, response = PayloadTooLarge),
+        (status = 500, response = ServerError),
+        (status = 503, response = Unavailable),
+    ),
+)]
 async fn extend(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
+    ApiPath(TaskPath { id }): ApiPath<TaskPath>,
     body: Body,
 ) -> Result<Json<LockExtended>> {
     let body: ExtendBody = parse(&api, body).await?;
@@ -245,6 +364,21 @@ async fn extend(
     }))
 }
 
+/// Lists tasks
+///
+/// A page at a time: pass a page's `next` as `after` for the next one.
+#[utoipa::path(
+    get,
+    path = "/v1/tasks",
+    operation_id = "tasks",
+    params(TaskQuery),
+    responses(
+        (status = 200, description = "A page of tasks", body = Page<TaskSummary>),
+        (status = 400, response = BadRequest),
+        (status = 500, response = ServerError),
+        (status = 503, response = Unavailable),
+    ),
+)]
 async fn list(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,

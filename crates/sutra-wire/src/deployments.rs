@@ -7,6 +7,7 @@ use crate::Extra;
 /// A stored deployment version. The three routes share it: a deploy adds `warnings`, the
 /// single read adds `source`, the listing has neither.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Deployment {
     pub name: String,
     pub tenant: String,
@@ -26,11 +27,13 @@ pub struct Deployment {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retirement: Option<Retirement>,
     #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub extra: Extra,
 }
 
 /// The three legs of the retirement gate (SPEC §7.3): a draining version retires when all are 0.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Retirement {
     /// Pinned instances that have not ended: suspended or failed.
     pub instances: u64,
@@ -39,12 +42,14 @@ pub struct Retirement {
     /// Tasks of its instances still available or locked.
     pub tasks: u64,
     #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub extra: Extra,
 }
 
 /// One located checker message, as `sutra check --json` prints it; also the `diagnostics` of a
 /// `SUTRA.DEPLOY.INVALID` problem.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Diagnostic {
     /// The file the position is in: the deploy's `Sutra-File` header, or `deployment.yaml`.
     pub file: String,
@@ -59,5 +64,6 @@ pub struct Diagnostic {
     pub message: String,
     pub hint: Option<String>,
     #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub extra: Extra,
 }

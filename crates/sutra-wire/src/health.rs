@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// Liveness: `{"status": "ok"}` whenever the process answers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Health {
     pub status: String,
 }
@@ -11,6 +12,7 @@ pub struct Health {
 /// Readiness: `{"status": "ready", "lanes": [...]}`; a replica that is not ready answers a
 /// problem instead.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Readiness {
     pub status: String,
     /// How many requests wait in each lane's queue, by lane index.
@@ -21,6 +23,7 @@ pub struct Readiness {
 /// waits for the fleet, counted in the database, and the steps in progress on the replica that
 /// answered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Scaling {
     /// Messages kept for a `receive` that has not parked yet.
     pub inbox_backlog: u64,
@@ -35,5 +38,6 @@ pub struct Scaling {
     /// Steps in progress on the replica that answered.
     pub claims_in_flight: u64,
     #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub extra: crate::Extra,
 }

@@ -8,6 +8,11 @@ use crate::Extra;
 
 /// The query of `GET /v1/instances`; `None` means any.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(
+    feature = "openapi",
+    derive(utoipa::IntoParams),
+    into_params(parameter_in = Query)
+)]
 pub struct InstanceQuery {
     /// `suspended`, `completed`, `cancelled` or `failed`.
     pub status: Option<String>,
@@ -19,6 +24,7 @@ pub struct InstanceQuery {
 
 /// An instance snapshot (`GET /v1/instances/{id}`, and each item of the listing).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Instance {
     pub id: String,
     pub tenant: String,
@@ -38,11 +44,13 @@ pub struct Instance {
     pub created_at: String,
     pub updated_at: String,
     #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub extra: Extra,
 }
 
 /// A position in the flow graph.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Token {
     pub id: u64,
     pub node: String,
@@ -56,11 +64,13 @@ pub struct Token {
     /// JSON: the park's members are the snapshot's own, which grow with the flow language.
     pub park: Option<Value>,
     #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub extra: Extra,
 }
 
 /// Why an instance failed (SPEC §7.2).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Failure {
     pub code: String,
     pub detail: String,
@@ -68,12 +78,14 @@ pub struct Failure {
     #[serde(default)]
     pub node: Option<String>,
     #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub extra: Extra,
 }
 
 /// One audit event of an instance (`GET /v1/instances/{id}/history` answers a JSON array of
 /// them); `seq` starts at 1 and has no gaps.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HistoryEvent {
     pub seq: u64,
     pub at: String,
@@ -83,12 +95,14 @@ pub struct HistoryEvent {
     pub token: Option<u64>,
     pub detail: Value,
     #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub extra: Extra,
 }
 
 /// A message the instance emitted (`GET /v1/instances/{id}/outbox` answers a JSON array of
 /// them, in emission order).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OutboxMessage {
     /// Stable across every attempt to send the message.
     pub idempotency_key: String,
@@ -106,15 +120,18 @@ pub struct OutboxMessage {
     pub next_attempt_at: Option<String>,
     pub sent_at: Option<String>,
     #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub extra: Extra,
 }
 
 /// The answer to an administrative operation (cancel, restore): the instance's status after it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StatusChange {
     pub instance: String,
     pub status: String,
     #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub extra: Extra,
 }
 
@@ -122,6 +139,7 @@ pub struct StatusChange {
 /// there (a node not named keeps its id). A field it does not know is refused, not ignored: a
 /// misspelt `map` would otherwise migrate with none.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct MigrateBody {
     pub to_version: u32,
@@ -131,6 +149,7 @@ pub struct MigrateBody {
 
 /// `POST /v1/instances/bulk`: one action on every instance the filter selects, a page at a time.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct BulkBody {
     #[serde(default)]
@@ -155,6 +174,7 @@ pub struct BulkBody {
 
 /// Which instances a bulk call acts on; every field is optional and narrows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct BulkFilter {
     pub status: Option<String>,
@@ -169,14 +189,17 @@ pub struct BulkFilter {
 /// A page of a bulk call: what became of each selected instance, and where the next page
 /// starts (`null`: this was the last).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BulkAnswer {
     pub results: Vec<BulkResult>,
     pub next: Option<String>,
     #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub extra: Extra,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BulkResult {
     pub instance: String,
     /// `done`, `refused` (its code says why; retry what is retryable), `skipped` (its state no
@@ -190,5 +213,6 @@ pub struct BulkResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
     #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub extra: Extra,
 }

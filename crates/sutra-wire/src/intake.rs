@@ -8,6 +8,7 @@ use crate::Extra;
 
 /// The intake answer (`202`): `{"instance", "status", "dedup"}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Accepted {
     /// `None` when the message was buffered for a receive that has not parked yet (and on a
     /// duplicate of such a message).
@@ -17,5 +18,6 @@ pub struct Accepted {
     /// The event id was seen before; this is the first delivery's answer and nothing happened.
     pub dedup: bool,
     #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub extra: Extra,
 }

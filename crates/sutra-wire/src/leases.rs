@@ -6,6 +6,7 @@ use crate::Extra;
 
 /// The fleet's lease rows, and what the answering replica itself believes it leads.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Leases {
     /// The lease rows the fleet shares, by role; empty where every replica leads every role
     /// (the embedded SQLite store).
@@ -17,12 +18,14 @@ pub struct Leases {
     /// The roles the answering replica leads now, as it sees it.
     pub leading: Vec<String>,
     #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub extra: Extra,
 }
 
 /// One role's lease. Expired leases stay listed (a released one expires at its release): the
 /// role is free for the next replica that polls.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Lease {
     pub role: String,
     /// The replica id that holds, or last held, the lease.
@@ -31,5 +34,6 @@ pub struct Lease {
     /// Grows by one whenever the holder changes.
     pub epoch: i64,
     #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub extra: Extra,
 }

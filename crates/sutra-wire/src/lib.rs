@@ -11,6 +11,11 @@
 //! Every answer type keeps the members a reader does not know in `extra`, so re-serializing one
 //! (as `sutra … --json` does) loses nothing a newer server added (SPEC §4: "more fields may be
 //! added, none renamed"). Request bodies have no `extra`: a server reads what it knows.
+//!
+//! With the `openapi` feature each type also derives its OpenAPI schema (utoipa), which the
+//! server's document at `GET /openapi.json` is made of (decision 0033); only the server turns it
+//! on. An answer's `extra` is left out of its schema, which then admits members it does not
+//! name, as a reader must.
 
 mod deployments;
 mod health;
@@ -43,6 +48,7 @@ pub type Extra = Map<String, Value>;
 
 /// One page of a keyset-paginated list; pass `next` as `after` to get the following page.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Page<T> {
     pub items: Vec<T>,
     pub next: Option<String>,

@@ -14,6 +14,7 @@ pub const COMPLETE_BATCH_MAX: usize = 100;
 
 /// `POST /v1/tasks/poll`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PollBody {
     pub worker: String,
     pub topics: Vec<String>,
@@ -33,6 +34,7 @@ fn one() -> u32 {
 
 /// `POST /v1/tasks/{id}/complete`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CompleteBody {
     pub lock_token: String,
     #[serde(default)]
@@ -42,6 +44,7 @@ pub struct CompleteBody {
 /// One item of `POST /v1/tasks/complete`, whose body is a JSON array of them: a single
 /// completion's body with the task's id, which the single one has in its path.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CompleteItem {
     pub id: String,
     pub lock_token: String,
@@ -51,15 +54,18 @@ pub struct CompleteItem {
 
 /// The answer of `POST /v1/tasks/complete`: one result per item, in the request's order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CompletedBatch {
     pub items: Vec<ItemResult>,
     #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub extra: Extra,
 }
 
 /// How one item of a batched completion ended: `state` is `completed` as a single completion
 /// answers it, or `error` is the problem a single completion would have answered instead.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ItemResult {
     pub id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -67,11 +73,13 @@ pub struct ItemResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<Problem>,
     #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub extra: Extra,
 }
 
 /// `POST /v1/tasks/{id}/fail`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FailBody {
     pub lock_token: String,
     pub error: TaskFailure,
@@ -88,6 +96,7 @@ fn yes() -> bool {
 
 /// The error a worker reports when it fails a task; `on-error` routes on its `code`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TaskFailure {
     pub code: String,
     #[serde(default)]
@@ -96,12 +105,14 @@ pub struct TaskFailure {
 
 /// `POST /v1/tasks/{id}/release`: hands the task back without spending its attempt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReleaseBody {
     pub lock_token: String,
 }
 
 /// `POST /v1/tasks/{id}/extend`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ExtendBody {
     pub lock_token: String,
     /// The lock's new length from now (ISO-8601).
@@ -111,6 +122,7 @@ pub struct ExtendBody {
 /// A task locked for the polling worker (`POST /v1/tasks/poll` answers a JSON array of them,
 /// empty when none came within `wait`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LockedTask {
     pub id: String,
     pub topic: String,
@@ -122,30 +134,40 @@ pub struct LockedTask {
     pub lock_token: String,
     pub lock_expires_at: String,
     #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub extra: Extra,
 }
 
 /// A task's state after a complete or a fail: `completed`, or after a fail `available` (it will
 /// be retried), `failed` (a business error, handed to the flow) or `terminal` (out of retries).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TaskState {
     pub id: String,
     pub state: String,
     #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub extra: Extra,
 }
 
 /// A lock's new expiry after an extend.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LockExtended {
     pub id: String,
     pub lock_expires_at: String,
     #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub extra: Extra,
 }
 
 /// The query of `GET /v1/tasks`; `None` means any.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(
+    feature = "openapi",
+    derive(utoipa::IntoParams),
+    into_params(parameter_in = Query)
+)]
 pub struct TaskQuery {
     pub topic: Option<String>,
     /// `available`, `locked`, `completed`, `failed`, `terminal` or `cancelled`.
@@ -157,6 +179,7 @@ pub struct TaskQuery {
 
 /// A task row, as `GET /v1/tasks` lists it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TaskSummary {
     pub id: String,
     pub topic: String,
@@ -169,5 +192,6 @@ pub struct TaskSummary {
     pub lock_expires_at: Option<String>,
     pub created_at: String,
     #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub extra: Extra,
 }
