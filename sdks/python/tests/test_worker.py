@@ -1,0 +1,247 @@
+"""The worker against a real `sutra serve`: completions, business errors, retries, lock
+extension, a killed worker, graceful hand-back, async handlers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import threading
+import time
+
+import pytest
+
+from sutra import ApiError, Client, TaskError, Worker
+
+from .conftest import HERE, child_process, wait_for
+
+
+def make_worker(server, worker_id, **options) -> Worker:
+    options.setdefault("poll_wait", 1.0)
+    return Worker(server.url, worker_id=worker_id, **options)
+
+
+def test_tasks_are_completed_with_the_handlers_output(server, flow, run_worker):
+    f = flow()
+    worker = make_worker(server, "py-complete", concurrency=4)
+    seen = []
+
+    @worker.task(f.topic)
+    def handle(task):
+        seen.append((task.topic, task.instance, task.attempt))
+        return {"doubled": task.input["n"] * 2}
+
+    running = run_worker(worker)
+    instances = [f.start({"n": n}) for n in range(10)]
+    for n, instance in enumerate(instances):
+        snapshot = f.wait_status(instance)
+        assert snapshot["vars"]["result"] == {"doubled": n * 2}
+    assert sorted(i for _, i, _ in seen) == sorted(instances)
+    assert all(attempt == 1 and topic == f.topic for topic, _, attempt in seen)
+    running.stop()
+
+
+def test_a_business_error_takes_the_on_error_path_without_a_retry(server, flow, run_worker):
+    f = flow()
+    worker = make_worker(server, "py-business")
+    calls = []
+
+    @worker.task(f.topic)
+    def reserve(task):
+        calls.append(task.attempt)
+        raise TaskError("OUT_OF_STOCK", "no stock for item 3")
+
+    running = run_worker(worker)
+    instance = f.start({"item": 3})
+    snapshot = f.wait_status(instance)
+    assert snapshot["vars"]["handled"] == {"code": "OUT_OF_STOCK", "message": "no stock for item 3"}
+    assert "result" not in snapshot["vars"]
+    assert calls == [1]
+    running.stop()
+
+
+def test_an_exception_is_retried_with_backoff_on_the_next_attempt(server, flow, run_worker):
+    f = flow()
+    worker = make_worker(server, "py-retry")
+    attempts = []
+
+    @worker.task(f.topic)
+    def flaky(task):
+        attempts.append((task.attempt, time.monotonic()))
+        if task.attempt == 1:
+            raise ConnectionError("the stock service timed out")
+        return {"attempt": task.attempt}
+
+    running = run_worker(worker)
+    instance = f.start({})
+    snapshot = f.wait_status(instance)
+    assert snapshot["vars"]["result"] == {"attempt": 2}
+    assert [a for a, _ in attempts] == [1, 2]
+    # The flow's backoff is PT1S: the retry waited for it.
+    assert attempts[1][1] - attempts[0][1] >= 0.9
+    running.stop()
+
+
+def test_a_handler_slower_than_its_lock_keeps_it_by_extending(server, flow, run_worker):
+    f = flow(lock="PT1S")
+    worker = make_worker(server, "py-slow", lock=1.0)
+    attempts = []
+
+    @worker.task(f.topic)
+    def slow(task):
+        attempts.append(task.attempt)
+        time.sleep(2.5)
+        return {"slow": True}
+
+    # A second worker polls the same topic all along: had the lock lapsed, it would take the task.
+    rival = make_worker(server, "py-rival", lock=1.0)
+    stolen = []
+    rival.handler(f.topic, lambda task: stolen.append(task.id))
+    running = run_worker(worker)
+    instance = f.start({})
+    wait_for(lambda: attempts, what="the slow handler to start")
+    rivalling = run_worker(rival)
+    snapshot = f.wait_status(instance, timeout=10)
+    assert snapshot["vars"]["result"] == {"slow": True}
+    assert attempts == [1]
+    assert stolen == []
+    running.stop()
+    rivalling.stop()
+
+
+def test_a_killed_workers_task_is_taken_by_another_once_its_lock_lapses(server, flow, run_worker, tmp_path):
+    f = flow(lock="PT1S")
+    started = tmp_path / "started"
+    script = HERE / "stuck_worker.py"
+    with child_process([sys.executable, str(script), server.url, f.topic, str(started)]) as child:
+        instance = f.start({"item": 7})
+        wait_for(started.exists, timeout=15, what="the child worker's handler to start")
+        assert started.read_text() == "1"
+        time.sleep(1.5)  # past its one-second lock: the child has been extending it
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(10)
+    killed_at = time.monotonic()
+    assert f.client.instance(instance)["status"] == "suspended"
+
+    successor = make_worker(server, "py-after-kill", lock=1.0)
+    attempts = []
+
+    @successor.task(f.topic)
+    def finish(task):
+        attempts.append(task.attempt)
+        return {"item": task.input["item"], "by": "successor"}
+
+    running = run_worker(successor)
+    snapshot = f.wait_status(instance, timeout=15)
+    assert snapshot["vars"]["result"] == {"item": 7, "by": "successor"}
+    assert attempts and attempts[0] >= 2, attempts
+    assert time.monotonic() - killed_at < 10
+    running.stop()
+
+
+def test_graceful_stop_hands_the_task_back_without_spending_its_attempt(server, flow, run_worker):
+    f = flow(lock="PT1M")
+    release_handler = threading.Event()
+    first_attempts = []
+    worker = make_worker(server, "py-stopping", lock=60.0, grace=0.5)
+
+    @worker.task(f.topic)
+    def stuck(task):
+        first_attempts.append(task.attempt)
+        release_handler.wait(30)
+        return {"by": "first"}
+
+    running = run_worker(worker)
+    instance = f.start({})
+    wait_for(lambda: first_attempts, what="the first handler to start")
+    took = running.stop()
+    assert took < 5, f"stopping took {took:.1f} s"
+
+    second = make_worker(server, "py-successor", lock=60.0)
+    second_attempts = []
+
+    @second.task(f.topic)
+    def finish(task):
+        second_attempts.append(task.attempt)
+        return {"by": "second"}
+
+    began = time.monotonic()
+    successor = run_worker(second)
+    snapshot = f.wait_status(instance, timeout=10)
+    # Taken at once, not after the one-minute lock, and on the same attempt.
+    assert time.monotonic() - began < 5
+    assert snapshot["vars"]["result"] == {"by": "second"}
+    assert first_attempts == [1] and second_attempts == [1]
+    release_handler.set()
+    successor.stop()
+
+
+def test_async_handlers_run_concurrently_within_the_bound(server, flow, run_worker):
+    f = flow()
+    worker = make_worker(server, "py-async", concurrency=3)
+    active = 0
+    peak = 0
+
+    @worker.task(f.topic)
+    async def handle(task):
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await asyncio.sleep(0.3)
+        active -= 1
+        return {"n": task.input["n"], "async": True}
+
+    running = run_worker(worker)
+    began = time.monotonic()
+    instances = [f.start({"n": n}) for n in range(6)]
+    for n, instance in enumerate(instances):
+        assert f.wait_status(instance)["vars"]["result"] == {"n": n, "async": True}
+    elapsed = time.monotonic() - began
+    assert peak == 3, peak
+    assert elapsed < 6 * 0.3, f"the handlers ran one at a time ({elapsed:.2f} s)"
+    running.stop()
+
+
+def test_an_async_handler_can_raise_a_business_error(server, flow, run_worker):
+    f = flow()
+    worker = make_worker(server, "py-async-error")
+
+    @worker.task(f.topic)
+    async def handle(task):
+        await asyncio.sleep(0)
+        raise TaskError("CARD.DECLINED", "declined")
+
+    running = run_worker(worker)
+    instance = f.start({})
+    snapshot = f.wait_status(instance)
+    assert snapshot["vars"]["handled"]["code"] == "CARD.DECLINED"
+    running.stop()
+
+
+def test_a_worker_whose_server_is_away_keeps_polling_and_stops_when_asked(run_worker):
+    worker = Worker("http://127.0.0.1:9", worker_id="py-away", poll_wait=1.0)
+    worker.handler("anything", lambda task: None)
+    running = run_worker(worker)
+    time.sleep(1.0)
+    assert running.thread.is_alive()
+    assert running.stop() < 2
+
+
+def test_a_long_poll_in_flight_is_aborted_by_stop(server, run_worker):
+    worker = Worker(server.url, worker_id="py-idle", poll_wait=30.0)
+    worker.handler("py-nothing-ever", lambda task: None)
+    running = run_worker(worker)
+    time.sleep(0.5)
+    assert running.stop() < 2
+
+
+def test_api_errors_carry_the_problems_code_status_and_advice(client):
+    with pytest.raises(ApiError) as raised:
+        client.deploy("name: [not a flow")
+    assert raised.value.code == "SUTRA.DEPLOY.INVALID"
+    assert raised.value.status == 400
+    assert raised.value.retryable is False
+    with pytest.raises(ApiError) as raised:
+        client.extend("no-such-task", "no-token", 1.0)
+    assert raised.value.status in (404, 409)
