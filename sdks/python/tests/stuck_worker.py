@@ -1,7 +1,9 @@
-"""A worker whose handler never finishes, run as a child process that a test SIGKILLs.
+"""A worker whose handler never finishes, run as a child process that a test kills or stops.
 
-Usage: stuck_worker.py SERVER_URL TOPIC MARKER_FILE — the handler writes the task's attempt to
-MARKER_FILE, then sleeps."""
+Usage: stuck_worker.py SERVER_URL TOPIC MARKER_FILE [GRACE] — the handler writes the task's
+attempt to MARKER_FILE, then sleeps. The lock is one second; GRACE (seconds, default 10) is how
+long a SIGTERM waits for the handler before handing its task back. Prints "stopped" when run()
+returns."""
 
 import os
 import sys
@@ -11,7 +13,8 @@ from pathlib import Path
 from sutra import Worker
 
 url, topic, marker = sys.argv[1:4]
-worker = Worker(url, worker_id="py-doomed", lock=1.0, poll_wait=1.0)
+grace = float(sys.argv[4]) if len(sys.argv) > 4 else 10.0
+worker = Worker(url, worker_id=f"py-child-{os.getpid()}", lock=1.0, poll_wait=1.0, grace=grace)
 
 
 @worker.task(topic)
@@ -23,3 +26,4 @@ def stuck(task):
 
 
 worker.run()
+print("stopped", flush=True)

@@ -177,6 +177,68 @@ def test_graceful_stop_hands_the_task_back_without_spending_its_attempt(server, 
     successor.stop()
 
 
+def test_sigterm_stops_a_worker_process_which_hands_its_task_back(server, flow, run_worker, tmp_path):
+    f = flow(lock="PT1M")
+    started = tmp_path / "started"
+    script = HERE / "stuck_worker.py"
+    with child_process([sys.executable, str(script), server.url, f.topic, str(started), "0.5"]) as child:
+        instance = f.start({})
+        wait_for(started.exists, timeout=15, what="the child worker's handler to start")
+        os.kill(child.pid, signal.SIGTERM)
+        out, _ = child.communicate(timeout=10)
+        assert child.returncode == 0 and "stopped" in out
+    successor = make_worker(server, "py-after-sigterm")
+    attempts = []
+
+    @successor.task(f.topic)
+    def finish(task):
+        attempts.append(task.attempt)
+        return {"done": True}
+
+    began = time.monotonic()
+    running = run_worker(successor)
+    f.wait_status(instance, timeout=10)
+    assert time.monotonic() - began < 5
+    assert attempts == [1]
+    running.stop()
+
+
+class CountingClient(Client):
+    def __init__(self, url):
+        super().__init__(url)
+        self.batches = []
+        self.single = 0
+
+    def complete_tasks(self, items):
+        self.batches.append(len(items))
+        return super().complete_tasks(items)
+
+    def complete(self, *args, **kwargs):
+        self.single += 1
+        return super().complete(*args, **kwargs)
+
+
+def test_completions_are_sent_in_batches(server, flow, run_worker):
+    f = flow()
+    spy = CountingClient(server.url)
+    worker = Worker(client=spy, worker_id="py-batches", concurrency=8, poll_wait=1.0)
+    gate = threading.Barrier(8, timeout=10)
+
+    @worker.task(f.topic)
+    def together(task):
+        # All eight finish at the same moment, so their completions queue up together.
+        gate.wait()
+        return {"n": task.input["n"]}
+
+    instances = [f.start({"n": n}) for n in range(8)]
+    running = run_worker(worker)
+    for n, instance in enumerate(instances):
+        assert f.wait_status(instance)["vars"]["result"] == {"n": n}
+    assert sum(spy.batches) == 8 and spy.single == 0
+    assert max(spy.batches) > 1, spy.batches
+    running.stop()
+
+
 def test_async_handlers_run_concurrently_within_the_bound(server, flow, run_worker):
     f = flow()
     worker = make_worker(server, "py-async", concurrency=3)
