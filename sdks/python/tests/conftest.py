@@ -33,7 +33,7 @@ def sutra_bin() -> Path:
 
 
 class Server:
-    def __init__(self, binary: Path, directory: Path) -> None:
+    def __init__(self, binary: Path, directory: Path, env: Optional[dict[str, str]] = None) -> None:
         self.process = subprocess.Popen(
             [
                 str(binary),
@@ -43,7 +43,7 @@ class Server:
                 "--listen",
                 "127.0.0.1:0",
             ],
-            env={**os.environ, "SUTRA_LOG": "warn"},
+            env={**os.environ, "SUTRA_LOG": "warn", **(env or {})},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -107,6 +107,23 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield started
     finally:
         started.stop()
+
+
+@pytest.fixture(scope="session")
+def secured_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server that requires a bearer token: `SECRET` for tenant `default`, every role."""
+    started = Server(
+        sutra_bin(),
+        tmp_path_factory.mktemp("sutra-secured"),
+        env={"SUTRA_AUTH_TOKENS": f"default:admin,worker,sender:{SECRET}"},
+    )
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+SECRET = "py-sdk-test-secret"
 
 
 @pytest.fixture

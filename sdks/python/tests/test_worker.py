@@ -307,3 +307,19 @@ def test_api_errors_carry_the_problems_code_status_and_advice(client):
     with pytest.raises(ApiError) as raised:
         client.extend("no-such-task", "no-token", 1.0)
     assert raised.value.status in (404, 409)
+
+
+def test_a_server_with_tokens_wants_the_bearer_token(secured_server, run_worker):
+    from .conftest import SECRET, Flow
+
+    anonymous = Client(secured_server.url)
+    with pytest.raises(ApiError) as raised:
+        anonymous.instance("anything")
+    assert raised.value.status == 401 and raised.value.code
+    f = Flow(Client(secured_server.url, token=SECRET), lock="PT1M")
+    worker = Worker(secured_server.url, worker_id="py-token", token=SECRET, poll_wait=1.0)
+    worker.handler(f.topic, lambda task: {"authorized": True})
+    running = run_worker(worker)
+    instance = f.start({})
+    assert f.wait_status(instance)["vars"]["result"] == {"authorized": True}
+    running.stop()

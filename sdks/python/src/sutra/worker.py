@@ -147,7 +147,8 @@ class Worker:
         self._handlers: dict[str, Handler] = {}
         self._stopping = threading.Event()
         self._hurry = threading.Event()
-        self._poll_lock = threading.Lock()
+        # Reentrant: stop() runs in a signal handler, maybe on the thread that holds it.
+        self._poll_lock = threading.RLock()
         self._poll_conn: Any = None
         self._running = False
         # Set up by run().
@@ -197,7 +198,8 @@ class Worker:
 
     def run(self) -> None:
         """Polls and runs tasks until `stop()` is called (from any thread) or, when called on
-        the main thread, SIGINT or SIGTERM arrives; then stops gracefully and returns."""
+        the main thread, SIGINT or SIGTERM arrives; then stops gracefully and returns. A worker
+        runs once: a stopped worker's `run()` returns at once."""
         if not self._handlers:
             raise RuntimeError("a worker needs at least one handler")
         if self._running:
