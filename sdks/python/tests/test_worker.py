@@ -323,3 +323,46 @@ def test_a_server_with_tokens_wants_the_bearer_token(secured_server, run_worker)
     instance = f.start({})
     assert f.wait_status(instance)["vars"]["result"] == {"authorized": True}
     running.stop()
+
+
+class LockLosingClient(Client):
+    """Answers every extend of the first attempt's lock as the server does once another worker
+    may hold the task; records the lock tokens it completes."""
+
+    def __init__(self, url):
+        super().__init__(url)
+        self.first_token = None
+        self.completed_tokens = []
+
+    def extend(self, task_id, lock_token, lock):
+        if lock_token == self.first_token:
+            raise ApiError("lost", url=self.base_url, status=409, code="SUTRA.TASK.LOCK.LOST")
+        return super().extend(task_id, lock_token, lock)
+
+    def complete_tasks(self, items):
+        self.completed_tokens += [item["lock_token"] for item in items]
+        return super().complete_tasks(items)
+
+
+def test_a_lost_lock_drops_the_handlers_result(server, flow, run_worker):
+    f = flow(lock="PT1S")
+    spy = LockLosingClient(server.url)
+    worker = Worker(client=spy, worker_id="py-lock-lost", lock=1.0, poll_wait=1.0)
+    attempts = []
+
+    @worker.task(f.topic)
+    def handle(task):
+        attempts.append(task.attempt)
+        if task.attempt == 1:
+            spy.first_token = task.lock_token
+            time.sleep(1.5)  # the extend at ~0.5 s answers LOCK.LOST
+        return {"attempt": task.attempt}
+
+    running = run_worker(worker)
+    instance = f.start({})
+    snapshot = f.wait_status(instance, timeout=15)
+    # The first attempt's result was dropped; the task ran again once its lock lapsed.
+    assert snapshot["vars"]["result"]["attempt"] >= 2
+    assert spy.first_token not in spy.completed_tokens
+    assert attempts[0] == 1 and len(attempts) >= 2
+    running.stop()
