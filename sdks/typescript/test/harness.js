@@ -24,11 +24,11 @@ export function sutraBin() {
   return bin;
 }
 
-/** A running `sutra serve`: `url`, `client`, and `stop()`. */
-export async function startServer() {
+/** A running `sutra serve`: `url`, `client`, and `stop()`; `env` is added to its environment. */
+export async function startServer({ env = {} } = {}) {
   const dir = mkdtempSync(join(tmpdir(), "sutra-worker-test-"));
   const child = spawn(sutraBin(), ["serve", "--db", `sqlite://${join(dir, "sutra.db")}`, "--listen", "127.0.0.1:0"], {
-    env: { ...process.env, SUTRA_LOG: process.env.SUTRA_LOG ?? "warn" },
+    env: { ...process.env, SUTRA_LOG: process.env.SUTRA_LOG ?? "warn", ...env },
     stdio: ["ignore", "ignore", "pipe"],
   });
   const stderr = [];
