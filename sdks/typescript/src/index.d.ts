@@ -263,7 +263,7 @@ export interface WorkerOptions {
   pollWait?: Duration;
   /** How long running handlers may take to finish after stop() (default PT10S). */
   grace?: Duration;
-  /** run() installs SIGINT and SIGTERM handlers that call stop() (default false). */
+  /** run() installs SIGINT and SIGTERM handlers: the first calls stop(), a second while stopping ends the process as usual (default false). */
   handleSignals?: boolean;
   /** Partial loggers are completed with the default's methods. */
   logger?: Partial<Logger>;

@@ -530,7 +530,13 @@ export class Worker {
     const completer = new Completer(this.client, this.logger);
     const backoff = new Backoff(POLL_BACKOFF_FIRST_MS, POLL_BACKOFF_MAX_MS);
     const abandon = new AbortController();
-    const onSignal = () => void this.stop();
+    // A first signal stops gracefully; a second, while stopping, takes its default action.
+    const onSignal = (signal) => {
+      if (!stopping.aborted) return void this.stop();
+      process.off("SIGINT", onSignal);
+      process.off("SIGTERM", onSignal);
+      process.kill(process.pid, signal);
+    };
     if (this.handleSignals) {
       process.on("SIGINT", onSignal);
       process.on("SIGTERM", onSignal);
