@@ -18,7 +18,7 @@ fi
 
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="${1:-${SUTRA_BIN:-$here/../../target/release/sutra}}"
-bin="$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")"
+case "$bin" in /*) ;; *) bin="$PWD/$bin" ;; esac
 if [ ! -x "$bin" ]; then
   echo "sdks/typescript/ci.sh: no sutra binary at $bin (build it: cargo build --release -p sutra-cli)" >&2
   exit 2

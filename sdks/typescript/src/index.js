@@ -542,11 +542,12 @@ export class Worker {
       process.on("SIGTERM", onSignal);
     }
     this.logger.info("worker started", { worker: this.workerId, topics, concurrency: this.concurrency });
+    const stopped = abortedPromise(stopping);
     try {
       while (!stopping.aborted) {
         const free = this.concurrency - this.executions.size;
         if (free <= 0) {
-          await Promise.race([this.#nextSlot(), abortedPromise(stopping)]);
+          await Promise.race([this.#nextSlot(), stopped]);
           continue;
         }
         let tasks;
@@ -622,11 +623,21 @@ export class Worker {
   }
 }
 
+/** Resolves when `signal` aborts. Its listener stays until then: use it once per signal. */
 function abortedPromise(signal) {
-  return new Promise((resolve) => {
-    if (signal.aborted) resolve();
-    else signal.addEventListener("abort", () => resolve(), { once: true });
+  return abortWatch(signal).promise;
+}
+
+/** A promise resolved when `signal` aborts, and `dispose` to stop listening before that. */
+function abortWatch(signal) {
+  let dispose = () => {};
+  const promise = new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const onAbort = () => resolve();
+    signal.addEventListener("abort", onAbort, { once: true });
+    dispose = () => signal.removeEventListener("abort", onAbort);
   });
+  return { promise, dispose };
 }
 
 /** One task, from lock to report. */
@@ -658,6 +669,8 @@ class Execution {
     const running = handler
       ? Promise.resolve().then(() => handler(view))
       : Promise.reject(TaskError.retry(`this worker has no handler for topic \`${task.topic}\``, codes.TOPIC_UNKNOWN));
+    // One listener per task on the worker-wide `abandoned` signal, removed once the task ends.
+    const abandonment = abortWatch(abandoned);
     let ending;
     try {
       ending = await Promise.race([
@@ -665,9 +678,10 @@ class Execution {
           (output) => ({ kind: "complete", output }),
           (error) => ({ kind: "fail", error }),
         ),
-        abortedPromise(abandoned).then(() => ({ kind: "release" })),
+        abandonment.promise.then(() => ({ kind: "release" })),
       ]);
     } finally {
+      abandonment.dispose();
       finished.abort();
     }
     if (ending.kind === "release") {
