@@ -197,6 +197,7 @@ test("a worker killed mid-task: another takes the task once its lock lapses, and
     const instance = await running(second, () => waitForStatus(server.client, id, "completed"));
     assert.deepEqual(instance.vars.result, { by: "ts-5" });
     assert.equal(taken.id, taskId);
+    assert.equal(taken.attempt, 2, "a lapsed lock spends the attempt, unlike a hand-back");
     assert.ok(taken.after >= 1000, `taken ${taken.after} ms after the kill: only once the 2 s lock lapsed`);
   } finally {
     if (child.exitCode === null && child.signalCode === null) process.kill(child.pid, "SIGKILL");
