@@ -103,12 +103,12 @@ pub(crate) async fn poll(
                 shared.deliveries_due.notify_one();
             }
         }
-        let tasks = shared.store.poll_tasks(&poll).await?;
+        let polled = shared.store.poll_tasks(&poll).await?;
         let now = Instant::now();
-        if !tasks.is_empty() || now >= deadline || *ending.borrow() {
-            return Ok(tasks);
+        if !polled.tasks.is_empty() || now >= deadline || *ending.borrow() {
+            return Ok(polled.tasks);
         }
-        let pause = until_next_task(shared, &poll).await?.min(deadline - now);
+        let pause = until(polled.next_at).min(deadline - now);
         tokio::select! {
             () = woken => {}
             () = tokio::time::sleep(pause) => {}
@@ -117,16 +117,13 @@ pub(crate) async fn poll(
     }
 }
 
-/// How long a waiting poll may sleep before a task of its topics could be available.
-async fn until_next_task(shared: &Shared, poll: &TaskPoll) -> Result<std::time::Duration, Error> {
-    let next = shared
-        .store
-        .next_task_at(&poll.tenant, &poll.topics)
-        .await?;
+/// How long a waiting poll may sleep before a task of its topics could be available, `next` as
+/// its empty poll answered it.
+fn until(next: Option<Timestamp>) -> std::time::Duration {
     let pause = next.map_or(BACKSTOP, |at| {
         at.duration_since(Timestamp::now()).clamp(FLOOR, BACKSTOP)
     });
-    Ok(pause.unsigned_abs())
+    pause.unsigned_abs()
 }
 
 /// Completes a task on its instance's lane, which resumes the instance in the same transaction

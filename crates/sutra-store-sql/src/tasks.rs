@@ -10,8 +10,8 @@ use serde_json::Value;
 use sutra_core::step::TaskError;
 use sutra_store::codec::{park_id, timestamp, unsigned};
 use sutra_store::{
-    DeliveryId, DeliveryKind, Error, HeldTask, LockedTask, Result, TaskFailure, TaskPoll,
-    TaskState, Tasks, after_failure, lock_expired, retry_backoff,
+    DeliveryId, DeliveryKind, Error, HeldTask, Polled, Result, TaskFailure, TaskPoll, TaskState,
+    Tasks, after_failure, lock_expired, retry_backoff,
 };
 
 use crate::rows::{CompletedRow, Held, HeldRow};
@@ -20,14 +20,23 @@ use crate::store::SqlStore;
 
 #[async_trait::async_trait]
 impl<B: Backend> Tasks for SqlStore<B> {
-    async fn poll_tasks(&self, poll: &TaskPoll) -> Result<Vec<LockedTask>> {
+    async fn poll_tasks(&self, poll: &TaskPoll) -> Result<Polled> {
         let mut tx = self
             .backend()
             .begin_redoable(Scope::Tenant(&poll.tenant))
             .await?;
         let tasks = tx.lock_tasks(poll).await?;
+        // Asked here rather than by the waiting poll's caller: one transaction fewer for every
+        // poll that comes back empty, as a worker's next poll after a task mostly does.
+        let next_at = match tasks.is_empty() {
+            true => tx.next_task_at(&poll.tenant, &poll.topics).await?,
+            false => None,
+        };
         tx.commit().await?;
-        Ok(tasks)
+        Ok(Polled {
+            tasks,
+            next_at: next_at.map(timestamp).transpose()?,
+        })
     }
 
     async fn exhaust_expired(&self, tenant: &str) -> Result<Vec<DeliveryId>> {

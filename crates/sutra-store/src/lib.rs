@@ -52,7 +52,7 @@ pub use reads::{InstanceFilter, InstanceRecord, Reads};
 pub use scaling::{Backlog, Scaling};
 pub use steps::{Arm, Committed, EndNotice, OutboxEntry, StepCommit, Steps};
 pub use tasks::{
-    LockedTask, TaskFailure, TaskFilter, TaskLock, TaskPoll, TaskRecord, TaskState, Tasks,
+    LockedTask, Polled, TaskFailure, TaskFilter, TaskLock, TaskPoll, TaskRecord, TaskState, Tasks,
     after_failure, lock_expired, retry_backoff, task_id, task_instance,
 };
 

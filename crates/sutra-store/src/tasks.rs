@@ -40,6 +40,16 @@ pub struct LockedTask {
     pub lock_expires_at: Timestamp,
 }
 
+/// What one poll did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Polled {
+    pub tasks: Vec<LockedTask>,
+    /// When it locked nothing: [`Tasks::next_task_at`] for its topics, read in the same
+    /// transaction, so that a waiting poll knows how long it may sleep without asking again.
+    /// `None` when it locked tasks, or when no task of its topics will become available.
+    pub next_at: Option<Timestamp>,
+}
+
 /// A worker's report that an attempt failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskFailure {
@@ -207,7 +217,7 @@ pub trait Tasks: Send + Sync {
     /// lost with the database's crash only hands its task out again, as an expired one does —
     /// whatever a worker did under it later is refused for the lost lock, and whatever lands
     /// durably after it (a completion under it) makes it durable too.
-    async fn poll_tasks(&self, poll: &TaskPoll) -> Result<Vec<LockedTask>>;
+    async fn poll_tasks(&self, poll: &TaskPoll) -> Result<Polled>;
 
     /// Turns terminal every task of `tenant` whose last attempt's lock expired, each with a
     /// [`crate::DeliveryKind::TaskExhausted`] delivery ([`lock_expired`]) due now, and returns

@@ -213,7 +213,7 @@ async fn concurrent_pollers_never_share_a_task() {
             };
             let mut taken = Vec::new();
             loop {
-                let polled = store.poll_tasks(&poll).await.unwrap();
+                let polled = store.poll_tasks(&poll).await.unwrap().tasks;
                 if polled.is_empty() {
                     return taken;
                 }

@@ -18,8 +18,8 @@ use super::fixtures::{
     lapse, now, owner, owner_of, started, step, task,
 };
 use crate::{
-    Arm, CompletingClaim, Delivery, DeliveryKind, Error, LockedTask, Result, StepCommit, Store,
-    TaskFailure, TaskFilter, TaskPoll, TaskRecord, TaskState, lock_expired,
+    Arm, CompletingClaim, Delivery, DeliveryKind, Error, LockedTask, Polled, Result, StepCommit,
+    Store, TaskFailure, TaskFilter, TaskPoll, TaskRecord, TaskState, lock_expired,
 };
 
 /// The topic of [`task`] arms.
@@ -76,6 +76,7 @@ async fn polled<S: Store>(store: &S, worker: &str, lock: SignedDuration) -> Vec<
         .poll_tasks(&poll(worker, 10, Some(lock)))
         .await
         .unwrap()
+        .tasks
 }
 
 /// Polls for exactly one task.
@@ -165,7 +166,7 @@ pub async fn a_task_is_locked_by_one_poller_at_a_time<S: Store>(store: &S) {
 
     let mut locked: Vec<LockedTask> = [pollers.0, pollers.1, pollers.2, pollers.3]
         .into_iter()
-        .flat_map(|polled| polled.unwrap())
+        .flat_map(|polled| polled.unwrap().tasks)
         .collect();
     locked.sort_by(|a, b| a.id.cmp(&b.id));
     let ids: Vec<_> = locked.iter().map(|task| task.id.clone()).collect();
@@ -189,7 +190,7 @@ pub async fn a_poll_takes_the_oldest_tasks_of_its_topics_with_their_own_lock<S: 
     let oldest = store.poll_tasks(&poll(WORKER_A, 1, None)).await.unwrap();
 
     let after = now();
-    let [first] = <[LockedTask; 1]>::try_from(oldest).expect("max 1");
+    let [first] = <[LockedTask; 1]>::try_from(oldest.tasks).expect("max 1");
     assert_eq!(
         (
             first.id.as_str(),
@@ -213,7 +214,7 @@ pub async fn a_poll_takes_the_oldest_tasks_of_its_topics_with_their_own_lock<S: 
         topics: vec![OTHER_TOPIC.to_owned(), "unknown".to_owned()],
         ..poll(WORKER_B, 10, None)
     };
-    let polled = store.poll_tasks(&other).await.unwrap();
+    let polled = store.poll_tasks(&other).await.unwrap().tasks;
     assert_eq!(polled.len(), 1);
     assert_eq!(polled[0].id, task_id(&id(2)));
     let listed = record(store, &id(2)).await;
@@ -650,6 +651,17 @@ pub async fn next_task_at_is_when_a_poll_could_next_take_one<S: Store>(store: &S
         Some(lock.lock_expires_at),
         "a locked task is available again when its lock expires"
     );
+    assert_eq!(
+        store
+            .poll_tasks(&poll(WORKER_B, 10, Some(HOUR)))
+            .await
+            .unwrap(),
+        Polled {
+            tasks: vec![],
+            next_at: Some(lock.lock_expires_at)
+        },
+        "a poll that locks nothing says when it could next lock one"
+    );
     let other = [OTHER_TOPIC.to_owned()];
     assert_eq!(store.next_task_at(TENANT, &other).await.unwrap(), None);
 }
@@ -710,7 +722,7 @@ pub async fn tenants_never_see_each_others_tasks<S: Store>(store: &S) {
     };
     let topics = [TOPIC.to_owned()];
 
-    assert_eq!(store.poll_tasks(&theirs).await.unwrap(), vec![]);
+    assert_eq!(store.poll_tasks(&theirs).await.unwrap(), Polled::default());
     assert_eq!(
         store.next_task_at(OTHER_TENANT, &topics).await.unwrap(),
         None
