@@ -145,11 +145,17 @@ impl Client {
 
     pub async fn instances(&self, query: &InstanceQuery) -> Result<Page<Instance>, ApiError> {
         let limit = query.limit.map(|n| n.to_string());
+        let version = query.version.map(|n| n.to_string());
         let url = with_query(
             self.url(&["v1", "instances"]),
             &[
                 ("status", query.status.as_deref()),
                 ("flow", query.flow.as_deref()),
+                ("version", version.as_deref()),
+                ("failure_code", query.failure_code.as_deref()),
+                ("correlation_key", query.correlation_key.as_deref()),
+                ("created_after", query.created_after.as_deref()),
+                ("created_before", query.created_before.as_deref()),
                 ("limit", limit.as_deref()),
                 ("after", query.after.as_deref()),
             ],

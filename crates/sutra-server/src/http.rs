@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use sutra_core::codes;
 use sutra_core::model::Transport;
-use sutra_core::snapshot::Status;
+use sutra_core::snapshot::{ParkKind, Status};
 use sutra_core::step::Reply;
 use sutra_engine::intake::{Answer, Inbound, IntakeError};
 use sutra_engine::{DeployError, Engine, Error as EngineError, Restored, bulk};
@@ -67,10 +67,12 @@ pub fn router(api: Api) -> Router {
     let admins = OpenApiRouter::new()
         .routes(routes!(deploy, deployments))
         .routes(routes!(deployment))
+        .routes(routes!(deployment_graph))
         .routes(routes!(instances))
         .routes(routes!(instance))
         .routes(routes!(history))
         .routes(routes!(outbox))
+        .routes(routes!(instance_tasks))
         .routes(routes!(cancel))
         .routes(routes!(restore))
         .routes(routes!(migrate))
@@ -93,14 +95,27 @@ pub fn router(api: Api) -> Router {
         .merge(senders)
         .merge(workers)
         .merge(open.layer(Extension(document)))
-        .fallback(|| async {
-            Problem::new(
-                codes::API_ROUTE_NOT_FOUND,
-                "no such endpoint; the API lives under /v1/",
-            )
-        })
+        .fallback(unrouted)
         .layer(axum::middleware::from_fn(refuse_nul_in_url))
         .with_state(api)
+}
+
+/// A request no route took: the console's page or one of its assets (decision 0036), or else
+/// the API's refusal. Nothing under `/v1/` is ever the console's.
+async fn unrouted(
+    State(api): State<Api>,
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+) -> Response {
+    let readable = method == axum::http::Method::GET || method == axum::http::Method::HEAD;
+    if readable && let Some(answer) = crate::console::serve(uri.path(), api.tokens.is_some()) {
+        return answer;
+    }
+    Problem::new(
+        codes::API_ROUTE_NOT_FOUND,
+        "no such endpoint; the API lives under /v1/",
+    )
+    .into_response()
 }
 
 /// Refuses a URL holding `%00` before any route reads it: PostgreSQL text cannot hold the
@@ -585,6 +600,59 @@ async fn deployment(
     Ok(Json(body))
 }
 
+/// Reads one deployment version's flows as graphs
+///
+/// Each flow's nodes with where control can go from each, and the `parallel` branch holding
+/// it: what an instance's tokens are positioned on.
+#[utoipa::path(
+    get,
+    path = "/v1/deployments/{name}/{version}/graph",
+    operation_id = "deployment_graph",
+    params(DeploymentPath),
+    responses(
+        (status = 200, description = "The flows", body = sutra_wire::DeploymentGraph),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 500, response = ServerError),
+        (status = 503, response = Unavailable),
+    ),
+)]
+async fn deployment_graph(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    ApiPath(DeploymentPath { name, version }): ApiPath<DeploymentPath>,
+) -> Result<Json<sutra_wire::DeploymentGraph>> {
+    let records = api
+        .engine
+        .store()
+        .deployments(Some(&caller.tenant))
+        .await
+        .map_err(store_problem)?;
+    let record = records
+        .into_iter()
+        .find(|r| r.name == name && r.version == version)
+        .ok_or_else(|| {
+            Problem::new(
+                codes::DEPLOY_NOT_FOUND,
+                format!("no deployment `{name}` version {version}"),
+            )
+        })?;
+    // A stored version was checked when it was deployed; checking it again gives its model.
+    let checked = sutra_core::check::check(&record.source);
+    let deployment = checked.deployment.ok_or_else(|| {
+        Problem::new(
+            codes::STORE_CORRUPT,
+            format!("deployment `{name}` version {version}: its stored document no longer checks"),
+        )
+    })?;
+    Ok(Json(sutra_wire::DeploymentGraph {
+        name,
+        version,
+        flows: crate::graph::flows(&deployment),
+        extra: Extra::new(),
+    }))
+}
+
 /// Lists instances
 ///
 /// A page at a time: pass a page's `next` as `after` for the next one.
@@ -610,9 +678,11 @@ async fn instances(
     let filter = InstanceFilter {
         status,
         flow: query.flow,
+        version: query.version,
+        created_before: instant("created_before", query.created_before)?,
+        created_after: instant("created_after", query.created_after)?,
         after: cursor(query.after, is_instance_id)?,
         limit,
-        ..InstanceFilter::default()
     };
     let records = api
         .engine
@@ -621,11 +691,42 @@ async fn instances(
         .await
         .map_err(store_problem)?;
     let next = next_cursor(&records, limit, |r| &r.snapshot.instance.id);
+    // Matched within the page, as a bulk filter matches its failure code: the cursor is the
+    // store page's, so a short page can still have a `next`.
+    let failure_code = query.failure_code.as_deref();
+    let key = query.correlation_key.as_deref();
     let items = records
         .iter()
+        .filter(|r| failure_code.is_none_or(|code| failed_with(r, code)))
+        .filter(|r| key.is_none_or(|key| waits_on_key(r, key)))
         .map(render::instance)
         .collect::<Result<_>>()?;
     Ok(Json(Page { items, next }))
+}
+
+/// An RFC 3339 instant of a filter, named by `field` when it is not one.
+fn instant(field: &str, text: Option<String>) -> Result<Option<jiff::Timestamp>> {
+    text.map(|text| {
+        text.parse::<jiff::Timestamp>()
+            .map_err(|e| invalid(format!("`{field}`: {e}; use an RFC 3339 instant")))
+    })
+    .transpose()
+}
+
+/// The instance is stopped at failure `code`.
+fn failed_with(record: &InstanceRecord, code: &str) -> bool {
+    let failure = record.snapshot.failure.as_ref();
+    failure.is_some_and(|failure| failure.code == code)
+}
+
+/// A token of the instance is parked on a `receive` for correlation key `key`.
+fn waits_on_key(record: &InstanceRecord, key: &str) -> bool {
+    record.snapshot.tokens.iter().any(|token| {
+        matches!(
+            token.park().map(|park| &park.kind),
+            Some(ParkKind::Receive { key: waited, .. }) if waited == key
+        )
+    })
 }
 
 /// A keyset page's size: 100 unless asked, at most [`PAGE_MAX`].
@@ -748,6 +849,31 @@ async fn outbox(
     let read = api.engine.store().outbox(&caller.tenant, &id);
     let records = rows_of_instance(&api, &caller, &id, read).await?;
     Ok(Json(records.iter().map(render::outbox_message).collect()))
+}
+
+/// Lists an instance's tasks
+///
+/// Every task row its parks made, in whatever state, by park.
+#[utoipa::path(
+    get,
+    path = "/v1/instances/{id}/tasks",
+    operation_id = "instance_tasks",
+    params(InstancePath),
+    responses(
+        (status = 200, description = "The tasks", body = Vec<sutra_wire::TaskSummary>),
+        (status = 404, response = NotFound),
+        (status = 500, response = ServerError),
+        (status = 503, response = Unavailable),
+    ),
+)]
+async fn instance_tasks(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    ApiPath(InstancePath { id }): ApiPath<InstancePath>,
+) -> Result<Json<Vec<sutra_wire::TaskSummary>>> {
+    let read = api.engine.store().tasks(&caller.tenant, &id);
+    let records = rows_of_instance(&api, &caller, &id, read).await?;
+    Ok(Json(records.iter().map(render::task_summary).collect()))
 }
 
 /// Cancels an instance
@@ -931,13 +1057,7 @@ fn bulk_request(body: sutra_wire::BulkBody) -> Result<(bulk::Request, codes::Cod
         }
     };
     let filter = body.filter;
-    let instant = |field: &str, text: Option<String>| {
-        text.map(|text| {
-            text.parse::<jiff::Timestamp>()
-                .map_err(|e| invalid(format!("`filter.{field}`: {e}; use an RFC 3339 instant")))
-        })
-        .transpose()
-    };
+    let instant = |field: &str, text| instant(&format!("filter.{field}"), text);
     let selection = bulk::Selection {
         status: filter.status.as_deref().map(parse_status).transpose()?,
         flow: filter.flow,

@@ -8,7 +8,9 @@
 pub mod auth;
 pub mod cloudevents;
 pub mod config;
+pub mod console;
 pub mod consumers;
+mod graph;
 pub mod http;
 pub mod leases;
 pub mod metrics;

@@ -67,3 +67,66 @@ pub struct Diagnostic {
     #[cfg_attr(feature = "openapi", schema(ignore))]
     pub extra: Extra,
 }
+
+/// A deployment version's flows as graphs (`GET /v1/deployments/{name}/{version}/graph`): what
+/// the console draws an instance's position on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeploymentGraph {
+    pub name: String,
+    pub version: u32,
+    /// In name order.
+    pub flows: Vec<FlowGraph>,
+    #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
+    pub extra: Extra,
+}
+
+/// One flow: its nodes in document order, each with where control can go from it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct FlowGraph {
+    pub name: String,
+    /// The channel it starts on.
+    pub start: String,
+    /// The first node; `None` for a flow with no nodes.
+    pub entry: Option<String>,
+    pub nodes: Vec<GraphNode>,
+    #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
+    pub extra: Extra,
+}
+
+/// A node of a flow graph.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GraphNode {
+    pub id: String,
+    /// The YAML key of its kind: `set`, `task`, `emit`, `receive`, `wait`, `choice`,
+    /// `parallel`, `end` or `fail`.
+    pub kind: String,
+    /// A word on what it does: a task's topic, a channel, a failure code.
+    pub detail: Option<String>,
+    /// The `parallel` node whose branch holds it, and that branch's index; `None` at the top
+    /// level.
+    pub branch_of: Option<String>,
+    pub branch: Option<u32>,
+    pub edges: Vec<GraphEdge>,
+    #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
+    pub extra: Extra,
+}
+
+/// Where control can go from a node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GraphEdge {
+    /// The node it goes to; `None` for the end of the node's list: the instance completes at
+    /// the top level, a branch ends and joins its `parallel` node otherwise.
+    pub to: Option<String>,
+    /// `next`, `branch`, `when …`, `otherwise`, `on-error`, `on-timeout` or `join`.
+    pub label: String,
+    #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
+    pub extra: Extra,
+}

@@ -17,6 +17,18 @@ pub struct InstanceQuery {
     /// `suspended`, `completed`, `cancelled` or `failed`.
     pub status: Option<String>,
     pub flow: Option<String>,
+    /// Only instances pinned to this version of their deployment.
+    pub version: Option<u32>,
+    /// Only failed instances stopped at this failure code. Matched within each page the store
+    /// reads, as a bulk filter is: a page may hold fewer than `limit` and still have a `next`.
+    pub failure_code: Option<String>,
+    /// Only instances with a token parked on a `receive` for this correlation key, matched
+    /// within each page as `failure_code` is.
+    pub correlation_key: Option<String>,
+    /// Only instances created at or after this RFC 3339 instant.
+    pub created_after: Option<String>,
+    /// Only instances created before this RFC 3339 instant.
+    pub created_before: Option<String>,
     pub limit: Option<u32>,
     /// The `next` cursor of the previous page.
     pub after: Option<String>,

@@ -28,7 +28,9 @@ mod tasks;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-pub use deployments::{Deployment, Diagnostic, Retirement};
+pub use deployments::{
+    Deployment, DeploymentGraph, Diagnostic, FlowGraph, GraphEdge, GraphNode, Retirement,
+};
 pub use health::{Health, Readiness, Scaling};
 pub use instances::{
     BulkAnswer, BulkBody, BulkFilter, BulkResult, Failure, HistoryEvent, Instance, InstanceQuery,

@@ -27,6 +27,7 @@ pub async fn run(args: &Args, context: Context) -> Result<(), CommandError> {
         flow: args.flow.clone(),
         limit: args.limit,
         after: args.after.clone(),
+        ..InstanceQuery::default()
     };
     let instances = context.client.instances(&query).await?;
     context.print(&instances, human);

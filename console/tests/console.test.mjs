@@ -1,0 +1,324 @@
+// The console in a real headless Chromium, against a real `sutra serve` on the embedded store.
+// The setup is done as a user would: deployments and messages over the HTTP API, a worker's
+// poll and fail. Run by .ci/console, which passes the binary in SUTRA_BINARY.
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, mkdirSync, rmSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createRequire } from 'node:module';
+import { chromium } from 'playwright-core';
+
+const require = createRequire(import.meta.url);
+const AXE = readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8');
+const BINARY = process.env.SUTRA_BINARY;
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+const SHOTS = process.env.SUTRA_SCREENSHOTS || join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'docs', 'console');
+const ADMIN_TOKEN = 'acme-admin-0123456789abcdef';
+const WAIT = 15_000;
+
+// Version 1 doubles an order's amount, which fails on an amount that is not a number; version 2
+// renames that node and prices every order at 10. Both fork into two branches and join.
+const SHOP = (version) => `
+name: shop
+channels:
+  orders: { transport: http, correlate: data.id }
+flows:
+  order:
+    start: { channel: orders }
+    nodes:
+      - id: route
+        choice:
+          - when: vars.input.id == 'vip'
+            next: express
+        otherwise: ${version === 1 ? 'price' : 'reprice'}
+      - id: express
+        set: { fee: 5 }
+      - id: ${version === 1 ? 'price' : 'reprice'}
+        set: { total: ${version === 1 ? '"= vars.input.amount * 2"' : '10'} }
+      - id: prepare
+        parallel:
+          - - id: reserve
+              set: { reserved: true }
+          - - id: invoice
+              set: { invoiced: true }
+      - id: done
+        end: { reply: { total: "= vars.total" } }
+`;
+
+// A charge is a task; a worker that declines it fails the instance with its code.
+const BILLING = `
+name: billing
+channels:
+  charges: { transport: http, correlate: data.id }
+flows:
+  charge:
+    start: { channel: charges }
+    nodes:
+      - id: charge-card
+        task: { topic: charge-card, input: { id: "= vars.input.id" }, retries: 0 }
+        output: receipt
+      - id: done
+        end: { reply: { receipt: "= vars.receipt" } }
+`;
+
+class Sutra {
+  constructor(env = {}) {
+    this.dir = mkdtempSync(join(tmpdir(), 'sutra-console-'));
+    this.env = env;
+  }
+
+  async start() {
+    this.child = spawn(BINARY, ['serve', '--db', `sqlite://${join(this.dir, 'sutra.db')}`, '--listen', '127.0.0.1:0'], {
+      env: { ...process.env, SUTRA_LOG: 'warn', ...this.env },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    this.url = await new Promise((resolve, reject) => {
+      let seen = '';
+      const timer = setTimeout(() => reject(new Error(`sutra serve did not listen: ${seen}`)), WAIT);
+      this.child.stderr.on('data', (chunk) => {
+        seen += chunk;
+        const match = seen.match(/sutra: listening on (\S+)\s/);
+        if (match) {
+          clearTimeout(timer);
+          resolve(match[1].replace(/\/$/, ''));
+        }
+      });
+      this.child.on('exit', (code) => reject(new Error(`sutra serve exited ${code}: ${seen}`)));
+    });
+    return this;
+  }
+
+  async stop() {
+    if (this.child && this.child.exitCode === null) {
+      const exited = new Promise((resolve) => this.child.on('exit', resolve));
+      this.child.kill('SIGTERM');
+      await exited;
+    }
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+
+  async call(method, path, body, { token, type = 'application/json' } = {}) {
+    const headers = { 'content-type': type };
+    if (token) headers.authorization = `Bearer ${token}`;
+    const response = await fetch(this.url + path, {
+      method,
+      headers,
+      body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+    });
+    const text = await response.text();
+    return { status: response.status, body: text ? JSON.parse(text) : null };
+  }
+
+  async deploy(yaml, options) {
+    const answer = await this.call('POST', '/v1/deployments', yaml, { ...options, type: 'application/yaml' });
+    assert.equal(answer.status, 201, JSON.stringify(answer.body));
+  }
+
+  async send(channel, id, data) {
+    const event = { specversion: '1.0', id, type: 'console-test', source: 'console-tests', data };
+    const answer = await this.call('POST', `/v1/channels/${channel}/messages`, event, { type: 'application/cloudevents+json' });
+    assert.equal(answer.status, 202, JSON.stringify(answer.body));
+    return answer.body.instance;
+  }
+
+  async until(what, check) {
+    const deadline = Date.now() + WAIT;
+    for (;;) {
+      const value = await check();
+      if (value) return value;
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+
+  async instance(id) {
+    return (await this.call('GET', `/v1/instances/${id}`)).body;
+  }
+}
+
+let sutra;
+let browser;
+let orderId;
+let chargeIds;
+
+// A page that records every error the browser reports: console errors and uncaught exceptions.
+async function openPage(base) {
+  const context = await browser.newContext({ bypassCSP: true, viewport: { width: 1280, height: 900 } });
+  const page = await context.newPage();
+  page.errors = [];
+  page.requests = [];
+  page.on('console', (message) => {
+    if (message.type() === 'error') page.errors.push(message.text());
+  });
+  page.on('pageerror', (error) => page.errors.push(String(error)));
+  page.on('request', (request) => page.requests.push(request));
+  page.setDefaultTimeout(WAIT);
+  return page;
+}
+
+// axe-core in the page: no serious or critical violation.
+async function assertAccessible(page, where) {
+  await page.addScriptTag({ content: AXE });
+  const violations = await page.evaluate(async () => {
+    const result = await window.axe.run(document, { resultTypes: ['violations'] });
+    return result.violations
+      .filter((v) => ['serious', 'critical'].includes(v.impact))
+      .map((v) => `${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`);
+  });
+  assert.deepEqual(violations, [], `${where}: axe reports serious or critical violations`);
+}
+
+before(async () => {
+  assert.ok(BINARY, 'SUTRA_BINARY names the sutra binary');
+  mkdirSync(SHOTS, { recursive: true });
+  browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
+  sutra = await new Sutra().start();
+  await sutra.deploy(SHOP(1));
+  await sutra.deploy(BILLING);
+  orderId = await sutra.send('orders', 'order-1', { id: 'o1', amount: 'twelve' });
+  chargeIds = [];
+  for (const n of [1, 2, 3]) chargeIds.push(await sutra.send('charges', `charge-${n}`, { id: `c${n}` }));
+  // The worker declines every charge: a business error, which no `on-error` catches.
+  const tasks = await sutra.until('three charge tasks', async () => {
+    const polled = await sutra.call('POST', '/v1/tasks/poll', { worker: 'console-test', topics: ['charge-card'], max: 3 });
+    return polled.body.length === 3 ? polled.body : null;
+  });
+  for (const task of tasks) {
+    const body = { lock_token: task.lock_token, error: { code: 'CARD.DECLINED', message: 'insufficient funds' }, retry: false };
+    const answer = await sutra.call('POST', `/v1/tasks/${encodeURIComponent(task.id)}/fail`, body);
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+  }
+  for (const id of [orderId, ...chargeIds]) {
+    await sutra.until(`instance ${id} to fail`, async () => (await sutra.instance(id)).status === 'failed');
+  }
+  await sutra.deploy(SHOP(2));
+});
+
+after(async () => {
+  await browser?.close();
+  await sutra?.stop();
+});
+
+test('a failed instance is found, seen on its graph, migrated onto the fix, restored, and completes', async () => {
+  const page = await openPage(sutra.url);
+  await page.goto(`${sutra.url}/`);
+  await page.getByRole('heading', { level: 1, name: 'Instances' }).waitFor();
+  assert.equal(await page.getByRole('row').count(), 5, 'a header and four instances');
+
+  await page.getByLabel('Status', { exact: true }).selectOption('failed');
+  await page.getByRole('button', { name: 'Apply filters' }).click();
+  await page.getByRole('heading', { level: 1, name: 'Instances: failed' }).waitFor();
+  assert.match(page.url(), /\/instances\?status=failed$/);
+  await page.getByRole('link', { name: orderId }).click();
+
+  await page.getByRole('heading', { level: 1, name: `Instance ${orderId}` }).waitFor();
+  const failedNode = page.locator('svg.flow g.node.failed[data-node="price"]');
+  await failedNode.waitFor();
+  assert.match(await failedNode.textContent(), /SUTRA\.RUNTIME\.EXPRESSION\.ERROR/);
+  assert.equal(await page.locator('.failure .failure-code').textContent(), 'SUTRA.RUNTIME.EXPRESSION.ERROR');
+  assert.equal(await page.locator('svg.flow g.node.has-token').getAttribute('data-node'), 'price');
+  for (const drawn of ['route', 'express', 'prepare', 'join:prepare', 'reserve', 'invoice', 'done']) {
+    assert.equal(await page.locator(`svg.flow g.node[data-node="${drawn}"]`).count(), 1, `${drawn} is drawn`);
+  }
+  await assertAccessible(page, 'the instance view');
+  await page.screenshot({ path: join(SHOTS, 'instance.png'), fullPage: true });
+
+  await page.getByRole('button', { name: 'Migrate…' }).click();
+  await page.getByLabel('Target version').selectOption('2');
+  await page.getByLabel('Node price becomes').selectOption('reprice');
+  await page.getByRole('form', { name: 'Migrate' }).getByRole('button', { name: 'Migrate' }).click();
+  const confirm = page.getByRole('dialog', { name: 'Migrate this instance?' });
+  await confirm.getByRole('button', { name: 'Migrate' }).click();
+  await page.getByRole('status').filter({ hasText: 'Migrated onto v2' }).waitFor();
+  await page.getByRole('link', { name: 'shop v2' }).waitFor();
+
+  await page.getByRole('button', { name: 'Restore' }).click();
+  await page.getByRole('dialog', { name: 'Restore this instance?' }).getByRole('button', { name: 'Restore' }).click();
+  await page.locator('dd[data-status="completed"]').waitFor();
+  assert.equal((await sutra.instance(orderId)).status, 'completed');
+  assert.deepEqual(page.errors, [], 'no errors in the browser console');
+  await page.context().close();
+});
+
+test('the failed inbox restores every instance with a failure code, counting them first', async () => {
+  const page = await openPage(sutra.url);
+  await page.goto(`${sutra.url}/`);
+  await page.getByRole('heading', { level: 1, name: 'Instances' }).waitFor();
+  // By keyboard alone: from the page's heading, where the console puts the focus, back to the
+  // Failed link of the navigation, and follow it.
+  for (let n = 0; n < 10; n += 1) {
+    await page.keyboard.press('Shift+Tab');
+    if (await page.evaluate(() => document.activeElement?.textContent === 'Failed')) break;
+  }
+  await page.keyboard.press('Enter');
+  await page.getByRole('heading', { level: 1, name: 'Failed inbox' }).waitFor();
+  assert.equal(await page.locator('[data-count="CARD.DECLINED"]').textContent(), '3');
+  await assertAccessible(page, 'the failed inbox');
+  await page.screenshot({ path: join(SHOTS, 'failed.png'), fullPage: true });
+
+  await page.getByRole('button', { name: 'Restore every instance failed with CARD.DECLINED' }).click();
+  await page.getByRole('button', { name: 'Count and restore' }).click();
+  const dialog = page.getByRole('dialog', { name: 'Restore 3 instances?' });
+  await dialog.waitFor();
+  assert.match(await page.locator('.bulk-status').textContent(), /Dry run: 3 instances match/);
+  for (const id of chargeIds) assert.equal((await sutra.instance(id)).status, 'failed', 'a dry run touches nothing');
+  await dialog.getByRole('button', { name: 'Restore 3' }).click();
+  await page.locator('.bulk-status', { hasText: 'Restore finished: 3 done.' }).waitFor();
+  assert.equal(await page.locator('progress').getAttribute('aria-label'), 'Bulk progress');
+  assert.equal(await page.locator('progress').evaluate((p) => p.value), 3);
+  for (const id of chargeIds) {
+    const restored = await sutra.instance(id);
+    assert.equal(restored.status, 'suspended', 'restored, its task armed again');
+    assert.equal(restored.tokens[0].park.kind, 'task');
+  }
+  assert.deepEqual(page.errors, [], 'no errors in the browser console');
+  await page.context().close();
+});
+
+test('a deep link to an instance loads directly', async () => {
+  const page = await openPage(sutra.url);
+  const response = await page.goto(`${sutra.url}/instances/${orderId}`);
+  assert.equal(response.status(), 200);
+  await page.getByRole('heading', { level: 1, name: `Instance ${orderId}` }).waitFor();
+  await page.locator('dd[data-status="completed"]').waitFor();
+  await page.getByRole('heading', { name: 'History' }).waitFor();
+  assert.ok((await page.locator('ol.timeline li').count()) > 3, 'the history is listed');
+  for (const path of ['/deployments/shop/2', '/tasks', '/system']) {
+    await page.goto(`${sutra.url}${path}`);
+    await page.locator('main h1').waitFor();
+    assert.doesNotMatch(await page.locator('main h1').textContent(), /Could not load|Not found/, path);
+    await assertAccessible(page, path);
+  }
+  assert.deepEqual(page.errors, [], 'no errors in the browser console');
+  await page.context().close();
+});
+
+test('with API tokens the console asks for one, reads nothing without it, and sends it as Bearer', async () => {
+  const guarded = await new Sutra({ SUTRA_AUTH_TOKENS: `acme:admin:${ADMIN_TOKEN}` }).start();
+  try {
+    await guarded.deploy(BILLING, { token: ADMIN_TOKEN });
+    const page = await openPage(guarded.url);
+    await page.goto(`${guarded.url}/instances`);
+    await page.getByRole('heading', { level: 1, name: 'Sign in' }).waitFor();
+    assert.equal(await page.getByRole('link', { name: 'Deployments' }).count(), 0, 'no navigation before signing in');
+    assert.deepEqual(page.requests.filter((r) => new URL(r.url()).pathname.startsWith('/v1/')).map((r) => r.url()), [], 'it reads nothing');
+    await assertAccessible(page, 'the sign-in page');
+
+    await page.getByLabel('API token').fill(ADMIN_TOKEN);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('heading', { level: 1, name: 'Instances' }).waitFor();
+    await page.getByRole('link', { name: 'Deployments' }).click();
+    await page.getByRole('link', { name: 'billing v1' }).waitFor();
+    const reads = page.requests.filter((r) => new URL(r.url()).pathname.startsWith('/v1/'));
+    assert.ok(reads.length > 0);
+    for (const request of reads) assert.equal(request.headers().authorization, `Bearer ${ADMIN_TOKEN}`);
+    assert.deepEqual(page.errors, [], 'no errors in the browser console');
+    await page.context().close();
+  } finally {
+    await guarded.stop();
+  }
+});

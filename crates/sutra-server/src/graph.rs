@@ -1,0 +1,159 @@
+//! A deployment's flows as graphs (`GET /v1/deployments/{name}/{version}/graph`): each node with
+//! where control can go from it, and the `parallel` branch that holds it. The console lays an
+//! instance's tokens out on it; the edges are read off the checked model, so they are the ones
+//! the engine follows.
+
+use sutra_core::model::{After, Deployment, Flow, NodeIndex, NodeKind, WaitSpec};
+use sutra_wire::{Extra, FlowGraph, GraphEdge, GraphNode};
+
+/// The graph of every flow of `deployment`, in name order.
+pub fn flows(deployment: &Deployment) -> Vec<FlowGraph> {
+    deployment.flows.values().map(flow).collect()
+}
+
+fn flow(flow: &Flow) -> FlowGraph {
+    let owners = branch_owners(flow);
+    let nodes = flow
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| {
+            let (branch_of, branch) = match owners[i] {
+                Some((parallel, branch)) => (Some(flow.node(parallel).id.clone()), Some(branch)),
+                None => (None, None),
+            };
+            GraphNode {
+                id: node.id.clone(),
+                kind: node.kind.name().to_owned(),
+                detail: detail(&node.kind),
+                branch_of,
+                branch,
+                edges: edges(flow, NodeIndex(i as u32)),
+                extra: Extra::new(),
+            }
+        })
+        .collect();
+    FlowGraph {
+        name: flow.name.clone(),
+        start: flow.start.channel.clone(),
+        entry: flow.entry.map(|entry| flow.node(entry).id.clone()),
+        nodes,
+        extra: Extra::new(),
+    }
+}
+
+fn detail(kind: &NodeKind) -> Option<String> {
+    match kind {
+        NodeKind::Task(task) => Some(task.topic.clone()),
+        NodeKind::Emit(emit) => Some(emit.channel.clone()),
+        NodeKind::Receive(receive) => Some(receive.channel.clone()),
+        NodeKind::Wait(WaitSpec::Duration(duration)) => Some(format!("{duration:#}")),
+        NodeKind::Wait(WaitSpec::Until(until)) => Some(until.source().to_owned()),
+        NodeKind::Fail { code, .. } => Some(code.clone()),
+        NodeKind::Set(assignments) => Some(
+            assignments
+                .iter()
+                .map(|(name, _)| name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+        NodeKind::Choice(_) | NodeKind::Parallel(_) | NodeKind::End { .. } => None,
+    }
+}
+
+/// Where control can go from the node at `index`, in the order the engine considers it.
+fn edges(flow: &Flow, index: NodeIndex) -> Vec<GraphEdge> {
+    let node = flow.node(index);
+    let id = |index: NodeIndex| Some(flow.node(index).id.clone());
+    let after = |node: &sutra_core::model::Node| match node.after {
+        After::Node(next) => id(next),
+        After::End => None,
+    };
+    let mut edges = Vec::new();
+    let mut push = |to: Option<String>, label: &str| {
+        edges.push(GraphEdge {
+            to,
+            label: label.to_owned(),
+            extra: Extra::new(),
+        })
+    };
+    match &node.kind {
+        NodeKind::Choice(choice) => {
+            for arm in &choice.arms {
+                push(id(arm.next), &format!("when {}", arm.when.source()));
+            }
+            if let Some(otherwise) = choice.otherwise {
+                push(id(otherwise), "otherwise");
+            }
+        }
+        NodeKind::Parallel(branches) => {
+            for branch in branches {
+                push(branch.and_then(id), "branch");
+            }
+            push(after(node), "join");
+        }
+        NodeKind::End { .. } | NodeKind::Fail { .. } => {}
+        NodeKind::Receive(receive) => {
+            push(after(node), "next");
+            if let Some(on_timeout) = receive.on_timeout {
+                push(id(on_timeout), "on-timeout");
+            }
+        }
+        NodeKind::Set(_) | NodeKind::Task(_) | NodeKind::Emit(_) | NodeKind::Wait(_) => {
+            push(after(node), "next")
+        }
+    }
+    if let Some(on_error) = node.on_error {
+        push(id(on_error), "on-error");
+    }
+    edges
+}
+
+/// For each node, the `parallel` node whose branch holds it and the branch's index: a branch
+/// holds what is reachable from its first node without entering another `parallel`'s branches
+/// (those are that node's).
+fn branch_owners(flow: &Flow) -> Vec<Option<(NodeIndex, u32)>> {
+    let mut owners = vec![None; flow.nodes.len()];
+    for (p, node) in flow.nodes.iter().enumerate() {
+        let NodeKind::Parallel(branches) = &node.kind else {
+            continue;
+        };
+        for (b, first) in branches.iter().enumerate() {
+            let mut stack: Vec<NodeIndex> = first.iter().copied().collect();
+            while let Some(at) = stack.pop() {
+                let slot = &mut owners[at.0 as usize];
+                if slot.is_some() {
+                    continue;
+                }
+                *slot = Some((NodeIndex(p as u32), b as u32));
+                stack.extend(successors(flow, at));
+            }
+        }
+    }
+    owners
+}
+
+/// The nodes control goes to from `index` within its own list (a `parallel` node's branches
+/// are not in its list; where it goes after the join is).
+fn successors(flow: &Flow, index: NodeIndex) -> Vec<NodeIndex> {
+    let node = flow.node(index);
+    let mut next = Vec::new();
+    match &node.kind {
+        NodeKind::Choice(choice) => {
+            next.extend(choice.arms.iter().map(|arm| arm.next));
+            next.extend(choice.otherwise);
+        }
+        NodeKind::End { .. } | NodeKind::Fail { .. } => {}
+        NodeKind::Receive(receive) => next.extend(receive.on_timeout),
+        _ => {}
+    }
+    if !matches!(
+        node.kind,
+        NodeKind::Choice(_) | NodeKind::End { .. } | NodeKind::Fail { .. }
+    ) && let After::Node(after) = node.after
+    {
+        next.push(after);
+    }
+    next.extend(node.on_error);
+    next
+}
