@@ -10,6 +10,8 @@ const BOX_H = 46;
 const GAP_X = 28;
 const GAP_Y = 46;
 const PAD = 24;
+// Room beside the nodes for edges that skip layers (left) and go back (right).
+const SIDE = 96;
 
 function clip(text, n) {
   return text.length > n ? `${text.slice(0, n - 1)}…` : text;
@@ -41,6 +43,8 @@ function vertices(flow) {
       }
     }
   }
+  // A flow whose every path ends at an `end` or `fail` node never reaches the end of its list.
+  if (!edges.some((edge) => edge.to === 'end')) vs.delete('end');
   return { vs, edges };
 }
 
@@ -86,7 +90,7 @@ function layout(vs, edges) {
   }
   const pos = new Map();
   const widest = Math.max(...layers.map((layer) => layer?.length || 0));
-  const width = widest * BOX_W + (widest - 1) * GAP_X + 2 * PAD;
+  const width = widest * BOX_W + (widest - 1) * GAP_X + 2 * (PAD + SIDE);
   layers.forEach((layer, r) => {
     if (!layer) return;
     if (r > 0) {
@@ -104,10 +108,15 @@ function layout(vs, edges) {
     });
   });
   const height = PAD * 2 + layers.length * BOX_H + (layers.length - 1) * GAP_Y;
-  return { pos, width, height };
+  return { pos, rank, width, height };
 }
 
-function edgePath(a, b, back) {
+function edgePath(a, b, back, skips) {
+  if (skips) {
+    // Around the layers it skips, on the left.
+    const x = Math.min(a.x, b.x) - BOX_W / 2 - SIDE / 2;
+    return `M${a.x - BOX_W / 2},${a.y + BOX_H / 2} C${x},${a.y + BOX_H / 2} ${x},${b.y + BOX_H / 2} ${b.x - BOX_W / 2},${b.y + BOX_H / 2}`;
+  }
   if (back) {
     const x = Math.max(a.x, b.x) + BOX_W / 2 + 16;
     return `M${a.x + BOX_W / 2},${a.y + BOX_H / 2} C${x},${a.y + BOX_H / 2} ${x},${b.y + BOX_H / 2} ${b.x + BOX_W / 2},${b.y + BOX_H / 2}`;
@@ -121,7 +130,10 @@ function edgePath(a, b, back) {
 // The SVG of `flow`, with `tokens` (the instance's) and `failure` marked.
 export function drawFlow(flow, { tokens = [], failure = null } = {}) {
   const { vs, edges } = vertices(flow);
-  const { pos, width, height } = layout(vs, edges);
+  const { pos, rank, width: drawn, height } = layout(vs, edges);
+  // A failure code is written beside its node.
+  const width = failure?.node ? drawn + 2 * 190 : drawn;
+  if (width !== drawn) for (const p of pos.values()) p.x += 190;
   const at = new Map();
   for (const token of tokens) {
     if (!at.has(token.node)) at.set(token.node, []);
@@ -158,12 +170,15 @@ export function drawFlow(flow, { tokens = [], failure = null } = {}) {
     const b = pos.get(edge.to);
     if (!a || !b) continue;
     const labelled = !['next', 'branch'].includes(edge.label);
+    const skips = !edge.back && rank.get(edge.to) - rank.get(edge.from) > 1 && Math.abs(a.x - b.x) < BOX_W;
     const group = s('g', { class: `edge edge-${edge.label.split(' ')[0]}${edge.back ? ' edge-back' : ''}` },
-      s('path', { d: edgePath(a, b, edge.back), 'marker-end': 'url(#arrow)' }));
+      s('path', { d: edgePath(a, b, edge.back, skips), 'marker-end': 'url(#arrow)' }));
     if (labelled) {
-      const x = edge.back ? Math.max(a.x, b.x) + BOX_W / 2 + 18 : (a.x + b.x) / 2 + 4;
-      const y = edge.back ? (a.y + b.y) / 2 + BOX_H / 2 : (a.y + BOX_H + b.y) / 2 + 4;
-      group.append(s('text', { x, y, class: 'edge-label' }, s('title', {}, edge.label), clip(edge.label, 26)));
+      let [x, y, anchor] = [(a.x + b.x) / 2 + 4, (a.y + BOX_H + b.y) / 2 + 4, 'start'];
+      if (edge.back) [x, y] = [Math.max(a.x, b.x) + BOX_W / 2 + 18, (a.y + b.y) / 2 + BOX_H / 2];
+      if (skips) [x, y, anchor] = [Math.min(a.x, b.x) - BOX_W / 2 - SIDE / 2 - 4, (a.y + b.y) / 2 + BOX_H / 2, 'end'];
+      const text = clip(edge.label, skips ? 14 : 26);
+      group.append(s('text', { x, y, 'text-anchor': anchor, class: 'edge-label' }, s('title', {}, edge.label), text));
     }
     svg.append(group);
   }
@@ -201,7 +216,7 @@ export function drawFlow(flow, { tokens = [], failure = null } = {}) {
         );
       }
       if (isFailed) {
-        g.append(s('text', { x: p.x - BOX_W / 2 + 4, y: p.y - 5, class: 'failure-code' }, `✕ ${clip(failure.code, 30)}`));
+        g.append(s('text', { x: p.x + BOX_W / 2 + 10, y: p.y + BOX_H / 2 + 4, class: 'failure-code' }, `✕ ${clip(failure.code, 30)}`));
       }
     }
     svg.append(g);

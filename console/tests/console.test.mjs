@@ -208,6 +208,7 @@ test('a failed instance is found, seen on its graph, migrated onto the fix, rest
   await page.goto(`${sutra.url}/`);
   await page.getByRole('heading', { level: 1, name: 'Instances' }).waitFor();
   assert.equal(await page.getByRole('row').count(), 5, 'a header and four instances');
+  await assertAccessible(page, 'the instance list');
 
   await page.getByLabel('Status', { exact: true }).selectOption('failed');
   await page.getByRole('button', { name: 'Apply filters' }).click();
