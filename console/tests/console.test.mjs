@@ -18,6 +18,7 @@ const BINARY = process.env.SUTRA_BINARY;
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 const SHOTS = process.env.SUTRA_SCREENSHOTS || join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'docs', 'console');
 const ADMIN_TOKEN = 'acme-admin-0123456789abcdef';
+const WORKER_TOKEN = 'acme-worker-0123456789abcdef';
 const WAIT = 15_000;
 
 // Version 1 doubles an order's amount, which fails on an amount that is not a number; version 2
@@ -298,8 +299,28 @@ test('a deep link to an instance loads directly', async () => {
   await page.context().close();
 });
 
+test('a refused action is answered with the problem the API gave', async () => {
+  const page = await openPage(sutra.url);
+  const [id] = chargeIds;
+  await page.goto(`${sutra.url}/instances/${id}`);
+  await page.locator('dd[data-status="suspended"]').waitFor();
+  // Someone else cancels it meanwhile; this page still offers to.
+  assert.equal((await sutra.call('POST', `/v1/instances/${id}/cancel`)).status, 200);
+  await page.getByRole('button', { name: 'Cancel instance' }).click();
+  await page.getByRole('dialog', { name: 'Cancel this instance?' }).getByRole('button', { name: 'Cancel' }).click();
+  const problem = page.locator('.action-area .problem');
+  await problem.waitFor();
+  assert.equal(await problem.locator('.problem-code').textContent(), 'SUTRA.ADMIN.STATE.INVALID');
+  assert.match(await problem.locator('.problem-detail').textContent(), /cancelled/);
+  assert.equal(await problem.getAttribute('role'), 'alert');
+  // The browser reports the refused request itself, and nothing else.
+  assert.deepEqual(page.errors, ['Failed to load resource: the server responded with a status of 409 (Conflict)']);
+  await page.context().close();
+});
+
 test('with API tokens the console asks for one, reads nothing without it, and sends it as Bearer', async () => {
-  const guarded = await new Sutra({ SUTRA_AUTH_TOKENS: `acme:admin:${ADMIN_TOKEN}` }).start();
+  const tokens = `acme:admin:${ADMIN_TOKEN}; acme:worker:${WORKER_TOKEN}`;
+  const guarded = await new Sutra({ SUTRA_AUTH_TOKENS: tokens }).start();
   try {
     await guarded.deploy(BILLING, { token: ADMIN_TOKEN });
     const page = await openPage(guarded.url);
@@ -319,6 +340,15 @@ test('with API tokens the console asks for one, reads nothing without it, and se
     for (const request of reads) assert.equal(request.headers().authorization, `Bearer ${ADMIN_TOKEN}`);
     assert.deepEqual(page.errors, [], 'no errors in the browser console');
     await page.context().close();
+
+    // A worker's token reads no instance: the console says what the API answered.
+    const worker = await openPage(guarded.url);
+    await worker.goto(`${guarded.url}/instances`);
+    await worker.getByLabel('API token').fill(WORKER_TOKEN);
+    await worker.getByRole('button', { name: 'Sign in' }).click();
+    await worker.getByRole('heading', { level: 1, name: 'Could not load this page' }).waitFor();
+    assert.equal(await worker.locator('.problem-code').textContent(), 'SUTRA.AUTH.FORBIDDEN');
+    await worker.context().close();
   } finally {
     await guarded.stop();
   }
