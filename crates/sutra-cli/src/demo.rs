@@ -391,6 +391,7 @@ fn how_to_continue(url: &str, keep_running: bool) {
   sutra instances list                 sutra instances show ID
   sutra instances history ID           sutra tasks list
   curl -s http://127.0.0.1:7480/v1/instances
+  and the console in a browser: http://127.0.0.1:7480/
 Your own engine: `sutra serve` (embedded store in ./sutra.db), `sutra deploy FILE`, and a worker
 built with the sutra-client crate. `sutra check FILE` validates a flow offline; the flow language
 is in docs/spec.md §2. (`cargo install --path crates/sutra-cli` puts `sutra` on your PATH.)"
