@@ -42,6 +42,55 @@ async fn three_replicas_complete_every_instance_exactly_once() {
     run_workload(3).await;
 }
 
+/// A poll that took fewer tasks than it asked for lets the next poll of its topics on that
+/// replica wait without looking (decision 0037), until this replica arms a task or the backstop
+/// runs out. A task armed on another replica cannot wake it: it must still be found, within the
+/// backstop, not at the end of the poll's wait. (One replica alone would never show this: every
+/// arm there wakes the poll.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_task_armed_on_another_replica_reaches_a_poll_that_just_came_back_short() {
+    let _alone = MEASURING.lock().await;
+    let database = TestDatabase::create().await;
+    let receiver = Receiver::accepting();
+    let deployment = transfers(&receiver.url("/ledger"));
+    let fleet = Fleet::start(database.url(), Timing::SHORT, "short-look", 2, &deployment).await;
+    let urls = fleet.urls();
+    let http = reqwest::Client::new();
+    let poll = |wait: &str| {
+        let body = serde_json::json!({
+            "worker": "w", "topics": ["debit-account"], "max": 10, "wait": wait,
+        });
+        let request = http.post(format!("{}/v1/tasks/poll", urls[1])).json(&body);
+        async move {
+            let response = request.send().await.expect("the poll is answered");
+            assert_eq!(response.status().as_u16(), 200);
+            let tasks: Vec<serde_json::Value> = response.json().await.expect("an array");
+            tasks
+        }
+    };
+
+    send_transfer(&http, &urls, 0, "first").await;
+    let short = poll("PT0S").await;
+    assert_eq!(
+        short.len(),
+        1,
+        "the first transfer's task, fewer than asked for"
+    );
+
+    let began = Instant::now();
+    let (found, _) = tokio::join!(poll("PT60S"), async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        send_transfer(&http, &urls[..1], 0, "second").await
+    });
+
+    assert_eq!(found.len(), 1, "the second transfer's task: {found:?}");
+    assert!(
+        began.elapsed() < Duration::from_secs(30),
+        "found after {:?}: by the end of the wait, not by the backstop",
+        began.elapsed()
+    );
+}
+
 /// Runs [`TRANSFERS`] transfers through a fleet of `replicas`, prints its throughput and checks
 /// every invariant.
 async fn run_workload(replicas: usize) {

@@ -40,7 +40,7 @@ pub struct Engine {
     /// Set when waiting long-polls should answer now (see [`Engine::end_polls`]).
     polls_end: watch::Sender<bool>,
     /// When polls last looked for tasks whose last lock expired.
-    exhaustion: tasks::Exhaustion,
+    polls: tasks::Polls,
     /// The loops every replica runs: deployment convergence, the outbox worker, and (on a store
     /// replicas share) the listener for ends of instances held here.
     background: Mutex<Vec<JoinHandle<()>>>,
@@ -96,7 +96,7 @@ impl Engine {
             roles,
             shutdown,
             polls_end: watch::Sender::new(false),
-            exhaustion: tasks::Exhaustion::default(),
+            polls: tasks::Polls::default(),
             background: Mutex::new(background),
             topics_reported: Mutex::new(BTreeSet::new()),
         }))
@@ -221,7 +221,7 @@ impl Engine {
     pub async fn poll_tasks(&self, request: PollRequest) -> Result<Vec<LockedTask>, Error> {
         tasks::poll(
             &self.shared,
-            &self.exhaustion,
+            &self.polls,
             self.polls_end.subscribe(),
             request,
         )

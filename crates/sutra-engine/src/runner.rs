@@ -133,7 +133,7 @@ impl Written {
             shared.outbox_due.notify_one();
         }
         if step.effects.iter().any(arms_a_task) {
-            shared.tasks_available.notify_waiters();
+            shared.tasks.announce();
         }
         StepOutcome {
             instance,

@@ -8,6 +8,7 @@ use tokio::sync::Notify;
 
 use crate::config::EngineConfig;
 use crate::settle::SettleRegistry;
+use crate::tasks::Availability;
 use crate::test_switches;
 
 /// What the background loops, the lanes and the callers share.
@@ -21,7 +22,7 @@ pub(crate) struct Shared {
     pub outbox_due: Notify,
     /// Wakes every long-poll: a task may have become available (a commit armed one, a failed
     /// attempt was rescheduled).
-    pub tasks_available: Notify,
+    pub tasks: Availability,
 }
 
 impl Shared {
@@ -32,7 +33,7 @@ impl Shared {
             settle: SettleRegistry::default(),
             deliveries_due: Notify::new(),
             outbox_due: Notify::new(),
-            tasks_available: Notify::new(),
+            tasks: Availability::default(),
         }
     }
 

@@ -13,6 +13,11 @@
 //! retry's backoff ends, a lock expires), unless this replica wakes it first by arming or
 //! rescheduling a task. Tasks armed by other replicas are found by a bounded backstop.
 //!
+//! A poll does not look again where the last look at its topics left nothing behind and nothing
+//! has changed since ([`Looks`]): a worker's next poll after one that took fewer tasks than it
+//! asked for goes straight to waiting, as if it were that poll's wait going on. At low load that
+//! next poll is one in two of a task's transactions, and it found nothing.
+//!
 //! Tasks whose last attempt's lock expired are turned terminal by polls, but not by every poll:
 //! at most one of a tenant's polls per [`EXHAUST_EVERY`] on this replica looks for them, across
 //! all the tenant's topics ([`Exhaustion`]). A poll is the most frequent transaction of the task
@@ -21,10 +26,11 @@
 use std::collections::HashMap;
 use std::pin::pin;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use jiff::{SignedDuration, Timestamp};
-use sutra_store::{LockedTask, TaskFailure, TaskPoll, TaskState};
-use tokio::sync::watch;
+use sutra_store::{LockedTask, Polled, TaskFailure, TaskPoll, TaskState};
+use tokio::sync::{Notify, futures::Notified, watch};
 use tokio::time::Instant;
 
 use crate::error::Error;
@@ -47,9 +53,16 @@ const FLOOR: SignedDuration = SignedDuration::from_millis(10);
 /// this long after the lock expired, the task is terminal and its instance told.
 const EXHAUST_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// What the polls on this replica remember between them.
+#[derive(Default)]
+pub(crate) struct Polls {
+    exhaustion: Exhaustion,
+    looks: Looks,
+}
+
 /// When each tenant's polls on this replica last looked for exhausted tasks.
 #[derive(Default)]
-pub(crate) struct Exhaustion {
+struct Exhaustion {
     looked: Mutex<HashMap<String, Instant>>,
 }
 
@@ -72,6 +85,104 @@ impl Exhaustion {
     }
 }
 
+/// Whether a task may have become available on this replica's account: a commit armed one, a
+/// failed attempt was rescheduled, a task was handed back. Each announcement wakes every waiting
+/// poll and moves the generation on, which tells a poll that the last look is out of date.
+#[derive(Default)]
+pub(crate) struct Availability {
+    woken: Notify,
+    generation: AtomicU64,
+}
+
+impl Availability {
+    pub fn announce(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.woken.notify_waiters();
+    }
+
+    fn notified(&self) -> Notified<'_> {
+        self.woken.notified()
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+}
+
+/// The last look at each tenant's topics that left tasks behind for nobody: it took fewer than
+/// it asked for, so at its snapshot no other task of those topics was available. Until this
+/// replica announces an availability, the time it said a task could next become available
+/// comes, or the backstop since the look runs out, another poll of the same topics would find
+/// nothing a waiting poll would not: it waits instead of looking. Tasks armed by another
+/// replica are found within the backstop of the look, as they are by a waiting poll.
+#[derive(Default)]
+pub(crate) struct Looks {
+    last: Mutex<HashMap<(String, Vec<String>), Look>>,
+}
+
+#[derive(Clone, Copy)]
+struct Look {
+    generation: u64,
+    at: Instant,
+    next_at: Option<Timestamp>,
+}
+
+/// Distinct topic sets are few (one per kind of worker); a map grown past this many is a
+/// caller inventing topics, and is forgotten rather than kept.
+const MOST_LOOKS: usize = 1024;
+
+impl Looks {
+    /// How long a poll of `poll`'s topics may wait without looking, when the last look is still
+    /// good at `generation` and `now`; `None`: look.
+    fn quiet_for(
+        &self,
+        poll: &TaskPoll,
+        generation: u64,
+        now: Instant,
+    ) -> Option<std::time::Duration> {
+        let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let look = *last.get(&key(poll))?;
+        if look.generation != generation {
+            return None;
+        }
+        let backstop = BACKSTOP
+            .unsigned_abs()
+            .checked_sub(now.duration_since(look.at))?;
+        let next = match look.next_at {
+            Some(at) => at.duration_since(Timestamp::now()).try_into().ok()?,
+            None => backstop,
+        };
+        Some(next.min(backstop)).filter(|quiet| !quiet.is_zero())
+    }
+
+    /// Keeps what a look that began at `at`, at `generation`, found, for the polls after it.
+    fn remember(&self, poll: &TaskPoll, generation: u64, at: Instant, polled: &Polled) {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let short = polled.tasks.len() < poll.max as usize;
+        if !short {
+            last.remove(&key(poll));
+            return;
+        }
+        if last.len() >= MOST_LOOKS {
+            last.clear();
+        }
+        let look = Look {
+            generation,
+            at,
+            next_at: polled.next_at,
+        };
+        last.insert(key(poll), look);
+    }
+}
+
+/// A poll's tenant and its topics in order: polls of one set of topics, however listed.
+fn key(poll: &TaskPoll) -> (String, Vec<String>) {
+    let mut topics = poll.topics.clone();
+    topics.sort();
+    topics.dedup();
+    (poll.tenant.clone(), topics)
+}
+
 /// A worker's long-poll.
 #[derive(Debug, Clone)]
 pub struct PollRequest {
@@ -85,7 +196,7 @@ pub struct PollRequest {
 /// early when `ending` is set.
 pub(crate) async fn poll(
     shared: &Shared,
-    exhaustion: &Exhaustion,
+    polls: &Polls,
     mut ending: watch::Receiver<bool>,
     request: PollRequest,
 ) -> Result<Vec<LockedTask>, Error> {
@@ -95,26 +206,41 @@ pub(crate) async fn poll(
     let deadline = Instant::now() + wait.unsigned_abs();
     loop {
         // Listening before looking: a task armed between the look and the sleep still wakes.
-        let mut woken = pin!(shared.tasks_available.notified());
+        let mut woken = pin!(shared.tasks.notified());
         woken.as_mut().enable();
-        if exhaustion.due(&poll.tenant) {
-            let due_now = shared.store.exhaust_expired(&poll.tenant).await?;
-            if !due_now.is_empty() {
-                shared.deliveries_due.notify_one();
+        let generation = shared.tasks.generation();
+        let began = Instant::now();
+        let quiet = polls.looks.quiet_for(&poll, generation, began);
+        let pause = match quiet {
+            Some(quiet) if began < deadline && !*ending.borrow() => quiet,
+            _ => {
+                let polled = look(shared, polls, &poll).await?;
+                polls.looks.remember(&poll, generation, began, &polled);
+                let now = Instant::now();
+                if !polled.tasks.is_empty() || now >= deadline || *ending.borrow() {
+                    return Ok(polled.tasks);
+                }
+                until(polled.next_at)
             }
-        }
-        let polled = shared.store.poll_tasks(&poll).await?;
-        let now = Instant::now();
-        if !polled.tasks.is_empty() || now >= deadline || *ending.borrow() {
-            return Ok(polled.tasks);
-        }
-        let pause = until(polled.next_at).min(deadline - now);
+        };
+        let pause = pause.min(deadline.saturating_duration_since(Instant::now()));
         tokio::select! {
             () = woken => {}
             () = tokio::time::sleep(pause) => {}
             _ = ending.changed() => {}
         }
     }
+}
+
+/// One look: the tenant's expired locks turned terminal when that is due, then the poll.
+async fn look(shared: &Shared, polls: &Polls, poll: &TaskPoll) -> Result<Polled, Error> {
+    if polls.exhaustion.due(&poll.tenant) {
+        let due_now = shared.store.exhaust_expired(&poll.tenant).await?;
+        if !due_now.is_empty() {
+            shared.deliveries_due.notify_one();
+        }
+    }
+    Ok(shared.store.poll_tasks(poll).await?)
 }
 
 /// How long a waiting poll may sleep before a task of its topics could be available, `next` as
@@ -148,7 +274,7 @@ pub(crate) async fn fail(
         .map_err(task_error)?;
     if state == TaskState::Available {
         // Waiting polls sleep until the next availability they knew of; this one is new.
-        shared.tasks_available.notify_waiters();
+        shared.tasks.announce();
     } else {
         shared.deliveries_due.notify_one();
     }
@@ -167,7 +293,7 @@ pub(crate) async fn release(
         .release_task(tenant, id, lock_token)
         .await
         .map_err(task_error)?;
-    shared.tasks_available.notify_waiters();
+    shared.tasks.announce();
     Ok(())
 }
 
@@ -183,4 +309,99 @@ pub(crate) async fn extend(
         .extend_task(tenant, id, lock_token, lock)
         .await
         .map_err(task_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn poll(topics: &[&str], max: u32) -> TaskPoll {
+        TaskPoll {
+            tenant: "t".to_owned(),
+            worker: "w".to_owned(),
+            topics: topics.iter().map(|topic| (*topic).to_owned()).collect(),
+            max,
+            lock: None,
+        }
+    }
+
+    fn locked(n: usize) -> Vec<LockedTask> {
+        let task = LockedTask {
+            id: "i:1".to_owned(),
+            instance: "i".to_owned(),
+            topic: "a".to_owned(),
+            input: serde_json::Value::Null,
+            attempt: 1,
+            lock_token: "token".to_owned(),
+            lock_expires_at: Timestamp::now(),
+        };
+        vec![task; n]
+    }
+
+    fn found(n: usize, next_at: Option<Timestamp>) -> Polled {
+        Polled {
+            tasks: locked(n),
+            next_at,
+        }
+    }
+
+    #[test]
+    fn a_short_look_lets_the_next_poll_of_its_topics_wait_until_something_changes() {
+        let looks = Looks::default();
+        let at = Instant::now();
+        looks.remember(&poll(&["a", "b"], 4), 7, at, &found(1, None));
+
+        let quiet = looks.quiet_for(&poll(&["b", "a"], 10), 7, at);
+        assert_eq!(
+            quiet,
+            Some(BACKSTOP.unsigned_abs()),
+            "any order of the topics"
+        );
+        assert_eq!(
+            looks.quiet_for(&poll(&["a"], 10), 7, at),
+            None,
+            "other topics"
+        );
+        assert_eq!(
+            looks.quiet_for(&poll(&["a", "b"], 10), 8, at),
+            None,
+            "an availability announced since"
+        );
+        let later = at + BACKSTOP.unsigned_abs();
+        assert_eq!(
+            looks.quiet_for(&poll(&["a", "b"], 10), 7, later),
+            None,
+            "the backstop ran out: another replica may have armed one"
+        );
+    }
+
+    #[test]
+    fn a_look_that_took_all_it_asked_for_leaves_the_next_poll_to_look() {
+        let looks = Looks::default();
+        let at = Instant::now();
+        looks.remember(&poll(&["a"], 2), 1, at, &found(1, None));
+        looks.remember(&poll(&["a"], 2), 1, at, &found(2, None));
+
+        assert_eq!(looks.quiet_for(&poll(&["a"], 2), 1, at), None);
+    }
+
+    #[test]
+    fn the_next_availability_a_look_found_ends_the_quiet() {
+        let looks = Looks::default();
+        let at = Instant::now();
+        let soon = Timestamp::now() + SignedDuration::from_millis(300);
+        looks.remember(&poll(&["a"], 2), 1, at, &found(0, Some(soon)));
+        let quiet = looks.quiet_for(&poll(&["a"], 2), 1, at).expect("quiet");
+        assert!(quiet <= Duration::from_millis(300), "{quiet:?}");
+
+        let past = Timestamp::now() - SignedDuration::from_millis(1);
+        looks.remember(&poll(&["a"], 2), 1, at, &found(0, Some(past)));
+        assert_eq!(
+            looks.quiet_for(&poll(&["a"], 2), 1, at),
+            None,
+            "a task is available now"
+        );
+    }
 }

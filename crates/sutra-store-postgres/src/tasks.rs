@@ -45,6 +45,26 @@ impl LockedRow {
     }
 }
 
+/// A poll's answer row: one of its locks, or none when it locked nothing, with the next
+/// availability of a short poll.
+struct PolledRow {
+    next_at: Option<i64>,
+    locked: Option<LockedRow>,
+}
+
+impl<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> for PolledRow {
+    fn from_row(row: &'r sqlx::postgres::PgRow) -> sqlx::Result<PolledRow> {
+        use sqlx::Row;
+        let next_at = row.try_get("next_at")?;
+        let id: Option<String> = row.try_get("id")?;
+        let locked = match id {
+            Some(_) => Some(LockedRow::from_row(row)?),
+            None => None,
+        };
+        Ok(PolledRow { next_at, locked })
+    }
+}
+
 /// A task row read for a worker's answer, and the database's clock at the read.
 #[derive(sqlx::FromRow)]
 struct HeldNow {
@@ -76,14 +96,19 @@ impl TaskStatements for Scoped {
     }
 
     /// One statement: an expired lock was a failed attempt, so the lock taken now is the next
-    /// one, if the budget has one left. Each kind of live task is read from its own partial index, oldest first, and locked
-    /// `SKIP LOCKED` there, so a poll reads the few live rows rather than every task its topics
-    /// ever had (one condition over both kinds let the planner scan them all: ~5 ms a poll
-    /// after a few thousand tasks, against ~0.3 ms). A row locked beyond the batch is left as it
-    /// was. The outer ORDER BY gives the batch the order it was picked in, which
-    /// `RETURNING` alone would not.
-    async fn lock_tasks(&mut self, poll: &TaskPoll) -> Result<Vec<LockedTask>> {
-        let locked: Vec<LockedRow> = sqlx::query_as(
+    /// one, if the budget has one left. Each kind of live task is read from its own partial
+    /// index, oldest first, and locked `SKIP LOCKED` there, so a poll reads the few live rows
+    /// rather than every task its topics ever had (one condition over both kinds let the planner
+    /// scan them all: ~5 ms a poll after a few thousand tasks, against ~0.3 ms). A row locked
+    /// beyond the batch is left as it was. The outer ORDER BY gives the batch the order it was
+    /// picked in, which `RETURNING` alone would not.
+    ///
+    /// A short poll's next availability is read in the same statement, which sees the rows as
+    /// they were before its own locks: the tasks it picked are left out of the snapshot's
+    /// minimums and counted by their new deadlines instead. A row it skipped because another
+    /// transaction held it still counts as available now, so the next poll looks.
+    async fn lock_tasks(&mut self, poll: &TaskPoll) -> Result<(Vec<LockedTask>, Option<i64>)> {
+        let rows: Vec<PolledRow> = sqlx::query_as(
             "WITH available AS (
                  SELECT id, false AS expired, available_at AS since FROM tasks
                  WHERE tenant = $1 AND topic = ANY($2)
@@ -109,8 +134,20 @@ impl TaskStatements for Scoped {
                      attempt = attempt + picked.expired::int, updated_at = sutra_now()
                  FROM picked WHERE tasks.id = picked.id
                  RETURNING tasks.id, instance, topic, input, attempt, lock_token, locked_until,
-                           picked.since)
-             SELECT * FROM locked ORDER BY since, id",
+                           picked.since),
+             next AS (
+                 SELECT CASE WHEN (SELECT count(*) FROM picked) < $3 THEN LEAST(
+                     (SELECT MIN(available_at) FROM tasks
+                      WHERE tenant = $1 AND topic = ANY($2) AND state = 'available'
+                        AND id NOT IN (SELECT id FROM picked)),
+                     (SELECT MIN(locked_until) FROM tasks
+                      WHERE tenant = $1 AND topic = ANY($2) AND state = 'locked'
+                        AND id NOT IN (SELECT id FROM picked)),
+                     (SELECT MIN(locked_until) FROM locked)) END AS next_at)
+             SELECT next.next_at, locked.id, instance, topic, input, attempt, lock_token,
+                    locked_until
+             FROM next LEFT JOIN locked ON true
+             ORDER BY locked.since, locked.id",
         )
         .bind(&poll.tenant)
         .bind(&poll.topics)
@@ -120,7 +157,13 @@ impl TaskStatements for Scoped {
         .fetch_all(self.connection())
         .await
         .map_err(db)?;
-        locked.into_iter().map(LockedRow::decode).collect()
+        let next_at = rows.first().and_then(|row| row.next_at);
+        let tasks = rows
+            .into_iter()
+            .filter_map(|row| row.locked)
+            .map(LockedRow::decode)
+            .collect::<Result<_>>()?;
+        Ok((tasks, next_at))
     }
 
     async fn held_task(&mut self, tenant: &str, id: &str) -> Result<Option<(HeldRow, Timestamp)>> {

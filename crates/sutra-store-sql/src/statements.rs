@@ -405,11 +405,13 @@ pub trait TaskStatements: Statements {
     ) -> impl Future<Output = Result<Vec<ExpiredRow>>> + Send;
 
     /// Locks up to `poll.max` available tasks and expired ones within their budget, oldest
-    /// first, each with a fresh token.
+    /// first, each with a fresh token; and, when it locked fewer than that, [`Self::next_task_at`]
+    /// as it is after these locks (microseconds), so that the next poll knows how long it may
+    /// wait without looking.
     fn lock_tasks(
         &mut self,
         poll: &TaskPoll,
-    ) -> impl Future<Output = Result<Vec<LockedTask>>> + Send;
+    ) -> impl Future<Output = Result<(Vec<LockedTask>, Option<i64>)>> + Send;
 
     /// Reads the task, held until the transaction ends, and the store's clock to judge its lock
     /// by.

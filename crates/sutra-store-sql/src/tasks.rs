@@ -25,13 +25,10 @@ impl<B: Backend> Tasks for SqlStore<B> {
             .backend()
             .begin_redoable(Scope::Tenant(&poll.tenant))
             .await?;
-        let tasks = tx.lock_tasks(poll).await?;
-        // Asked here rather than by the waiting poll's caller: one transaction fewer for every
-        // poll that comes back empty, as a worker's next poll after a task mostly does.
-        let next_at = match tasks.is_empty() {
-            true => tx.next_task_at(&poll.tenant, &poll.topics).await?,
-            false => None,
-        };
+        // The next availability is asked here rather than by the waiting poll's caller: one
+        // transaction fewer for every poll that comes back empty, and none at all for a worker's
+        // next poll after a short one, which can wait without looking (the engine's `Looks`).
+        let (tasks, next_at) = tx.lock_tasks(poll).await?;
         tx.commit().await?;
         Ok(Polled {
             tasks,

@@ -46,7 +46,7 @@ impl TaskStatements for Session {
 
     /// The candidates in the order they are handed out, then one update each: a lock token is
     /// minted here, not by the database.
-    async fn lock_tasks(&mut self, poll: &TaskPoll) -> Result<Vec<LockedTask>> {
+    async fn lock_tasks(&mut self, poll: &TaskPoll) -> Result<(Vec<LockedTask>, Option<i64>)> {
         let tx = self.write().await?;
         let now = tx.now();
         let candidates: Vec<Candidate> = sqlx::query_as(
@@ -68,7 +68,11 @@ impl TaskStatements for Session {
         for candidate in candidates {
             tasks.push(tx.lock(candidate, poll, now).await?);
         }
-        Ok(tasks)
+        let next_at = match tasks.len() < poll.max as usize {
+            true => self.next_task_at(&poll.tenant, &poll.topics).await?,
+            false => None,
+        };
+        Ok((tasks, next_at))
     }
 
     async fn held_task(&mut self, tenant: &str, id: &str) -> Result<Option<(HeldRow, Timestamp)>> {

@@ -44,9 +44,10 @@ pub struct LockedTask {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Polled {
     pub tasks: Vec<LockedTask>,
-    /// When it locked nothing: [`Tasks::next_task_at`] for its topics, read in the same
-    /// transaction, so that a waiting poll knows how long it may sleep without asking again.
-    /// `None` when it locked tasks, or when no task of its topics will become available.
+    /// When it locked fewer tasks than it asked for: [`Tasks::next_task_at`] for its topics,
+    /// read in the same transaction after its locks, so that a waiting poll (or the next poll
+    /// of the same topics) knows how long it may sleep without asking again. `None` when it
+    /// locked as many as it asked for, or when no task of its topics will become available.
     pub next_at: Option<Timestamp>,
 }
 

@@ -664,6 +664,29 @@ pub async fn next_task_at_is_when_a_poll_could_next_take_one<S: Store>(store: &S
     );
     let other = [OTHER_TOPIC.to_owned()];
     assert_eq!(store.next_task_at(TENANT, &other).await.unwrap(), None);
+
+    armed(store, TENANT, &id(2), task(PARK)).await;
+    armed(store, TENANT, &id(3), task(PARK)).await;
+    let full = store
+        .poll_tasks(&poll(WORKER_B, 1, Some(HOUR)))
+        .await
+        .unwrap();
+    assert_eq!(
+        (full.tasks.len(), full.next_at),
+        (1, None),
+        "a poll that locked all it asked for leaves its next poll to look"
+    );
+    let short = store
+        .poll_tasks(&poll(WORKER_B, 10, Some(HOUR)))
+        .await
+        .unwrap();
+    assert_eq!(short.tasks.len(), 1);
+    assert_eq!(
+        short.next_at,
+        Some(lock.lock_expires_at),
+        "a poll that locked fewer than it asked for says when it could next lock one, \
+         its own locks counted"
+    );
 }
 
 pub async fn tasks_page_by_keyset_and_filter<S: Store>(store: &S) {
