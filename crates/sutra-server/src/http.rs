@@ -21,7 +21,7 @@ use sutra_core::snapshot::{ParkKind, Status};
 use sutra_core::step::Reply;
 use sutra_engine::intake::{Answer, Inbound, IntakeError};
 use sutra_engine::{DeployError, Engine, Error as EngineError, Restored, bulk};
-use sutra_store::{DeploymentStatus, InstanceFilter, InstanceRecord};
+use sutra_store::{DeploymentRecord, DeploymentStatus, InstanceFilter, InstanceRecord};
 use sutra_transport::consumer::Health;
 use sutra_wire::{Extra, InstanceQuery, Page};
 use utoipa::IntoParams;
@@ -572,21 +572,7 @@ async fn deployment(
     Extension(caller): Extension<Caller>,
     ApiPath(DeploymentPath { name, version }): ApiPath<DeploymentPath>,
 ) -> Result<Json<sutra_wire::Deployment>> {
-    let records = api
-        .engine
-        .store()
-        .deployments(Some(&caller.tenant))
-        .await
-        .map_err(store_problem)?;
-    let record = records
-        .into_iter()
-        .find(|r| r.name == name && r.version == version)
-        .ok_or_else(|| {
-            Problem::new(
-                codes::DEPLOY_NOT_FOUND,
-                format!("no deployment `{name}` version {version}"),
-            )
-        })?;
+    let record = stored_version(&api, &caller, &name, version).await?;
     let mut body = render::deployment(&record);
     if record.status == DeploymentStatus::Draining {
         let store = api.engine.store();
@@ -598,6 +584,30 @@ async fn deployment(
     }
     body.source = Some(record.source);
     Ok(Json(body))
+}
+
+/// The caller's tenant's stored deployment `name` at `version`, or the API's 404.
+async fn stored_version(
+    api: &Api,
+    caller: &Caller,
+    name: &str,
+    version: u32,
+) -> Result<DeploymentRecord> {
+    let records = api
+        .engine
+        .store()
+        .deployments(Some(&caller.tenant))
+        .await
+        .map_err(store_problem)?;
+    records
+        .into_iter()
+        .find(|r| r.name == name && r.version == version)
+        .ok_or_else(|| {
+            Problem::new(
+                codes::DEPLOY_NOT_FOUND,
+                format!("no deployment `{name}` version {version}"),
+            )
+        })
 }
 
 /// Reads one deployment version's flows as graphs
@@ -622,21 +632,7 @@ async fn deployment_graph(
     Extension(caller): Extension<Caller>,
     ApiPath(DeploymentPath { name, version }): ApiPath<DeploymentPath>,
 ) -> Result<Json<sutra_wire::DeploymentGraph>> {
-    let records = api
-        .engine
-        .store()
-        .deployments(Some(&caller.tenant))
-        .await
-        .map_err(store_problem)?;
-    let record = records
-        .into_iter()
-        .find(|r| r.name == name && r.version == version)
-        .ok_or_else(|| {
-            Problem::new(
-                codes::DEPLOY_NOT_FOUND,
-                format!("no deployment `{name}` version {version}"),
-            )
-        })?;
+    let record = stored_version(&api, &caller, &name, version).await?;
     // A stored version was checked when it was deployed; checking it again gives its model.
     let checked = sutra_core::check::check(&record.source);
     let deployment = checked.deployment.ok_or_else(|| {
