@@ -87,3 +87,49 @@ async fn a_completion_killed_before_its_reply_is_taken_exactly_once() {
     let completions = count_kind(&history, "task_completed");
     assert_eq!(completions, 2, "debit and credit, once each: {history:?}");
 }
+
+/// Eager dispatch (decision 0038): a completion that asked for its worker's next task, killed
+/// after the commit that completed the debit and locked the credit for the worker, before the
+/// answer. The worker never learns of the credit task: it is held only until its lock lapses,
+/// then another worker takes it on its next attempt, and each task is completed once.
+#[tokio::test]
+async fn a_task_locked_for_a_worker_that_never_heard_is_retaken_when_its_lock_lapses() {
+    let scratch = Scratch::new("after-task-complete-take");
+    let mut server = Server::start(&options(&scratch).env("SUTRA_FAULT", "after-task-complete"));
+    let (status, body) = server.deploy(FLOWS).await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = server.send("transfers", "t-1", json!({"id": "t1"})).await;
+    assert_eq!(status, 202, "{body}");
+    let instance = body["instance"].as_str().unwrap().to_owned();
+    let debit = poll_one(&server, "debit").await;
+    let take = json!({"worker": "w1", "topics": ["credit"], "lock": "PT1S"});
+    let batch = json!([{
+        "id": debit["id"], "lock_token": debit["lock_token"], "output": {"debited": true},
+        "take": take,
+    }]);
+
+    let answer = server.try_post_json("/v1/tasks/complete", &batch).await;
+    assert!(
+        answer.is_none(),
+        "the fault point was not reached: {answer:?}"
+    );
+    assert!(
+        server.wait_for_death(),
+        "the server was not killed by a signal"
+    );
+
+    let server = Server::start(&options(&scratch));
+    let credit = poll_one(&server, "credit").await;
+    assert_eq!(
+        (&credit["instance"], &credit["attempt"]),
+        (&json!(instance), &json!(2)),
+        "the lapsed lock was the task's first attempt: {credit}"
+    );
+    let (path, body) = completion(&credit);
+    assert_eq!(server.post_json(&path, &body).await.0, 200);
+    server.wait_for_status(&instance, "completed").await;
+    let history = server.history(&instance).await;
+    assert_audit_sequence_is_whole(&history);
+    let completions = count_kind(&history, "task_completed");
+    assert_eq!(completions, 2, "debit and credit, once each: {history:?}");
+}

@@ -506,6 +506,69 @@ async fn a_batched_completion_answers_each_item_on_its_own() {
 }
 
 #[tokio::test]
+async fn a_completion_that_asks_is_answered_with_the_next_task_its_step_armed() {
+    let scratch = Scratch::new("tasks-take");
+    let server = deployed(&scratch).await;
+    let instance = start_transfer(&server, "t1").await;
+    let debit = poll_one(&server, "w1", "debit", json!({})).await;
+    let mut asking = item(&debit, json!({"debited": 10}));
+    asking["take"] = json!({"worker": "w1", "topics": ["credit", "debit"], "lock": "PT5M"});
+
+    let (status, answer) = complete_batch(&server, json!([asking])).await;
+
+    assert_eq!(status, 200, "{answer}");
+    let result = &answer["items"][0];
+    assert_eq!(result["state"], "completed", "{answer}");
+    let taken = &result["taken"];
+    assert_eq!(
+        (&taken["topic"], &taken["instance"], &taken["attempt"]),
+        (&json!("credit"), &json!(instance), &json!(1)),
+        "{answer}"
+    );
+    assert_eq!(taken["input"], json!({"account": "b-2"}));
+    let (_, locked) = server.get("/v1/tasks?state=locked").await;
+    let listed = &locked["items"][0];
+    assert_eq!(
+        (&listed["id"], &listed["worker"]),
+        (&taken["id"], &json!("w1")),
+        "{locked}"
+    );
+    assert!(
+        poll(&server, "w2", "credit", json!({})).await.is_empty(),
+        "no poll takes a task locked for the worker that asked"
+    );
+    let (status, done) = complete(&server, taken, json!({"credited": 10})).await;
+    assert_eq!(
+        (status, &done["state"]),
+        (200, &json!("completed")),
+        "{done}"
+    );
+    let ended = server.wait_for_status(&instance, "completed").await;
+    assert_eq!(ended["vars"]["credit"], json!({"credited": 10}));
+    assert_audit_sequence_is_whole(&server.history(&instance).await);
+}
+
+#[tokio::test]
+async fn a_completion_asking_for_other_topics_leaves_the_next_task_to_the_polls() {
+    let scratch = Scratch::new("tasks-take-other");
+    let server = deployed(&scratch).await;
+    let instance = start_transfer(&server, "t1").await;
+    let debit = poll_one(&server, "w1", "debit", json!({})).await;
+    let mut asking = item(&debit, json!({"debited": 10}));
+    asking["take"] = json!({"worker": "w1", "topics": ["debit"]});
+
+    let (status, answer) = complete_batch(&server, json!([asking])).await;
+
+    assert_eq!(
+        (status, &answer["items"][0]),
+        (200, &json!({"id": debit["id"], "state": "completed"})),
+        "{answer}"
+    );
+    let credit = poll_one(&server, "w2", "credit", json!({})).await;
+    assert_eq!(credit["instance"], json!(instance));
+}
+
+#[tokio::test]
 async fn a_malformed_batch_changes_nothing() {
     let scratch = Scratch::new("tasks-batch-malformed");
     let server = deployed(&scratch).await;
@@ -521,6 +584,18 @@ async fn a_malformed_batch_changes_nothing() {
         ),
         (json!([good, {"id": 7, "lock_token": "t"}]), "`[1].id`"),
         (json!([good, "x"]), "`[1]`"),
+        (
+            json!([{"take": {"worker": "", "topics": ["credit"]}, "id": task["id"], "lock_token": task["lock_token"]}]),
+            "`worker`",
+        ),
+        (
+            json!([{"take": {"worker": "w1", "topics": []}, "id": task["id"], "lock_token": task["lock_token"]}]),
+            "`topics`",
+        ),
+        (
+            json!([{"take": {"worker": "w1", "topics": ["credit"], "lock": "PT0S"}, "id": task["id"], "lock_token": task["lock_token"]}]),
+            "`take.lock`",
+        ),
         // What PostgreSQL text cannot hold is refused before it reaches the store.
         (
             json!([item(&task, json!({"note": "a\u{0}b"}))]),

@@ -499,6 +499,7 @@ mod tests {
                 id: id.into(),
                 lock_token: "t".into(),
                 output: Value::Null,
+                take: None,
             })
             .into();
         let results = |ids: &[&str]| -> Vec<ItemResult> {

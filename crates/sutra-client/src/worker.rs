@@ -3,7 +3,9 @@
 //! One loop polls for exactly as many tasks as there are free slots, so the worker never holds a
 //! lock on a task it has no capacity to start: whatever it does not take, another worker can.
 //! Each task then runs on its own (see `execution`), holding its slot until it has reported.
-//! Completions are sent in batches (see `completer`), failures and lock extensions alone.
+//! Completions are sent in batches (see `completer`), failures and lock extensions alone. A
+//! completion asks for the worker's next task, and a task the server locks for the worker with
+//! it runs in the same slot at once: a flow's next task needs no poll (decision 0038).
 //!
 //! Shutdown stops polling at once, dropping a long poll in flight, lets running handlers finish
 //! within a grace period, and hands what is still running back to the server as a retryable
@@ -30,7 +32,7 @@ pub use task::{Task, TaskError, codes};
 
 use crate::client::Client;
 use crate::error::ApiError;
-use crate::types::{LockedTask, PollRequest};
+use crate::types::{LockedTask, PollRequest, Take};
 use backoff::Backoff;
 use completer::Completer;
 use execution::Execution;
@@ -80,6 +82,15 @@ pub struct Worker {
     lock: Duration,
     poll_wait: Duration,
     grace: Duration,
+}
+
+/// What every execution of a running worker shares.
+struct Running<'a> {
+    handlers: &'a Arc<HashMap<String, Handler>>,
+    abandoned: &'a watch::Receiver<bool>,
+    /// Set once the worker stops polling: its completions ask for no next task.
+    stopping: &'a watch::Receiver<bool>,
+    completer: &'a Completer,
 }
 
 /// Tasks one poll locked, with the slots reserved for them.
@@ -172,7 +183,14 @@ impl Worker {
         let (abandon, abandoned) = watch::channel(false);
         let mut executions = JoinSet::new();
         let mut backoff = Backoff::new(POLL_BACKOFF_FIRST, POLL_BACKOFF_MAX);
-        let (completer, sending) = Completer::start(self.client.clone());
+        let take = Take {
+            worker: self.id.clone(),
+            topics: topics.clone(),
+            lock: Some(crate::duration::iso8601(self.lock)),
+        };
+        let (completer, sending) = Completer::start(self.client.clone(), take);
+        let (stop, stopping) = watch::channel(false);
+        let handlers = Arc::new(self.handlers.clone());
         tokio::pin!(shutdown);
         info!(worker = %self.id, ?topics, concurrency = self.concurrency, "worker started");
         loop {
@@ -184,7 +202,13 @@ impl Worker {
             match polled {
                 Ok(polled) => {
                     backoff.reset();
-                    self.start(polled, &mut executions, &abandoned, &completer);
+                    let running = Running {
+                        handlers: &handlers,
+                        abandoned: &abandoned,
+                        stopping: &stopping,
+                        completer: &completer,
+                    };
+                    self.start(polled, &mut executions, running);
                 }
                 Err(error) => {
                     let delay = backoff.delay();
@@ -198,6 +222,7 @@ impl Worker {
             }
             while executions.try_join_next().is_some() {}
         }
+        stop.send_replace(true);
         self.drain(executions, abandon).await;
         // Every execution has had its answer, so the sending loop has nothing left to send.
         drop(completer);
@@ -232,14 +257,9 @@ impl Worker {
         })
     }
 
-    /// Starts one execution per polled task, each holding one slot; unused slots are freed.
-    fn start(
-        &self,
-        polled: Polled,
-        executions: &mut JoinSet<()>,
-        abandoned: &watch::Receiver<bool>,
-        completer: &Completer,
-    ) {
+    /// Starts one execution per polled task, each holding one slot until it and every task
+    /// locked for it with a completion have ended; unused slots are freed.
+    fn start(&self, polled: Polled, executions: &mut JoinSet<()>, running: Running<'_>) {
         let Polled {
             tasks,
             mut permits,
@@ -250,26 +270,32 @@ impl Worker {
             if permit.is_none() {
                 warn!(task = %task.id, "the server sent more tasks than asked for; running it anyway");
             }
-            let handler = match self.handlers.get(&task.topic) {
-                Some(handler) => Arc::clone(handler),
-                None => task::unknown_topic(),
-            };
-            let span = info_span!("task", id = %task.id, topic = %task.topic, instance = %task.instance, attempt = task.attempt);
             let execution = Execution {
                 client: self.client.clone(),
-                completer: completer.clone(),
+                completer: running.completer.clone(),
                 task,
                 lock: self.lock,
                 locked_at: at,
+                stopping: running.stopping.clone(),
             };
-            let abandoned = abandoned.clone();
-            executions.spawn(
-                async move {
-                    let _slot = permit;
-                    execution.run(handler, abandoned).await;
+            let handlers = Arc::clone(running.handlers);
+            let abandoned = running.abandoned.clone();
+            executions.spawn(async move {
+                let _slot = permit;
+                let mut next = Some(execution);
+                while let Some(execution) = next {
+                    let task = &execution.task;
+                    let span = info_span!("task", id = %task.id, topic = %task.topic, instance = %task.instance, attempt = task.attempt);
+                    let handler = match handlers.get(&task.topic) {
+                        Some(handler) => Arc::clone(handler),
+                        None => task::unknown_topic(),
+                    };
+                    next = execution
+                        .run(handler, abandoned.clone())
+                        .instrument(span)
+                        .await;
                 }
-                .instrument(span),
-            );
+            });
         }
     }
 

@@ -24,7 +24,7 @@ use crate::outbox::Sender;
 use crate::registry::{Current, Live};
 use crate::runner::{Completion, StepOutcome};
 use crate::shared::Shared;
-use crate::tasks::{self, PollRequest};
+use crate::tasks::{self, PollRequest, Take};
 use crate::{answers, bulk, converge, deliveries, history, metrics, outbox, retirement, sweep};
 
 pub struct Engine {
@@ -236,19 +236,22 @@ impl Engine {
     }
 
     /// Completes a task; the instance resumes with `output` through its claim, at once: in the
-    /// same transaction when the claim is free.
+    /// same transaction when the claim is free. With `take`, answers the task that step armed
+    /// locked for the worker, if it armed one of the worker's topics ([`Take`]).
     pub async fn complete_task(
         &self,
         tenant: &str,
         id: &str,
         lock_token: &str,
         output: &Value,
-    ) -> Result<(), Error> {
+        take: Option<Take>,
+    ) -> Result<Option<LockedTask>, Error> {
         let completion = Completion {
             tenant: tenant.to_owned(),
             task: id.to_owned(),
             lock_token: lock_token.to_owned(),
             output: output.clone(),
+            take,
         };
         tasks::complete(&self.lanes, completion).await
     }

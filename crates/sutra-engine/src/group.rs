@@ -15,7 +15,7 @@
 use std::panic::AssertUnwindSafe;
 
 use futures_util::FutureExt;
-use sutra_store::Group;
+use sutra_store::{Group, LockedTask};
 use tokio::sync::oneshot;
 use tracing::warn;
 
@@ -29,7 +29,10 @@ pub(crate) enum Member {
         Box<StepRequest>,
         oneshot::Sender<Result<StepOutcome, Error>>,
     ),
-    Complete(Box<Completion>, oneshot::Sender<Result<(), Error>>),
+    Complete(
+        Box<Completion>,
+        oneshot::Sender<Result<Option<LockedTask>, Error>>,
+    ),
 }
 
 /// What a member did inside the group, before the group committed.
@@ -73,12 +76,20 @@ impl Member {
             }
             (Member::Complete(_, answer), Ran::Complete(result)) => {
                 let result = result.map(|resumed| {
-                    match resumed {
-                        Some(written) => drop(written.land(shared)),
+                    let taken = match resumed {
+                        Some(mut written) => {
+                            let taken = written.take_task();
+                            drop(written.land(shared));
+                            taken
+                        }
                         // Its delivery is due now: the dispatcher takes it.
-                        None => shared.deliveries_due.notify_one(),
-                    }
+                        None => {
+                            shared.deliveries_due.notify_one();
+                            None
+                        }
+                    };
                     fault::point("after-task-complete");
+                    taken
                 });
                 let _ = answer.send(result);
             }

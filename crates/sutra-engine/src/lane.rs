@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures_util::FutureExt;
+use sutra_store::LockedTask;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::Error;
@@ -56,7 +57,10 @@ impl Lanes {
     /// Completes a task on the lane that owns its instance, which the task's id names
     /// ([`sutra_store::task_instance`]), so that the completion can resume the instance in place.
     /// An id that names no instance finds no task on whichever lane it lands.
-    pub(crate) async fn complete(&self, completion: Completion) -> Result<(), Error> {
+    pub(crate) async fn complete(
+        &self,
+        completion: Completion,
+    ) -> Result<Option<LockedTask>, Error> {
         let instance = sutra_store::task_instance(&completion.task).unwrap_or(&completion.task);
         let lane = self.owner_of(instance);
         let (answer, receive) = oneshot::channel();

@@ -19,7 +19,7 @@ use sutra_core::snapshot::{InstanceInfo, Park, ParkId, ParkKind, Snapshot, Statu
 use sutra_core::step::{Effect, Event, Message, Rejection, Reply, Step, StepContext};
 use sutra_store::{
     Arm, ClaimToken, Claimed, CompletingClaim, DeliveryId, Group, InboxAnswer, InboxEntry,
-    InstanceKey, OutboxEntry, Owner, StepCommit,
+    InstanceKey, LockedTask, OutboxEntry, Owner, StepCommit, TakenBy,
 };
 use tracing::debug;
 
@@ -27,6 +27,7 @@ use crate::error::Error;
 use crate::registry::Live;
 use crate::settle::{self, Hold};
 use crate::shared::Shared;
+use crate::tasks::Take;
 use crate::{fault, metrics};
 
 /// Work for one instance, handed to its lane.
@@ -74,6 +75,9 @@ pub(crate) struct Completion {
     pub task: String,
     pub lock_token: String,
     pub output: Value,
+    /// The worker asks for its next task: one the resumed step arms, locked for it in the same
+    /// transaction (decision 0038).
+    pub take: Option<Take>,
 }
 
 /// What the caller learns once the step committed.
@@ -97,6 +101,10 @@ pub(crate) struct Stepper<'a> {
 pub(crate) struct Written {
     step: Step,
     due_now: Vec<DeliveryId>,
+    /// The tasks the step armed locked for the worker whose completion it consumed.
+    taken: Vec<LockedTask>,
+    /// Whether it armed a task nobody took, which the waiting polls are told of.
+    untaken_tasks: bool,
     hold: Option<Hold>,
     is_start: bool,
     started: std::time::Instant,
@@ -113,6 +121,7 @@ impl Written {
         let Written {
             step,
             due_now,
+            untaken_tasks,
             hold,
             started,
             ..
@@ -132,7 +141,7 @@ impl Written {
         {
             shared.outbox_due.notify_one();
         }
-        if step.effects.iter().any(arms_a_task) {
+        if untaken_tasks {
             shared.tasks.announce();
         }
         StepOutcome {
@@ -141,6 +150,12 @@ impl Written {
             reply: step.reply,
             hold,
         }
+    }
+
+    /// The task the step armed locked for its completion's worker, if it did: to be answered
+    /// once the group committed.
+    pub(crate) fn take_task(&mut self) -> Option<LockedTask> {
+        self.taken.pop()
     }
 
     /// The group did not commit: nobody waits for this step's end on its account.
@@ -186,6 +201,7 @@ impl Stepper<'_> {
                     taken: *taken,
                     consumed: consumed.clone(),
                     hold: *hold,
+                    take: None,
                 };
                 self.resume(group, key, resumption).await
             }
@@ -217,6 +233,7 @@ impl Stepper<'_> {
             task,
             lock_token,
             output,
+            take,
         } = completion;
         let instance =
             sutra_store::task_instance(task).ok_or_else(|| Error::TaskNotFound(task.clone()))?;
@@ -249,6 +266,7 @@ impl Stepper<'_> {
             taken: None,
             consumed: None,
             hold: false,
+            take: take.clone(),
         };
         match self.advance_metered(group, claimed, resumption).await {
             Ok(written) => Ok(Some(written.since(started))),
@@ -308,6 +326,7 @@ impl Stepper<'_> {
             taken: None,
             consumed: Some(consumed),
             hold,
+            take: None,
         };
         self.write(group, step, pending, ctx).await
     }
@@ -362,6 +381,7 @@ impl Stepper<'_> {
             taken: None,
             consumed: None,
             hold: false,
+            take: None,
         };
         self.write(group, step, pending, ctx).await
     }
@@ -401,6 +421,7 @@ impl Stepper<'_> {
             taken,
             consumed,
             hold,
+            take,
         } = resumption;
         let info = &claimed.snapshot.instance;
         let (_, flow) = self
@@ -417,6 +438,7 @@ impl Stepper<'_> {
             taken,
             consumed,
             hold,
+            take,
         };
         self.write(group, step, pending, ctx).await
     }
@@ -448,8 +470,11 @@ impl Stepper<'_> {
         }
         match result {
             Ok(committed) => Ok(Written {
+                untaken_tasks: step.effects.iter().filter(|e| arms_a_task(e)).count()
+                    > committed.taken.len(),
                 step,
                 due_now: committed.due_now,
+                taken: committed.taken,
                 hold,
                 is_start,
                 started: std::time::Instant::now(),
@@ -477,6 +502,8 @@ pub(crate) struct Resumption {
     pub taken: Option<DeliveryId>,
     pub consumed: Option<Consumed>,
     pub hold: bool,
+    /// A completion's worker asks for its next task.
+    pub take: Option<Take>,
 }
 
 /// Whether a member that failed with `error` wrote nothing its group must not commit: a refusal
@@ -533,6 +560,7 @@ struct PendingCommit {
     taken: Option<DeliveryId>,
     consumed: Option<Consumed>,
     hold: bool,
+    take: Option<Take>,
 }
 
 /// SPEC §7.2: a correlation alias already taken fails the instance that tried to park on it.
@@ -582,6 +610,9 @@ fn to_commit(step: &Step, pending: &PendingCommit, me: &str) -> StepCommit {
             }),
         }
     }
+    if let Some(take) = &pending.take {
+        take_one(&mut arms, take);
+    }
     let inbox = pending.consumed.as_ref().map(|consumed| InboxEntry {
         channel: consumed.channel.clone(),
         event_id: consumed.event_id.clone(),
@@ -613,6 +644,26 @@ fn arms_a_task(effect: &Effect) -> bool {
     matches!(effect, Effect::Arm { park, .. } if matches!(park.kind, ParkKind::Task { .. }))
 }
 
+/// Locks the first task of `arms` whose topic the worker asked for to that worker: one task per
+/// completion, for the slot the completion frees. The lock is the worker's, or the task's own.
+fn take_one(arms: &mut [Arm], take: &Take) {
+    let wanted = arms.iter_mut().find_map(|arm| match arm {
+        Arm::Task {
+            topic,
+            lock,
+            taken_by,
+            ..
+        } if take.topics.contains(topic) => Some((lock, taken_by)),
+        _ => None,
+    });
+    if let Some((lock, taken_by)) = wanted {
+        *taken_by = Some(TakenBy {
+            worker: take.worker.clone(),
+            lock: take.lock.unwrap_or(*lock),
+        });
+    }
+}
+
 /// The durable rows behind a park.
 fn arms_for(park: &Park) -> Vec<Arm> {
     let timer = park.kind.due().map(|due| Arm::Timer { park: park.id, due });
@@ -636,6 +687,7 @@ fn arms_for(park: &Park) -> Vec<Arm> {
             retries: *retries,
             backoff: *backoff,
             lock: *lock,
+            taken_by: None,
         }),
     };
     waiting.into_iter().chain(timer).collect()

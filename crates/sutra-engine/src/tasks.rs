@@ -183,6 +183,18 @@ fn key(poll: &TaskPoll) -> (String, Vec<String>) {
     (poll.tenant.clone(), topics)
 }
 
+/// What a worker completing a task asks for besides: its next task, when the step the
+/// completion resumes arms one of `topics` — locked for `worker` in the same transaction and
+/// answered with the completion, so that no poll and no second write of the task's row stand
+/// between one task and the next (eager dispatch, decision 0038).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Take {
+    pub worker: String,
+    pub topics: Vec<String>,
+    /// How long the lock lasts; `None`: the task node's own `lock`.
+    pub lock: Option<SignedDuration>,
+}
+
 /// A worker's long-poll.
 #[derive(Debug, Clone)]
 pub struct PollRequest {
@@ -254,7 +266,12 @@ fn until(next: Option<Timestamp>) -> std::time::Duration {
 
 /// Completes a task on its instance's lane, which resumes the instance in the same transaction
 /// when its claim is free, and otherwise leaves the completion to the dispatcher as a delivery.
-pub(crate) async fn complete(lanes: &Lanes, completion: Completion) -> Result<(), Error> {
+/// Answers the task the resumed step armed locked for the worker, when it asked for one
+/// ([`Take`]) and the step armed one of its topics.
+pub(crate) async fn complete(
+    lanes: &Lanes,
+    completion: Completion,
+) -> Result<Option<LockedTask>, Error> {
     lanes.complete(completion).await
 }
 

@@ -166,17 +166,22 @@ pub fn locked_task(task: &LockedTask) -> sutra_wire::LockedTask {
     }
 }
 
-/// One item of a batched completion: the state it left the task in, or the problem the same
-/// completion sent alone would have answered.
-pub fn item_result(id: String, outcome: Result<TaskState>) -> sutra_wire::ItemResult {
-    let (state, error) = match outcome {
-        Ok(state) => (Some(state.as_str().to_owned()), None),
-        Err(problem) => (None, Some(problem.into_wire().1)),
+/// One item of a batched completion: completed, with the task locked for its worker if one
+/// was, or the problem the same completion sent alone would have answered.
+pub fn item_result(id: String, outcome: Result<Option<LockedTask>>) -> sutra_wire::ItemResult {
+    let (state, taken, error) = match outcome {
+        Ok(taken) => (
+            Some(TaskState::Completed.as_str().to_owned()),
+            taken.as_ref().map(locked_task),
+            None,
+        ),
+        Err(problem) => (None, None, Some(problem.into_wire().1)),
     };
     sutra_wire::ItemResult {
         id,
         state,
         error,
+        taken,
         extra: Extra::new(),
     }
 }

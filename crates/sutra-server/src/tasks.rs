@@ -15,7 +15,7 @@ use serde::Deserialize;
 use sutra_core::duration::parse_duration;
 use sutra_core::step::TaskError;
 use sutra_core::{check, codes};
-use sutra_engine::tasks::{MAX_TASKS, PollRequest};
+use sutra_engine::tasks::{MAX_TASKS, PollRequest, Take};
 use sutra_store::{TaskFailure, TaskFilter, TaskPoll, TaskState};
 use sutra_wire::{
     CompleteBody, CompleteItem, CompletedBatch, ExtendBody, Extra, FailBody, ItemResult,
@@ -129,7 +129,7 @@ fn check_worker(worker: &str) -> Result<()> {
         || worker.contains(char::is_control)
     {
         return Err(invalid(format!(
-            "`worker` must name the worker polling: 1 to {WORKER_BYTES_MAX} bytes, no control \
+            "`worker` must name the worker: 1 to {WORKER_BYTES_MAX} bytes, no control \
              characters"
         )));
     }
@@ -184,7 +184,7 @@ async fn complete(
 ) -> Result<Json<sutra_wire::TaskState>> {
     let body: CompleteBody = parse(&api, body).await?;
     api.engine
-        .complete_task(&caller.tenant, &id, &body.lock_token, &body.output)
+        .complete_task(&caller.tenant, &id, &body.lock_token, &body.output, None)
         .await
         .map_err(engine_problem)?;
     Ok(task_state(id, TaskState::Completed))
@@ -194,7 +194,10 @@ async fn complete(
 ///
 /// At most 100, each on its own: an item's refusal is that item's result, the problem the same
 /// completion alone would have answered, and fails no other. A body that is not such an array,
-/// or holds more, is refused whole and completes nothing (decision 0025).
+/// or holds more, or an item whose `take` is malformed, is refused whole and completes nothing
+/// (decision 0025). An item with `take` is answered with the worker's next task as `taken` when
+/// the step its completion resumed armed one of the asked topics (eager dispatch, decision
+/// 0038).
 #[utoipa::path(
     post,
     path = "/v1/tasks/complete",
@@ -218,23 +221,48 @@ async fn complete_batch(
             items.len()
         )));
     }
+    let takes = items
+        .iter()
+        .map(|item| item.take.as_ref().map(take).transpose())
+        .collect::<Result<Vec<_>>>()?;
     let completions = items
         .into_iter()
-        .map(|item| complete_item(&api, &caller.tenant, item));
+        .zip(takes)
+        .map(|(item, take)| complete_item(&api, &caller.tenant, item, take));
     Ok(Json(CompletedBatch {
         items: join_all(completions).await,
         extra: Extra::new(),
     }))
 }
 
-async fn complete_item(api: &Api, tenant: &str, item: CompleteItem) -> ItemResult {
+async fn complete_item(
+    api: &Api,
+    tenant: &str,
+    item: CompleteItem,
+    take: Option<Take>,
+) -> ItemResult {
     let completed = api
         .engine
-        .complete_task(tenant, &item.id, &item.lock_token, &item.output)
+        .complete_task(tenant, &item.id, &item.lock_token, &item.output, take)
         .await
-        .map(|()| TaskState::Completed)
         .map_err(engine_problem);
     render::item_result(item.id, completed)
+}
+
+/// An item's ask for the worker's next task, checked as a poll's worker, topics and lock are.
+fn take(take: &sutra_wire::Take) -> Result<Take> {
+    check_worker(&take.worker)?;
+    check_topics(&take.topics)?;
+    let lock = take
+        .lock
+        .as_deref()
+        .map(|lock| lock_duration("take.lock", lock))
+        .transpose()?;
+    Ok(Take {
+        worker: take.worker.clone(),
+        topics: take.topics.clone(),
+        lock,
+    })
 }
 
 /// Fails a task

@@ -187,8 +187,8 @@ fn insert_instance(guard: &str) -> String {
 /// written.
 const WRITTEN: &str = "SELECT 1 FROM written";
 
-/// A start's rows with its message: the insert's parameters are `$1`–`$8`, the rows' `$9`–`$22`,
-/// the message's channel, event id, answer (instance, status) and correlation key `$23`–`$27`.
+/// A start's rows with its message: the insert's parameters are `$1`–`$8`, the rows' `$9`–`$26`,
+/// the message's channel, event id, answer (instance, status) and correlation key `$27`–`$31`.
 /// The inbox row goes first, unless an instance waits on the key; the instance and every row
 /// joined to it only if the inbox row is this statement's. A racing start's uncommitted inbox
 /// row makes the insert wait for it and then insert nothing: the caller then reads the row the
@@ -196,10 +196,10 @@ const WRITTEN: &str = "SELECT 1 FROM written";
 static ROWS_OF_A_MESSAGE: LazyLock<String> = LazyLock::new(|| {
     step_rows(
         "waited AS (
-             SELECT 1 FROM waits WHERE tenant = $2 AND channel = $23 AND key = $27),
+             SELECT 1 FROM waits WHERE tenant = $2 AND channel = $27 AND key = $31),
          inboxed AS (
              INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
-             SELECT $2, $23, $24, $25, $26, sutra_now()
+             SELECT $2, $27, $28, $29, $30, sutra_now()
              WHERE NOT EXISTS (SELECT 1 FROM waited)
              ON CONFLICT DO NOTHING
              RETURNING 1),
@@ -236,12 +236,19 @@ fn step_rows(lead: &str, instance_row: &str, first: usize, last: &str) -> String
              WHERE deliveries.instance = written.id AND deliveries.park = ANY({cleared}::bigint[])),
          armed_tasks AS (
              INSERT INTO tasks (id, tenant, instance, park, topic, input, state, attempt, retries,
-                                backoff_us, lock_us, available_at, created_at, updated_at)
-             SELECT task.id, written.tenant, written.id, park, topic, input, 'available', 1,
-                    retries, backoff_us, lock_us, sutra_now(), sutra_now(), sutra_now()
+                                backoff_us, lock_us, lock_token, locked_until, worker,
+                                available_at, created_at, updated_at)
+             SELECT task.id, written.tenant, written.id, park, topic, input,
+                    CASE WHEN worker IS NULL THEN 'available' ELSE 'locked' END, 1,
+                    retries, backoff_us, lock_us, lock_token,
+                    CASE WHEN worker IS NOT NULL
+                         THEN GREATEST(sutra_after(taken_lock_us), expires_at) END, worker,
+                    sutra_now(), sutra_now(), sutra_now()
              FROM written, unnest({t0}::text[], {t1}::bigint[], {t2}::text[], {t3}::jsonb[],
-                                  {t4}::bigint[], {t5}::bigint[], {t6}::bigint[])
-                  AS task (id, park, topic, input, retries, backoff_us, lock_us)
+                                  {t4}::bigint[], {t5}::bigint[], {t6}::bigint[], {t7}::text[],
+                                  {t8}::text[], {t9}::bigint[], {t10}::bigint[])
+                  AS task (id, park, topic, input, retries, backoff_us, lock_us, worker,
+                           lock_token, taken_lock_us, expires_at)
              ON CONFLICT (id) DO UPDATE SET {TASK_REARMED})
          {last}",
         h0 = p(0),
@@ -258,14 +265,19 @@ fn step_rows(lead: &str, instance_row: &str, first: usize, last: &str) -> String
         t4 = p(11),
         t5 = p(12),
         t6 = p(13),
+        t7 = p(14),
+        t8 = p(15),
+        t9 = p(16),
+        t10 = p(17),
     )
 }
 
 /// What a task armed again at a park whose earlier task is resolved becomes: the new attempt,
-/// available now.
+/// available now or locked for the worker that took it.
 const TASK_REARMED: &str = "topic = excluded.topic, input = excluded.input, state = excluded.state,
      attempt = 1, retries = excluded.retries, backoff_us = excluded.backoff_us,
-     lock_us = excluded.lock_us, lock_token = NULL, locked_until = NULL,
+     lock_us = excluded.lock_us, lock_token = excluded.lock_token,
+     locked_until = excluded.locked_until, worker = excluded.worker,
      available_at = excluded.available_at, updated_at = excluded.updated_at";
 
 /// A step's history as six arrays: sequence, time, kind, node, token, detail.
@@ -311,7 +323,11 @@ impl<'a> HistoryColumns<'a> {
     }
 }
 
-/// A step's armed tasks as seven arrays: id, park, topic, input, retries, backoff, lock.
+/// A step's armed tasks as eleven arrays: id, park, topic, input, retries, backoff, lock, and
+/// for a task a worker took ([`sutra_store_sql::TakenTask`]; `NULL` for the others) its worker, lock token, lock
+/// length and the expiry its worker was told. The row's expiry is the later of that and the
+/// length from the database's own now: never earlier than the worker was told, nor shorter than
+/// asked by the database's clock.
 struct TaskColumns<'a> {
     ids: Vec<&'a str>,
     parks: Vec<i64>,
@@ -320,6 +336,10 @@ struct TaskColumns<'a> {
     retries: Vec<i64>,
     backoffs: Vec<i64>,
     locks: Vec<i64>,
+    workers: Vec<Option<&'a str>>,
+    tokens: Vec<Option<&'a str>>,
+    taken_locks: Vec<Option<i64>>,
+    expiries: Vec<Option<i64>>,
 }
 
 impl<'a> TaskColumns<'a> {
@@ -332,6 +352,10 @@ impl<'a> TaskColumns<'a> {
             retries: Vec::with_capacity(tasks.len()),
             backoffs: Vec::with_capacity(tasks.len()),
             locks: Vec::with_capacity(tasks.len()),
+            workers: Vec::with_capacity(tasks.len()),
+            tokens: Vec::with_capacity(tasks.len()),
+            taken_locks: Vec::with_capacity(tasks.len()),
+            expiries: Vec::with_capacity(tasks.len()),
         };
         for task in tasks {
             columns.ids.push(&task.id);
@@ -341,6 +365,17 @@ impl<'a> TaskColumns<'a> {
             columns.retries.push(i64::from(task.retries));
             columns.backoffs.push(duration_micros(task.backoff));
             columns.locks.push(duration_micros(task.lock));
+            let taken = task.taken.as_ref();
+            columns.workers.push(taken.map(|taken| taken.worker));
+            columns
+                .tokens
+                .push(taken.map(|taken| taken.lock_token.as_str()));
+            columns
+                .taken_locks
+                .push(taken.map(|taken| duration_micros(taken.lock)));
+            columns
+                .expiries
+                .push(taken.map(|taken| micros(taken.expires_at)));
         }
         Ok(columns)
     }
@@ -354,5 +389,9 @@ impl<'a> TaskColumns<'a> {
             .bind(self.retries)
             .bind(self.backoffs)
             .bind(self.locks)
+            .bind(self.workers)
+            .bind(self.tokens)
+            .bind(self.taken_locks)
+            .bind(self.expiries)
     }
 }

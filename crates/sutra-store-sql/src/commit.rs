@@ -8,17 +8,19 @@
 //! the one race left between transactions on different rows — a park and an early message on the
 //! same correlation key — is ordered by [`Statements::serialize`] (see [`lock_waits`]).
 
+use jiff::{SignedDuration, Timestamp};
 use sutra_core::snapshot::{InstanceInfo, ParkId};
 use sutra_core::step::Message;
 use sutra_store::codec::corrupt;
 use sutra_store::{
-    Arm, Committed, DeliveryId, DeliveryKind, EndNotice, Error, InboxAnswer, InboxEntry, Result,
-    StepCommit, Steps, task_id,
+    Arm, Committed, DeliveryId, DeliveryKind, EndNotice, Error, InboxAnswer, InboxEntry,
+    LockedTask, Result, StepCommit, Steps, task_id,
 };
+use uuid::Uuid;
 
 use crate::statements::{
     Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements, StepRows,
-    StepStatements, TaskArm, WaitArm, Wrote,
+    StepStatements, TakenTask, TaskArm, WaitArm, Wrote,
 };
 use crate::store::SqlStore;
 
@@ -61,7 +63,7 @@ pub(crate) async fn write_step<T: StepStatements>(
     for park in step.disarms.iter().filter(|park| Some(**park) != resolved) {
         writer.cancel_task(*park).await?;
     }
-    writer.write_rows().await?;
+    let taken = writer.write_rows().await?;
     lock_waits(writer.tx, step).await?;
     let mut due_now = Vec::new();
     for arm in &step.arms {
@@ -77,7 +79,7 @@ pub(crate) async fn write_step<T: StepStatements>(
     {
         writer.tx.record_consumed(&instance.tenant, entry).await?;
     }
-    Ok(Committed { due_now })
+    Ok(Committed { due_now, taken })
 }
 
 /// Inserts the inbox row of a message unless one exists: whoever's insert produced the row owns
@@ -181,13 +183,15 @@ impl<T: StepStatements> StepWriter<'_, T> {
     /// Writes the instance's row and every row that only lands beside it. A settle writes the
     /// snapshot and clears the owner if and only if the claim is still ours: the fence makes a
     /// holder whose claim lapsed (and was taken) unable to commit. The row lock it takes is held
-    /// until the commit. A start inserts a new, unowned instance.
-    async fn write_rows(&mut self) -> Result<()> {
+    /// until the commit. A start inserts a new, unowned instance. Returns the tasks it armed
+    /// locked for a worker.
+    async fn write_rows(&mut self) -> Result<Vec<LockedTask>> {
         let step = self.step;
+        let now = Timestamp::now();
         let tasks = step
             .arms
             .iter()
-            .filter_map(|arm| task_arm(self.instance, arm))
+            .filter_map(|arm| task_arm(self.instance, arm, now))
             .collect::<Vec<_>>();
         let rows = StepRows {
             claim: step.claim.as_ref(),
@@ -199,7 +203,7 @@ impl<T: StepStatements> StepWriter<'_, T> {
             message: step.inbox.as_ref().filter(|_| step.claim.is_none()),
         };
         match self.tx.write_rows(&rows).await? {
-            Wrote::Rows => Ok(()),
+            Wrote::Rows => Ok(tasks.iter().filter_map(locked_task).collect()),
             Wrote::ClaimLost => Err(Error::ClaimLost),
             Wrote::Waited => {
                 let entry = rows.message.expect("only a start's message is waited for");
@@ -291,8 +295,9 @@ impl<T: StepStatements> StepWriter<'_, T> {
     }
 }
 
-/// The task row of a task arm; `None` for the other arms.
-fn task_arm<'s>(instance: &'s InstanceInfo, arm: &'s Arm) -> Option<TaskArm<'s>> {
+/// The task row of a task arm, `now` being a moment before the transaction's writes; `None`
+/// for the other arms.
+fn task_arm<'s>(instance: &'s InstanceInfo, arm: &'s Arm, now: Timestamp) -> Option<TaskArm<'s>> {
     let Arm::Task {
         park,
         topic,
@@ -300,10 +305,17 @@ fn task_arm<'s>(instance: &'s InstanceInfo, arm: &'s Arm) -> Option<TaskArm<'s>>
         retries,
         backoff,
         lock,
+        taken_by,
     } = arm
     else {
         return None;
     };
+    let taken = taken_by.as_ref().map(|taken_by| TakenTask {
+        worker: &taken_by.worker,
+        lock: taken_by.lock,
+        lock_token: Uuid::new_v4().to_string(),
+        expires_at: lock_expiry(now, taken_by.lock),
+    });
     Some(TaskArm {
         instance,
         park: *park,
@@ -313,5 +325,28 @@ fn task_arm<'s>(instance: &'s InstanceInfo, arm: &'s Arm) -> Option<TaskArm<'s>>
         retries: *retries,
         backoff: *backoff,
         lock: *lock,
+        taken,
+    })
+}
+
+/// `lock` after `now`, to the microsecond the stores keep: a worker is never told of a moment
+/// later than the row's.
+fn lock_expiry(now: Timestamp, lock: SignedDuration) -> Timestamp {
+    // Saturating adds fail only for calendar units, which a signed duration has none of.
+    let at = now.saturating_add(lock).unwrap_or(Timestamp::MAX);
+    Timestamp::from_microsecond(at.as_microsecond()).unwrap_or(at)
+}
+
+/// The task as its worker gets it, when `task` was armed locked for one.
+fn locked_task(task: &TaskArm<'_>) -> Option<LockedTask> {
+    let taken = task.taken.as_ref()?;
+    Some(LockedTask {
+        id: task.id.clone(),
+        instance: task.instance.id.clone(),
+        topic: task.topic.to_owned(),
+        input: task.input.clone(),
+        attempt: 1,
+        lock_token: taken.lock_token.clone(),
+        lock_expires_at: taken.expires_at,
     })
 }

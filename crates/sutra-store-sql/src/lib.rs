@@ -45,6 +45,6 @@ pub use statements::{
     Backend, ClaimStatements, Correlation, DeliveryStatements, DeploymentStatements, InboxKey,
     IntakeStatements, LeaseStatements, LockOn, NewClaim, NewDeliveryRow, NewLease, NewVersion,
     OutboxStatements, PurgeStatements, ReadStatements, ScalingStatements, Scope, Statements,
-    StepRows, StepStatements, TaskArm, TaskStatements, WaitArm, Wrote,
+    StepRows, StepStatements, TakenTask, TaskArm, TaskStatements, WaitArm, Wrote,
 };
 pub use store::SqlStore;

@@ -154,9 +154,14 @@ pub fn wait<'q, Q: Bind<'q>>(query: Q, wait: &WaitArm<'q>) -> Result<Q> {
         .int(park(wait.park)?))
 }
 
-/// A park's task, available: id, tenant, instance, park, topic, input, state, retries, backoff,
-/// lock.
+/// A park's task: id, tenant, instance, park, topic, input, state (available, or locked when a
+/// worker took it), retries, backoff, lock, and the taker's lock token, expiry and name.
 pub fn task<'q, Q: Bind<'q>>(query: Q, task: &'q TaskArm<'q>) -> Result<Q> {
+    let taken = task.taken.as_ref();
+    let state = match taken {
+        Some(_) => TaskState::Locked,
+        None => TaskState::Available,
+    };
     Ok(query
         .text(&task.id)
         .text(&task.instance.tenant)
@@ -164,10 +169,13 @@ pub fn task<'q, Q: Bind<'q>>(query: Q, task: &'q TaskArm<'q>) -> Result<Q> {
         .int(park(task.park)?)
         .text(task.topic)
         .json_ref(task.input)
-        .text(TaskState::Available.as_str())
+        .text(state.as_str())
         .int(i64::from(task.retries))
         .int(duration_micros(task.backoff))
-        .int(duration_micros(task.lock)))
+        .int(duration_micros(task.lock))
+        .maybe_text(taken.map(|taken| taken.lock_token.as_str()))
+        .maybe_int(taken.map(|taken| micros(taken.expires_at)))
+        .maybe_text(taken.map(|taken| taken.worker)))
 }
 
 /// An outbox row: tenant, instance, deployment, version, channel, payload, message key,

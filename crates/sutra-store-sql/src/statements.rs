@@ -135,6 +135,21 @@ pub struct TaskArm<'a> {
     pub retries: u32,
     pub backoff: SignedDuration,
     pub lock: SignedDuration,
+    /// `Some`: armed locked for a worker ([`sutra_store::TakenBy`]).
+    pub taken: Option<TakenTask<'a>>,
+}
+
+/// The lock a task is armed with when a worker took it in the step that arms it.
+pub struct TakenTask<'a> {
+    pub worker: &'a str,
+    /// The lock's length asked for.
+    pub lock: SignedDuration,
+    /// Random: the proof of the lock, as a poll's.
+    pub lock_token: String,
+    /// When the lock runs out as answered to the worker: the lock's length from a moment before
+    /// the transaction's writes, on this process's clock. The row's own expiry is never earlier
+    /// (see each backend).
+    pub expires_at: Timestamp,
 }
 
 /// A step's own rows: its instance row (the fenced settle, or a start's insert), its history,

@@ -213,14 +213,18 @@ impl Session {
         let tx = self.write().await?;
         let query = sqlx::query(
             "INSERT INTO tasks (id, tenant, instance, park, topic, input, state, attempt, retries,
-                                backoff_us, lock_us, available_at, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, ?10, ?11, ?11, ?11)
+                                backoff_us, lock_us, lock_token, locked_until, worker,
+                                available_at, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?14)
              ON CONFLICT (id) DO UPDATE SET
                  topic = excluded.topic, input = excluded.input, state = excluded.state,
                  attempt = 1, retries = excluded.retries, backoff_us = excluded.backoff_us,
-                 lock_us = excluded.lock_us, lock_token = NULL, locked_until = NULL,
+                 lock_us = excluded.lock_us, lock_token = excluded.lock_token,
+                 locked_until = excluded.locked_until, worker = excluded.worker,
                  available_at = excluded.available_at, updated_at = excluded.updated_at",
         );
+        // A taken task's lock runs out when its worker was told: this process's clock is the
+        // store's.
         let query = params::task(query, task)?.bind(micros(tx.now()));
         tx.execute(query).await.map(drop)
     }

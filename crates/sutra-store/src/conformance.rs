@@ -97,6 +97,8 @@ macro_rules! conformance_tests {
             the_idempotency_key_is_unique_and_stable,
             tenants_never_see_each_others_outbox,
             a_task_is_locked_by_one_poller_at_a_time,
+            a_task_armed_for_a_worker_is_locked_for_it_alone,
+            an_eager_lock_that_expires_is_an_attempt_like_any_other,
             a_poll_takes_the_oldest_tasks_of_its_topics_with_their_own_lock,
             an_expired_lock_makes_the_task_available_again,
             a_wrong_or_expired_lock_token_is_refused,

@@ -50,7 +50,7 @@ pub use outbox::{Outbox, OutboxId, OutboxRecord, OutboxRetry, OutboxRow, SendErr
 pub use purge::{Purge, Purged};
 pub use reads::{InstanceFilter, InstanceRecord, Reads};
 pub use scaling::{Backlog, Scaling};
-pub use steps::{Arm, Committed, EndNotice, OutboxEntry, StepCommit, Steps};
+pub use steps::{Arm, Committed, EndNotice, OutboxEntry, StepCommit, Steps, TakenBy};
 pub use tasks::{
     LockedTask, Polled, TaskFailure, TaskFilter, TaskLock, TaskPoll, TaskRecord, TaskState, Tasks,
     after_failure, lock_expired, retry_backoff, task_id, task_instance,

@@ -7,7 +7,7 @@ use serde_json::Value;
 use sutra_core::snapshot::{ParkId, Snapshot};
 use sutra_core::step::HistoryEvent;
 
-use crate::{ClaimToken, DeliveryId, InboxEntry, Result};
+use crate::{ClaimToken, DeliveryId, InboxEntry, LockedTask, Result};
 
 /// Everything one step writes, committed atomically.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,7 +57,18 @@ pub enum Arm {
         retries: u32,
         backoff: SignedDuration,
         lock: SignedDuration,
+        /// `Some`: the task is armed already locked for this worker, on its first attempt, and
+        /// answered in [`Committed::taken`] — the worker whose completion this step consumed
+        /// asked for its next task (eager dispatch, decision 0038). `None`: armed available.
+        taken_by: Option<TakenBy>,
     },
+}
+
+/// Who a task is locked for the moment it is armed, and for how long.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TakenBy {
+    pub worker: String,
+    pub lock: SignedDuration,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -75,6 +86,9 @@ pub struct Committed {
     /// Deliveries that became due at once inside the commit: buffered early messages matched by
     /// a park of this step. The caller should dispatch them now instead of waiting for a poll.
     pub due_now: Vec<DeliveryId>,
+    /// The tasks this commit armed locked (an [`Arm::Task`] `taken_by` a worker), for the caller to hand to
+    /// their worker: no poll will find them while the lock holds.
+    pub taken: Vec<LockedTask>,
 }
 
 /// What [`Steps::end_notice`] heard.

@@ -41,8 +41,8 @@ pub use leases::{Lease, Leases};
 pub use problem::{Problem, Violation};
 pub use tasks::{
     COMPLETE_BATCH_MAX, CompleteBody, CompleteItem, CompletedBatch, ExtendBody, FailBody,
-    ItemResult, LockExtended, LockedTask, PollBody, ReleaseBody, TaskFailure, TaskQuery, TaskState,
-    TaskSummary,
+    ItemResult, LockExtended, LockedTask, PollBody, ReleaseBody, Take, TaskFailure, TaskQuery,
+    TaskState, TaskSummary,
 };
 
 /// Members of an answer that this version of the vocabulary does not know.

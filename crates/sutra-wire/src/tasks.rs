@@ -50,6 +50,23 @@ pub struct CompleteItem {
     pub lock_token: String,
     #[serde(default)]
     pub output: Value,
+    /// Asks for this worker's next task with the completion (eager dispatch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub take: Option<Take>,
+}
+
+/// A completing worker's ask for its next task (eager dispatch): when the step the completion
+/// resumes arms a task of one of `topics`, that task is locked for `worker` in the same
+/// transaction and answered as the item's `taken`, instead of waiting for a poll. At most one
+/// task per item: the slot the completion frees. A worker that asks must run what it is given,
+/// as it would a polled task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Take {
+    pub worker: String,
+    pub topics: Vec<String>,
+    /// How long the task stays locked (ISO-8601), or the task's own lock.
+    pub lock: Option<String>,
 }
 
 /// The answer of `POST /v1/tasks/complete`: one result per item, in the request's order.
@@ -72,6 +89,10 @@ pub struct ItemResult {
     pub state: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<Problem>,
+    /// The task locked for the worker with this completion, when the item asked (`take`) and
+    /// the resumed step armed one of its topics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taken: Option<LockedTask>,
     #[serde(flatten)]
     #[cfg_attr(feature = "openapi", schema(ignore))]
     pub extra: Extra,

@@ -8,6 +8,11 @@
 //!
 //! Each completion is answered with its own item's result, which is what a single completion
 //! would have answered, so the execution that queued it handles a lost lock as it always has.
+//!
+//! A completion may ask for the worker's next task ([`Take`]): when the step it resumes arms a
+//! task of the worker's topics, the server locks it for this worker in the same transaction and
+//! answers it with the item, and the execution runs it in the slot its completion freed — no
+//! poll between one task of an instance and the next (decision 0038).
 
 use std::sync::Arc;
 
@@ -17,11 +22,12 @@ use tokio::task::JoinHandle;
 
 use crate::client::Client;
 use crate::error::ApiError;
-use crate::types::{COMPLETE_BATCH_MAX, CompleteItem, ItemResult};
+use crate::types::{COMPLETE_BATCH_MAX, CompleteItem, ItemResult, LockedTask, Take};
 
-/// How one completion ended: the state it left the task in, or why it did not. A call that
-/// failed as a whole failed every item it carried, so its error is shared between them.
-pub(crate) type Completed = Result<String, Arc<ApiError>>;
+/// How one completion ended: completed, with the worker's next task when one was locked for it,
+/// or why it did not. A call that failed as a whole failed every item it carried, so its error
+/// is shared between them.
+pub(crate) type Completed = Result<Option<LockedTask>, Arc<ApiError>>;
 
 /// Queues completions for the sending loop. Cheap to clone; the loop ends when the last clone
 /// is dropped.
@@ -30,6 +36,8 @@ pub(crate) struct Completer {
     // Unbounded, yet never holds more than the worker's concurrency: each execution queues one
     // completion and waits for its answer before it queues another.
     queue: mpsc::UnboundedSender<Queued>,
+    /// What a completion asking for the next task asks for: this worker, its topics, its lock.
+    take: Arc<Take>,
 }
 
 struct Queued {
@@ -40,19 +48,28 @@ struct Queued {
 impl Completer {
     /// A completer sending through `client`, and its sending loop, which ends once every clone
     /// of the completer is dropped and all they queued has been answered.
-    pub(crate) fn start(client: Client) -> (Completer, JoinHandle<()>) {
+    pub(crate) fn start(client: Client, take: Take) -> (Completer, JoinHandle<()>) {
         let (queue, queued) = mpsc::unbounded_channel();
         let sending = tokio::spawn(send_batches(client, queued));
-        (Completer { queue }, sending)
+        let take = Arc::new(take);
+        (Completer { queue, take }, sending)
     }
 
-    /// Completes the task with `output` in the next batch, and answers that item's result.
-    pub(crate) async fn complete(&self, id: &str, lock_token: &str, output: &Value) -> Completed {
+    /// Completes the task with `output` in the next batch, and answers that item's result; with
+    /// `take_next`, asks for the worker's next task with it.
+    pub(crate) async fn complete(
+        &self,
+        id: &str,
+        lock_token: &str,
+        output: &Value,
+        take_next: bool,
+    ) -> Completed {
         let (answer, answered) = oneshot::channel();
         let item = CompleteItem {
             id: id.to_owned(),
             lock_token: lock_token.to_owned(),
             output: output.clone(),
+            take: take_next.then(|| Take::clone(&self.take)),
         };
         self.queue
             .send(Queued { item, answer })
@@ -97,6 +114,6 @@ async fn send(client: &Client, batch: Vec<Queued>) {
 fn outcome(result: ItemResult) -> Completed {
     match result.error {
         Some(problem) => Err(Arc::new(ApiError::Problem(Box::new(problem)))),
-        None => Ok(result.state.unwrap_or_default()),
+        None => Ok(result.taken),
     }
 }

@@ -4,6 +4,9 @@
 //! The handler runs in a Tokio task of its own so that a panic is caught at the join and
 //! becomes a retryable failure instead of a dead worker. The lock is extended at half the
 //! remaining period, so one failed extend still leaves time for another before it expires.
+//!
+//! A completion asks for the worker's next task unless the worker is stopping; the task the
+//! server answers with it is the execution's next, in the same slot.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +40,8 @@ pub(crate) struct Execution {
     pub(crate) lock: Duration,
     /// When the poll answered: the lock started no later than this.
     pub(crate) locked_at: Instant,
+    /// Set once the worker stops: a completion then asks for no next task.
+    pub(crate) stopping: watch::Receiver<bool>,
 }
 
 /// How the handler ended, as far as the server needs to know.
@@ -48,8 +53,37 @@ enum Ending {
 
 impl Execution {
     /// Runs `handler` on the task and reports the result, unless `abandon` fires first, in which
-    /// case the handler is aborted and the task handed back for another worker.
-    pub(crate) async fn run(self, handler: Handler, mut abandon: watch::Receiver<bool>) {
+    /// case the handler is aborted and the task handed back for another worker. Returns the
+    /// execution of the task the server locked for this worker with the completion, if it did.
+    pub(crate) async fn run(
+        self,
+        handler: Handler,
+        mut abandon: watch::Receiver<bool>,
+    ) -> Option<Execution> {
+        let (ending, lock_lost) = self.ending(handler, &mut abandon).await;
+        if lock_lost {
+            info!("dropping the result: the lock was lost, so another worker may have the task");
+            return None;
+        }
+        let report = match ending {
+            Ending::Finished(Ok(output)) => Report::Complete(output),
+            Ending::Finished(Err(error)) => Report::Fail(error),
+            Ending::Abandoned => Report::Release,
+        };
+        let next = self.report(report).await?;
+        Some(Execution {
+            task: next,
+            locked_at: Instant::now(),
+            ..self
+        })
+    }
+
+    /// Runs the handler while keeping the lock; how it ended, and whether the lock was lost.
+    async fn ending(
+        &self,
+        handler: Handler,
+        abandon: &mut watch::Receiver<bool>,
+    ) -> (Ending, bool) {
         let task = self.task.clone();
         let mut running = tokio::spawn(async move { handler(task).await });
         let keeper = self.keep_lock();
@@ -65,15 +99,7 @@ impl Execution {
                 }
             }
         };
-        if lock_lost {
-            info!("dropping the result: the lock was lost, so another worker may have the task");
-            return;
-        }
-        match ending {
-            Ending::Finished(Ok(output)) => self.report(Report::Complete(output)).await,
-            Ending::Finished(Err(error)) => self.report(Report::Fail(error)).await,
-            Ending::Abandoned => self.report(Report::Release).await,
-        }
+        (ending, lock_lost)
     }
 
     /// Extends the lock while the handler runs; returns only if the server says it is lost.
@@ -101,46 +127,75 @@ impl Execution {
         }
     }
 
-    /// Tells the server how the task ended, retrying briefly while the server is away.
-    async fn report(&self, report: Report) {
+    /// Tells the server how the task ended, retrying briefly while the server is away; returns
+    /// the next task the server locked for this worker with a completion.
+    async fn report(&self, report: Report) -> Option<LockedTask> {
         let mut backoff = Backoff::new(REPORT_BACKOFF_FIRST, REPORT_BACKOFF_MAX);
         for attempt in 1..=REPORT_ATTEMPTS_MAX {
             let error = match self.send(&report).await {
-                Ok(state) => {
-                    debug!(state, "{}", report.describe());
-                    return;
+                Ok(Sent { state, next }) => {
+                    debug!(
+                        state,
+                        next = next.as_ref().map(|task| task.id.as_str()),
+                        "{}",
+                        report.describe()
+                    );
+                    return next;
                 }
                 Err(error) => error,
             };
             if error.code() == Some(TASK_LOCK_LOST) {
                 warn!(%error, "{} refused: the lock was lost; the result is dropped", report.describe());
-                return;
+                return None;
             }
             if !error.is_retryable() || attempt == REPORT_ATTEMPTS_MAX {
                 warn!(%error, "{} failed; the task runs again once its lock expires", report.describe());
-                return;
+                return None;
             }
             debug!(%error, attempt, "{} failed; trying again", report.describe());
             tokio::time::sleep(backoff.delay()).await;
         }
+        None
     }
 
-    /// A completion goes in a batch with other executions'; a failure or a hand-back goes alone,
-    /// as the server batches only completions, the report nearly every task ends with (decision 0025).
-    async fn send(&self, report: &Report) -> Result<String, Arc<ApiError>> {
+    /// A completion goes in a batch with other executions', asking for the next task unless the
+    /// worker is stopping; a failure or a hand-back goes alone, as the server batches only
+    /// completions, the report nearly every task ends with (decision 0025).
+    async fn send(&self, report: &Report) -> Result<Sent, Arc<ApiError>> {
         let (id, token) = (&self.task.id, &self.task.lock_token);
         match report {
-            Report::Complete(output) => self.completer.complete(id, token, output).await,
+            Report::Complete(output) => {
+                let take_next = !*self.stopping.borrow();
+                let next = self
+                    .completer
+                    .complete(id, token, output, take_next)
+                    .await?;
+                let state = "completed".to_owned();
+                Ok(Sent { state, next })
+            }
             Report::Fail(error) => {
                 let failure: TaskFailure = error.to_failure();
                 let answer = self
                     .client
                     .fail(id, token, &failure, error.is_retry())
                     .await?;
-                Ok(answer.state)
+                Ok(Sent::alone(answer.state))
             }
-            Report::Release => Ok(self.client.release(id, token).await?.state),
+            Report::Release => Ok(Sent::alone(self.client.release(id, token).await?.state)),
         }
+    }
+}
+
+/// What the server answered a report: the task's state, and the next task it locked for this
+/// worker with a completion.
+struct Sent {
+    state: String,
+    next: Option<LockedTask>,
+}
+
+impl Sent {
+    fn alone(state: String) -> Sent {
+        Sent { state, next: None }
     }
 }
 

@@ -130,6 +130,7 @@ pub fn task(park: u64) -> Arm {
         retries: 3,
         backoff: SignedDuration::from_secs(5),
         lock: SignedDuration::from_mins(1),
+        taken_by: None,
     }
 }
 

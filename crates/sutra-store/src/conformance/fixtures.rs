@@ -230,6 +230,7 @@ pub(super) fn task(park: ParkId) -> Arm {
         retries: 3,
         backoff: SignedDuration::from_secs(5),
         lock: SignedDuration::from_mins(1),
+        taken_by: None,
     }
 }
 

@@ -19,7 +19,7 @@ use super::fixtures::{
 };
 use crate::{
     Arm, CompletingClaim, Delivery, DeliveryKind, Error, LockedTask, Polled, Result, StepCommit,
-    Store, TaskFailure, TaskFilter, TaskPoll, TaskRecord, TaskState, lock_expired,
+    Store, TakenBy, TaskFailure, TaskFilter, TaskPoll, TaskRecord, TaskState, lock_expired,
 };
 
 /// The topic of [`task`] arms.
@@ -43,6 +43,7 @@ fn task_of(topic: &str, retries: u32, backoff: SignedDuration, lock: SignedDurat
         retries,
         backoff,
         lock,
+        taken_by: None,
     }
 }
 
@@ -179,6 +180,90 @@ pub async fn a_task_is_locked_by_one_poller_at_a_time<S: Store>(store: &S) {
         let task = record(store, instance).await;
         assert_eq!((task.state, task.attempt), (TaskState::Locked, 1));
     }
+}
+
+/// `arm`, a task, armed locked for `worker` (eager dispatch, decision 0038).
+fn taken(mut arm: Arm, worker: &str, lock: SignedDuration) -> Arm {
+    if let Arm::Task { taken_by, .. } = &mut arm {
+        *taken_by = Some(TakenBy {
+            worker: worker.to_owned(),
+            lock,
+        });
+    }
+    arm
+}
+
+/// Eager dispatch (decision 0038): a task armed for a worker is locked for it by the commit
+/// that arms it and answered with that commit; no poll takes it while the lock holds, and the
+/// step's other tasks are armed available as ever.
+pub async fn a_task_armed_for_a_worker_is_locked_for_it_alone<S: Store>(store: &S) {
+    let instance = id(1);
+    started(store, TENANT, &instance).await;
+    let claim = store
+        .claim(TENANT, &instance, &owner(LANE_A), HOUR)
+        .await
+        .unwrap();
+    let other_park = ParkId(2);
+    let arms = vec![taken(task(PARK), WORKER_A, HOUR), task(other_park)];
+    let before = now();
+
+    let committed = store.commit(&arming(&claim, arms)).await.unwrap();
+
+    let after = now();
+    let [eager] = <[LockedTask; 1]>::try_from(committed.taken).expect("one task taken");
+    assert_eq!(
+        (
+            eager.id.as_str(),
+            eager.instance.as_str(),
+            eager.topic.as_str()
+        ),
+        (task_id(&instance).as_str(), instance.as_str(), TOPIC)
+    );
+    assert_eq!(eager.input, json!({ "account": "a-1", "amount": 10 }));
+    assert_eq!(eager.attempt, 1);
+    assert_after(eager.lock_expires_at, HOUR, before, after);
+    let listed = store.tasks(TENANT, &instance).await.unwrap();
+    let row = listed
+        .iter()
+        .find(|task| task.id == eager.id)
+        .expect("its row");
+    assert_eq!(
+        (row.state, row.attempt, row.worker.as_deref()),
+        (TaskState::Locked, 1, Some(WORKER_A))
+    );
+    let held_until = row.locked_until.expect("a locked row has an expiry");
+    assert!(
+        held_until >= eager.lock_expires_at,
+        "the row holds at least as long as its worker was told: {held_until} < {}",
+        eager.lock_expires_at
+    );
+    let others = polled(store, WORKER_B, HOUR).await;
+    let others: Vec<_> = others.iter().map(|task| task.id.as_str()).collect();
+    assert_eq!(
+        others,
+        [format!("{instance}:{other_park}").as_str()],
+        "a poll takes only the task nobody took"
+    );
+    store
+        .complete_task(TENANT, &eager.id, &eager.lock_token, &json!({}))
+        .await
+        .unwrap();
+}
+
+/// A task armed locked for a worker that never reports (its answer was lost, or the worker
+/// died) is any other task whose lock expired: a poll takes it on its next attempt.
+pub async fn an_eager_lock_that_expires_is_an_attempt_like_any_other<S: Store>(store: &S) {
+    let instance = id(1);
+    armed(store, TENANT, &instance, taken(task(PARK), WORKER_A, LAPSE)).await;
+    lapse().await;
+
+    let retaken = locked_one(store, WORKER_B, HOUR).await;
+
+    assert_eq!((retaken.id, retaken.attempt), (task_id(&instance), 2));
+    assert_eq!(
+        record(store, &instance).await.worker.as_deref(),
+        Some(WORKER_B)
+    );
 }
 
 pub async fn a_poll_takes_the_oldest_tasks_of_its_topics_with_their_own_lock<S: Store>(store: &S) {
