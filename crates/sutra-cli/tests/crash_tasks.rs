@@ -7,7 +7,9 @@
 //! retries with the same token and is told its lock is gone instead of advancing it again.
 
 use serde_json::{Value, json};
-use sutra_testkit::{Scratch, Server, ServerOptions, assert_audit_sequence_is_whole, count_kind};
+use sutra_testkit::{
+    Scratch, Server, ServerOptions, assert_audit_sequence_is_whole, count_kind, event,
+};
 
 const FLOWS: &str = r#"
 name: crash-tasks
@@ -125,6 +127,58 @@ async fn a_task_locked_for_a_worker_that_never_heard_is_retaken_when_its_lock_la
         (&json!(instance), &json!(2)),
         "the lapsed lock was the task's first attempt: {credit}"
     );
+    let (path, body) = completion(&credit);
+    assert_eq!(server.post_json(&path, &body).await.0, 200);
+    server.wait_for_status(&instance, "completed").await;
+    let history = server.history(&instance).await;
+    assert_audit_sequence_is_whole(&history);
+    let completions = count_kind(&history, "task_completed");
+    assert_eq!(completions, 2, "debit and credit, once each: {history:?}");
+}
+
+/// A task handed to a waiting poll (decision 0039), the replica killed after the start that
+/// armed it — locked for that poll's worker in the start's own transaction — committed, and
+/// before the poll heard. The task is held only until that lock lapses, then the next poll takes
+/// it on its second attempt, and it is completed once.
+#[tokio::test]
+async fn a_task_handed_to_a_poll_that_never_heard_is_retaken_when_its_lock_lapses() {
+    let scratch = Scratch::new("after-start-commit-handoff");
+    let mut server = Server::start(&options(&scratch).env("SUTRA_FAULT", "after-start-commit"));
+    let (status, body) = server.deploy(FLOWS).await;
+    assert_eq!(status, 201, "{body}");
+    let poll = json!({"worker": "w1", "topics": ["debit"], "wait": "PT30S", "lock": "PT1S"});
+    let waiting = server.try_post_json("/v1/tasks/poll", &poll);
+    let start = async {
+        while server.metric("sutra_task_polls_waiting").await != Some(1.0) {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let message = event("t-1", json!({"id": "t1"})).to_string();
+        server
+            .try_post_raw("/v1/channels/transfers/messages", message)
+            .await
+    };
+
+    let (polled, started) = tokio::join!(waiting, start);
+    assert_eq!(
+        (polled, started),
+        (None, None),
+        "the fault point was not reached"
+    );
+    assert!(
+        server.wait_for_death(),
+        "the server was not killed by a signal"
+    );
+
+    let server = Server::start(&options(&scratch));
+    let debit = poll_one(&server, "debit").await;
+    assert_eq!(
+        debit["attempt"], 2,
+        "the lapsed lock was the task's first attempt: {debit}"
+    );
+    let instance = debit["instance"].as_str().unwrap().to_owned();
+    let (path, body) = completion(&debit);
+    assert_eq!(server.post_json(&path, &body).await.0, 200);
+    let credit = poll_one(&server, "credit").await;
     let (path, body) = completion(&credit);
     assert_eq!(server.post_json(&path, &body).await.0, 200);
     server.wait_for_status(&instance, "completed").await;

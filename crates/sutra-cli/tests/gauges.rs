@@ -4,7 +4,7 @@
 use serde_json::json;
 use sutra_store_sql::scaling::SCALING_SIGNAL;
 use sutra_testkit::postgres::TestDatabase;
-use sutra_testkit::{Scratch, Server, ServerOptions};
+use sutra_testkit::{Scratch, Server, ServerOptions, metric_value};
 
 /// Each order does what its `kind` says: park on a task, fail, emit to a port nobody listens on,
 /// or wait for a reply (which may come before it parks: `buffer`).
@@ -49,13 +49,6 @@ flows:
 fn options(datasource: &str) -> ServerOptions {
     // A failed send waits an hour before its next try: the row stays pending.
     ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), datasource).env("SUTRA_OUTBOX_BACKOFF", "PT1H")
-}
-
-/// The value of `name` (with `labels`, as Prometheus renders them) in `/metrics`.
-fn gauge(metrics: &str, series: &str) -> Option<f64> {
-    metrics
-        .lines()
-        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
 }
 
 async fn a_known_state_is_what_the_gauges_say(server: &Server) {
@@ -141,7 +134,7 @@ async fn a_known_state_is_what_the_gauges_say(server: &Server) {
     ];
     for (series, value) in expected {
         assert_eq!(
-            gauge(&metrics, series),
+            metric_value(&metrics, series),
             Some(value),
             "{series} in:\n{metrics}"
         );

@@ -140,6 +140,7 @@ impl Engine {
             metrics::lease_leader(&role, term.is_some_and(|term| term.current()));
         }
         metrics::claims_in_flight(self.claims_in_flight());
+        metrics::polls_waiting(self.shared.waiting.count());
         match self.shared.store.backlog().await {
             Ok(backlog) => {
                 let gone = self.topics_gone(&backlog);

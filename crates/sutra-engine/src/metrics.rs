@@ -24,6 +24,7 @@ pub const TASKS_AVAILABLE: &str = "sutra_tasks_available";
 pub const TASKS_LOCKED: &str = "sutra_tasks_locked";
 pub const INSTANCES: &str = "sutra_instances";
 pub const CLAIMS_IN_FLIGHT: &str = "sutra_claims_in_flight";
+pub const POLLS_WAITING: &str = "sutra_task_polls_waiting";
 
 /// Which way work reached a claim that refused it (the `path` label of [`CLAIM_BOUNCES`]).
 #[derive(Debug, Clone, Copy)]
@@ -101,6 +102,12 @@ pub(crate) fn backlog(backlog: &sutra_store::Backlog, gone: &[String]) {
 /// empty backlog must not scale to zero).
 pub(crate) fn claims_in_flight(busy: usize) {
     gauge!(CLAIMS_IN_FLIGHT).set(busy as f64);
+}
+
+/// Long-polls waiting on this replica with room for a task: idle worker capacity, which a step
+/// arming a task hands it to at once (decision 0039).
+pub(crate) fn polls_waiting(waiting: usize) {
+    gauge!(POLLS_WAITING).set(waiting as f64);
 }
 
 pub(crate) fn lease_leader(role: &str, leading: bool) {

@@ -27,7 +27,7 @@ use crate::error::Error;
 use crate::registry::Live;
 use crate::settle::{self, Hold};
 use crate::shared::Shared;
-use crate::tasks::Take;
+use crate::tasks::{self, Reservation, Take, Waiting};
 use crate::{fault, metrics};
 
 /// Work for one instance, handed to its lane.
@@ -101,8 +101,13 @@ pub(crate) struct Stepper<'a> {
 pub(crate) struct Written {
     step: Step,
     due_now: Vec<DeliveryId>,
-    /// The tasks the step armed locked for the worker whose completion it consumed.
+    /// The tasks the step armed locked for a worker: the completing worker's, and the waiting
+    /// polls'.
     taken: Vec<LockedTask>,
+    /// The park whose task the completing worker takes.
+    take: Option<ParkId>,
+    /// The waiting polls that take the tasks of these parks.
+    handoffs: Vec<(ParkId, Reservation)>,
     /// Whether it armed a task nobody took, which the waiting polls are told of.
     untaken_tasks: bool,
     hold: Option<Hold>,
@@ -121,12 +126,24 @@ impl Written {
         let Written {
             step,
             due_now,
+            mut taken,
+            handoffs,
             untaken_tasks,
             hold,
             started,
             ..
         } = self;
         let instance = step.snapshot.instance.id.clone();
+        for (park, reservation) in handoffs {
+            // A reservation whose task was not armed after all is dropped: its poll looks again.
+            let Some(task) = take_out(&mut taken, &instance, park) else {
+                continue;
+            };
+            if let Some(task) = reservation.hand(task) {
+                let tenant = &step.snapshot.instance.tenant;
+                tasks::release_unheard(&shared.store, &shared.tasks, tenant, task);
+            }
+        }
         metrics::step(&step.snapshot.instance.flow, "committed", started);
         if let Some(reply) = &step.reply {
             shared.settle.settle(&instance, reply);
@@ -155,7 +172,8 @@ impl Written {
     /// The task the step armed locked for its completion's worker, if it did: to be answered
     /// once the group committed.
     pub(crate) fn take_task(&mut self) -> Option<LockedTask> {
-        self.taken.pop()
+        let park = self.take?;
+        take_out(&mut self.taken, &self.step.snapshot.instance.id, park)
     }
 
     /// The group did not commit: nobody waits for this step's end on its account.
@@ -462,11 +480,16 @@ impl Stepper<'_> {
             self.shared.settle.register(&key)
         });
         let me = &self.shared.config.replica_id;
+        let takers = takers(&step, pending.take.as_ref(), &self.shared.waiting);
         fault::point("before-commit");
-        let mut result = group.commit_step(&to_commit(&step, &pending, me)).await;
+        let mut result = group
+            .commit_step(&to_commit(&step, &pending, me, &takers.locks))
+            .await;
         if let Err(sutra_store::Error::AliasTaken { channel, key }) = &result {
             step = fail_on_taken_alias(step, channel, key, ctx);
-            result = group.commit_step(&to_commit(&step, &pending, me)).await;
+            result = group
+                .commit_step(&to_commit(&step, &pending, me, &takers.locks))
+                .await;
         }
         match result {
             Ok(committed) => Ok(Written {
@@ -475,6 +498,8 @@ impl Stepper<'_> {
                 step,
                 due_now: committed.due_now,
                 taken: committed.taken,
+                take: takers.take,
+                handoffs: takers.handoffs,
                 hold,
                 is_start,
                 started: std::time::Instant::now(),
@@ -588,8 +613,13 @@ fn fail_on_taken_alias(step: Step, channel: &str, key: &str, ctx: StepContext) -
     }
 }
 
-/// The rows of `step`, committed by replica `me`.
-fn to_commit(step: &Step, pending: &PendingCommit, me: &str) -> StepCommit {
+/// The rows of `step`, committed by replica `me`, its tasks locked as `locks` say.
+fn to_commit(
+    step: &Step,
+    pending: &PendingCommit,
+    me: &str,
+    locks: &[(ParkId, TakenBy)],
+) -> StepCommit {
     let mut arms = Vec::new();
     let mut disarms: Vec<ParkId> = pending.answered.into_iter().collect();
     let mut outbox = Vec::new();
@@ -610,8 +640,13 @@ fn to_commit(step: &Step, pending: &PendingCommit, me: &str) -> StepCommit {
             }),
         }
     }
-    if let Some(take) = &pending.take {
-        take_one(&mut arms, take);
+    for arm in &mut arms {
+        if let Arm::Task { park, taken_by, .. } = arm {
+            *taken_by = locks
+                .iter()
+                .find(|(locked, _)| locked == park)
+                .map(|(_, by)| by.clone());
+        }
     }
     let inbox = pending.consumed.as_ref().map(|consumed| InboxEntry {
         channel: consumed.channel.clone(),
@@ -644,24 +679,48 @@ fn arms_a_task(effect: &Effect) -> bool {
     matches!(effect, Effect::Arm { park, .. } if matches!(park.kind, ParkKind::Task { .. }))
 }
 
-/// Locks the first task of `arms` whose topic the worker asked for to that worker: one task per
-/// completion, for the slot the completion frees. The lock is the worker's, or the task's own.
-fn take_one(arms: &mut [Arm], take: &Take) {
-    let wanted = arms.iter_mut().find_map(|arm| match arm {
-        Arm::Task {
-            topic,
-            lock,
-            taken_by,
-            ..
-        } if take.topics.contains(topic) => Some((lock, taken_by)),
-        _ => None,
-    });
-    if let Some((lock, taken_by)) = wanted {
-        *taken_by = Some(TakenBy {
-            worker: take.worker.clone(),
-            lock: take.lock.unwrap_or(*lock),
-        });
+/// Who the tasks a step arms are locked for as they are armed, each lock the taker's or the
+/// task's own: the completing worker that asked, for the first task of its topics — one task,
+/// for the slot its completion frees (decision 0038) — then the polls waiting on this replica,
+/// oldest first (decision 0039). The rest are armed available, for the polls to come.
+#[derive(Default)]
+struct Takers {
+    take: Option<ParkId>,
+    handoffs: Vec<(ParkId, Reservation)>,
+    locks: Vec<(ParkId, TakenBy)>,
+}
+
+fn takers(step: &Step, take: Option<&Take>, waiting: &Waiting) -> Takers {
+    let tenant = &step.snapshot.instance.tenant;
+    let mut takers = Takers::default();
+    for effect in &step.effects {
+        let Effect::Arm { park, .. } = effect else {
+            continue;
+        };
+        let ParkKind::Task { topic, lock, .. } = &park.kind else {
+            continue;
+        };
+        let asked = take.filter(|take| takers.take.is_none() && take.topics.contains(topic));
+        if let Some(take) = asked {
+            takers.take = Some(park.id);
+            let by = TakenBy {
+                worker: take.worker.clone(),
+                lock: take.lock.unwrap_or(*lock),
+            };
+            takers.locks.push((park.id, by));
+        } else if let Some(reservation) = waiting.reserve(tenant, topic, *lock) {
+            takers.locks.push((park.id, reservation.taken_by.clone()));
+            takers.handoffs.push((park.id, reservation));
+        }
     }
+    takers
+}
+
+/// The task of `instance`'s `park` among `taken`, removed from it.
+fn take_out(taken: &mut Vec<LockedTask>, instance: &str, park: ParkId) -> Option<LockedTask> {
+    let id = sutra_store::task_id(instance, park);
+    let at = taken.iter().position(|task| task.id == id)?;
+    Some(taken.swap_remove(at))
 }
 
 /// The durable rows behind a park.

@@ -8,7 +8,7 @@ use tokio::sync::Notify;
 
 use crate::config::EngineConfig;
 use crate::settle::SettleRegistry;
-use crate::tasks::Availability;
+use crate::tasks::{Availability, Waiting};
 use crate::test_switches;
 
 /// What the background loops, the lanes and the callers share.
@@ -22,7 +22,9 @@ pub(crate) struct Shared {
     pub outbox_due: Notify,
     /// Wakes every long-poll: a task may have become available (a commit armed one, a failed
     /// attempt was rescheduled).
-    pub tasks: Availability,
+    pub tasks: Arc<Availability>,
+    /// The long-polls waiting here, for the steps that arm tasks to hand them over.
+    pub waiting: Waiting,
 }
 
 impl Shared {
@@ -33,7 +35,8 @@ impl Shared {
             settle: SettleRegistry::default(),
             deliveries_due: Notify::new(),
             outbox_due: Notify::new(),
-            tasks: Availability::default(),
+            tasks: Arc::default(),
+            waiting: Waiting::default(),
         }
     }
 

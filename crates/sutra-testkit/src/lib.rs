@@ -316,6 +316,12 @@ impl Server {
         );
     }
 
+    /// The value of `series` (a name with its labels, as Prometheus renders them) in `/metrics`.
+    pub async fn metric(&self, series: &str) -> Option<f64> {
+        let response = self.http.get(self.url("/metrics")).send().await.ok()?;
+        metric_value(&response.text().await.ok()?, series)
+    }
+
     pub async fn get(&self, path: &str) -> (u16, Value) {
         status_and_json(self.http.get(self.url(path)).send().await.unwrap()).await
     }
@@ -454,6 +460,13 @@ async fn status_and_json(response: reqwest::Response) -> (u16, Value) {
 }
 
 /// How many events of a history are of `kind` (`"message_received"`, …).
+/// The value of `series` in a `/metrics` text.
+pub fn metric_value(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+}
+
 pub fn count_kind(history: &[Value], kind: &str) -> usize {
     history.iter().filter(|event| event["kind"] == kind).count()
 }
