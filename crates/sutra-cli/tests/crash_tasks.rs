@@ -49,19 +49,23 @@ fn completion(task: &Value) -> (String, Value) {
     (path, body)
 }
 
-#[tokio::test]
-async fn a_completion_killed_before_its_reply_is_taken_exactly_once() {
-    let scratch = Scratch::new("after-task-complete");
-    let mut server = Server::start(&options(&scratch).env("SUTRA_FAULT", "after-task-complete"));
+/// A server that dies at `fault`, with the flows deployed.
+async fn deployed_with_fault(scratch: &Scratch, fault: &str) -> Server {
+    let server = Server::start(&options(scratch).env("SUTRA_FAULT", fault));
     let (status, body) = server.deploy(FLOWS).await;
     assert_eq!(status, 201, "{body}");
+    server
+}
+
+/// Starts a transfer; its instance's id.
+async fn started(server: &Server) -> String {
     let (status, body) = server.send("transfers", "t-1", json!({"id": "t1"})).await;
     assert_eq!(status, 202, "{body}");
-    let instance = body["instance"].as_str().unwrap().to_owned();
-    let debit = poll_one(&server, "debit").await;
-    let (path, body) = completion(&debit);
+    body["instance"].as_str().unwrap().to_owned()
+}
 
-    let answer = server.try_post_json(&path, &body).await;
+/// The request in flight was not answered, and the server died of its fault.
+fn assert_killed_by_its_fault(server: &mut Server, answer: Option<(u16, Value)>) {
     assert!(
         answer.is_none(),
         "the fault point was not reached: {answer:?}"
@@ -70,6 +74,29 @@ async fn a_completion_killed_before_its_reply_is_taken_exactly_once() {
         server.wait_for_death(),
         "the server was not killed by a signal"
     );
+}
+
+/// Completes `task`, then `instance` ends with each of its two tasks completed once.
+async fn completes_once(server: &Server, instance: &str, task: &Value) {
+    let (path, body) = completion(task);
+    assert_eq!(server.post_json(&path, &body).await.0, 200);
+    server.wait_for_status(instance, "completed").await;
+    let history = server.history(instance).await;
+    assert_audit_sequence_is_whole(&history);
+    let completions = count_kind(&history, "task_completed");
+    assert_eq!(completions, 2, "debit and credit, once each: {history:?}");
+}
+
+#[tokio::test]
+async fn a_completion_killed_before_its_reply_is_taken_exactly_once() {
+    let scratch = Scratch::new("after-task-complete");
+    let mut server = deployed_with_fault(&scratch, "after-task-complete").await;
+    let instance = started(&server).await;
+    let debit = poll_one(&server, "debit").await;
+    let (path, body) = completion(&debit);
+
+    let answer = server.try_post_json(&path, &body).await;
+    assert_killed_by_its_fault(&mut server, answer);
 
     let server = Server::start(&options(&scratch));
     let (status, retried) = server.post_json(&path, &body).await;
@@ -81,13 +108,7 @@ async fn a_completion_killed_before_its_reply_is_taken_exactly_once() {
     let advanced = server.wait_for_node(&instance, "credit").await;
     assert_eq!(advanced["vars"]["debit"], json!({"debited": true}));
     let credit = poll_one(&server, "credit").await;
-    let (path, body) = completion(&credit);
-    assert_eq!(server.post_json(&path, &body).await.0, 200);
-    server.wait_for_status(&instance, "completed").await;
-    let history = server.history(&instance).await;
-    assert_audit_sequence_is_whole(&history);
-    let completions = count_kind(&history, "task_completed");
-    assert_eq!(completions, 2, "debit and credit, once each: {history:?}");
+    completes_once(&server, &instance, &credit).await;
 }
 
 /// Eager dispatch (decision 0038): a completion that asked for its worker's next task, killed
@@ -97,12 +118,8 @@ async fn a_completion_killed_before_its_reply_is_taken_exactly_once() {
 #[tokio::test]
 async fn a_task_locked_for_a_worker_that_never_heard_is_retaken_when_its_lock_lapses() {
     let scratch = Scratch::new("after-task-complete-take");
-    let mut server = Server::start(&options(&scratch).env("SUTRA_FAULT", "after-task-complete"));
-    let (status, body) = server.deploy(FLOWS).await;
-    assert_eq!(status, 201, "{body}");
-    let (status, body) = server.send("transfers", "t-1", json!({"id": "t1"})).await;
-    assert_eq!(status, 202, "{body}");
-    let instance = body["instance"].as_str().unwrap().to_owned();
+    let mut server = deployed_with_fault(&scratch, "after-task-complete").await;
+    let instance = started(&server).await;
     let debit = poll_one(&server, "debit").await;
     let take = json!({"worker": "w1", "topics": ["credit"], "lock": "PT1S"});
     let batch = json!([{
@@ -111,14 +128,7 @@ async fn a_task_locked_for_a_worker_that_never_heard_is_retaken_when_its_lock_la
     }]);
 
     let answer = server.try_post_json("/v1/tasks/complete", &batch).await;
-    assert!(
-        answer.is_none(),
-        "the fault point was not reached: {answer:?}"
-    );
-    assert!(
-        server.wait_for_death(),
-        "the server was not killed by a signal"
-    );
+    assert_killed_by_its_fault(&mut server, answer);
 
     let server = Server::start(&options(&scratch));
     let credit = poll_one(&server, "credit").await;
@@ -127,13 +137,7 @@ async fn a_task_locked_for_a_worker_that_never_heard_is_retaken_when_its_lock_la
         (&json!(instance), &json!(2)),
         "the lapsed lock was the task's first attempt: {credit}"
     );
-    let (path, body) = completion(&credit);
-    assert_eq!(server.post_json(&path, &body).await.0, 200);
-    server.wait_for_status(&instance, "completed").await;
-    let history = server.history(&instance).await;
-    assert_audit_sequence_is_whole(&history);
-    let completions = count_kind(&history, "task_completed");
-    assert_eq!(completions, 2, "debit and credit, once each: {history:?}");
+    completes_once(&server, &instance, &credit).await;
 }
 
 /// A task handed to a waiting poll (decision 0039), the replica killed after the start that
@@ -143,9 +147,7 @@ async fn a_task_locked_for_a_worker_that_never_heard_is_retaken_when_its_lock_la
 #[tokio::test]
 async fn a_task_handed_to_a_poll_that_never_heard_is_retaken_when_its_lock_lapses() {
     let scratch = Scratch::new("after-start-commit-handoff");
-    let mut server = Server::start(&options(&scratch).env("SUTRA_FAULT", "after-start-commit"));
-    let (status, body) = server.deploy(FLOWS).await;
-    assert_eq!(status, 201, "{body}");
+    let mut server = deployed_with_fault(&scratch, "after-start-commit").await;
     let poll = json!({"worker": "w1", "topics": ["debit"], "wait": "PT30S", "lock": "PT1S"});
     let waiting = server.try_post_json("/v1/tasks/poll", &poll);
     let start = async {
@@ -158,16 +160,9 @@ async fn a_task_handed_to_a_poll_that_never_heard_is_retaken_when_its_lock_lapse
             .await
     };
 
-    let (polled, started) = tokio::join!(waiting, start);
-    assert_eq!(
-        (polled, started),
-        (None, None),
-        "the fault point was not reached"
-    );
-    assert!(
-        server.wait_for_death(),
-        "the server was not killed by a signal"
-    );
+    let (polled, sent) = tokio::join!(waiting, start);
+    assert_eq!(polled, None, "the poll was answered: {polled:?}");
+    assert_killed_by_its_fault(&mut server, sent);
 
     let server = Server::start(&options(&scratch));
     let debit = poll_one(&server, "debit").await;
@@ -179,11 +174,5 @@ async fn a_task_handed_to_a_poll_that_never_heard_is_retaken_when_its_lock_lapse
     let (path, body) = completion(&debit);
     assert_eq!(server.post_json(&path, &body).await.0, 200);
     let credit = poll_one(&server, "credit").await;
-    let (path, body) = completion(&credit);
-    assert_eq!(server.post_json(&path, &body).await.0, 200);
-    server.wait_for_status(&instance, "completed").await;
-    let history = server.history(&instance).await;
-    assert_audit_sequence_is_whole(&history);
-    let completions = count_kind(&history, "task_completed");
-    assert_eq!(completions, 2, "debit and credit, once each: {history:?}");
+    completes_once(&server, &instance, &credit).await;
 }

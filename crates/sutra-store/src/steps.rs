@@ -58,8 +58,9 @@ pub enum Arm {
         backoff: SignedDuration,
         lock: SignedDuration,
         /// `Some`: the task is armed already locked for this worker, on its first attempt, and
-        /// answered in [`Committed::taken`] — the worker whose completion this step consumed
-        /// asked for its next task (eager dispatch, decision 0038). `None`: armed available.
+        /// answered in [`Committed::taken`] — its taker was known as the step ran: the worker
+        /// whose completion the step consumed asked for its next task (decision 0038), or a poll
+        /// of its topics was waiting (decision 0039). `None`: armed available.
         taken_by: Option<TakenBy>,
     },
 }
