@@ -157,14 +157,15 @@ flows:
 
 
 class Flow:
-    """A one-task flow deployed for one test: its own name, channel and topic."""
+    """A flow deployed for one test, its own name, channel and topic: by default the one-task
+    `FLOW`; `template` gives another, formatted with the same `name`, `topic` and `lock`."""
 
-    def __init__(self, client: Client, lock: str) -> None:
+    def __init__(self, client: Client, lock: str, template: str = FLOW) -> None:
         self.client = client
         self.name = f"py-{os.getpid()}-{next(_names)}"
         self.channel = f"{self.name}-in"
         self.topic = f"{self.name}-topic"
-        self.deployed = client.deploy(FLOW.format(name=self.name, topic=self.topic, lock=lock))
+        self.deployed = client.deploy(template.format(name=self.name, topic=self.topic, lock=lock))
         self._events = itertools.count(1)
 
     def start(self, data: Any) -> str:
@@ -187,8 +188,8 @@ class Flow:
 
 @pytest.fixture
 def flow(client: Client) -> Callable[..., Flow]:
-    def make(lock: str = "PT1M") -> Flow:
-        return Flow(client, lock)
+    def make(lock: str = "PT1M", template: str = FLOW) -> Flow:
+        return Flow(client, lock, template)
 
     return make
 

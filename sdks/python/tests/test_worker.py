@@ -1,14 +1,17 @@
 """The worker against a real `sutra serve`: completions, business errors, retries, lock
-extension, a killed worker, graceful hand-back, async handlers."""
+extension, a killed worker, graceful hand-back, async handlers, the next task taken with a
+completion."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import sys
 import threading
 import time
+from datetime import datetime, timezone
 
 import pytest
 
@@ -366,3 +369,93 @@ def test_a_lost_lock_drops_the_handlers_result(server, flow, run_worker):
     assert spy.first_token not in spy.completed_tokens
     assert attempts[0] == 1 and len(attempts) >= 2
     running.stop()
+
+
+# Two tasks in sequence: the second is armed by the step the first one's completion resumes.
+TWO_TASKS = """
+name: {name}
+channels:
+  {name}-in:
+    transport: http
+flows:
+  main:
+    start: {{ channel: {name}-in }}
+    nodes:
+      - id: first
+        task: {{ topic: {topic}, input: "= vars.input", lock: {lock} }}
+        output: first
+      - id: second
+        task: {{ topic: {topic}-next, input: "= vars.first", lock: {lock} }}
+        output: second
+      - id: done
+        end: {{}}
+"""
+
+
+class TakeRecordingClient(Client):
+    """Records the ids of the tasks polls answer and of those completions were handed."""
+
+    def __init__(self, url):
+        super().__init__(url)
+        self.polled = []
+        self.taken = []
+        self.takes = []
+
+    def poll(self, *args, **kwargs):
+        answer = super().poll(*args, **kwargs)
+        self.polled += [task["id"] for task in answer]
+        return answer
+
+    def complete_tasks(self, items):
+        self.takes += [item.get("take") for item in items]
+        results = super().complete_tasks(items)
+        self.taken += [result["taken"]["id"] for result in results if result.get("taken")]
+        return results
+
+
+def test_a_completion_takes_the_next_task_of_its_flow_without_a_poll(server, client, flow, run_worker):
+    # By hand: a completion asking to take is answered with the second task, locked for the
+    # asking worker with the lock it asked for, as a poll would have answered it.
+    f = flow(template=TWO_TASKS)
+    second = f"{f.topic}-next"
+    instance = f.start({"n": 1})
+    [first] = client.poll("py-taker", [f.topic], max=1, lock=60.0, wait=5.0)
+    take = {"worker": "py-taker", "topics": [f.topic, second], "lock": "PT42S"}
+    [result] = client.complete_tasks(
+        [{"id": first["id"], "lock_token": first["lock_token"], "output": {"n": 2}, "take": take}]
+    )
+    assert result["state"] == "completed"
+    taken = result["taken"]
+    assert taken["topic"] == second and taken["instance"] == instance
+    assert taken["input"] == {"n": 2} and taken["attempt"] == 1
+    assert taken["lock_token"]
+    # Whole seconds: Python 3.10's fromisoformat reads no other fraction than 3 or 6 digits.
+    expires = datetime.fromisoformat(re.sub(r"\.\d+", "", taken["lock_expires_at"]).replace("Z", "+00:00"))
+    assert 30 < (expires - datetime.now(timezone.utc)).total_seconds() <= 42
+    [listed] = [t for t in client.tasks(topic=second)["items"] if t["id"] == taken["id"]]
+    assert listed["state"] == "locked" and listed["worker"] == "py-taker"
+    # Nothing is left for a poll: the task is the asking worker's.
+    assert client.poll("py-other", [second], max=1, wait=0.0) == []
+    client.complete_tasks([{"id": taken["id"], "lock_token": taken["lock_token"], "output": {"n": 3}}])
+    assert f.wait_status(instance)["vars"]["second"] == {"n": 3}
+
+    # The worker: every completion asks, and each second task runs from a completion's answer,
+    # never from a poll (it is armed locked, so no poll could see it).
+    f = flow(template=TWO_TASKS)
+    second = f"{f.topic}-next"
+    spy = TakeRecordingClient(server.url)
+    worker = Worker(client=spy, worker_id="py-taking", concurrency=2, poll_wait=1.0, lock=30.0)
+    ran = {f.topic: [], second: []}
+    worker.handler(f.topic, lambda task: ran[f.topic].append(task.id) or {"n": task.input["n"] + 1})
+    worker.handler(second, lambda task: ran[second].append(task.id) or {"n": task.input["n"] * 10})
+    running = run_worker(worker)
+    instances = [f.start({"n": n}) for n in range(4)]
+    for n, instance in enumerate(instances):
+        assert f.wait_status(instance)["vars"]["second"] == {"n": (n + 1) * 10}
+    running.stop()
+    assert len(ran[second]) == 4
+    assert sorted(spy.taken) == sorted(ran[second])
+    assert not set(spy.polled) & set(ran[second])
+    assert sorted(spy.polled) == sorted(ran[f.topic])
+    expected = {"worker": "py-taking", "topics": sorted([f.topic, second]), "lock": "PT30S"}
+    assert all(take == expected for take in spy.takes), spy.takes

@@ -181,13 +181,35 @@ export interface TaskState {
   [field: string]: unknown;
 }
 
+/**
+ * What a completion asks for besides (decision 0038): when the step it resumes arms a task of
+ * one of `topics`, the server locks the first for `worker` in the same transaction and answers
+ * it as the result's `taken`. Whoever asks must run that task as a polled one.
+ */
+export interface Take {
+  worker: string;
+  topics: string[];
+  /** How long the taken task stays locked (ISO-8601); the task node's own lock when left out. */
+  lock?: string;
+}
+
 export interface CompleteItem {
   id: string;
   lock_token: string;
   output: Json;
+  /** Ask for the task the completion's step arms, locked for this worker. */
+  take?: Take;
 }
 
-export type CompleteResult = { id: string; state: string; error?: undefined } | { id: string; error: ApiError; state?: undefined };
+export type CompleteResult =
+  | {
+      id: string;
+      state: string;
+      /** The task locked for the asking worker with this completion; absent when none was. */
+      taken?: LockedTask;
+      error?: undefined;
+    }
+  | { id: string; error: ApiError; state?: undefined; taken?: undefined };
 
 /** The HTTP API of a Sutra server. Every method rejects with an ApiError. */
 export class Client {
@@ -201,7 +223,7 @@ export class Client {
   tasks(query?: { topic?: string; state?: TaskSummary["state"]; limit?: number; after?: string }): Promise<Page<TaskSummary>>;
   poll(request: PollRequest, options?: { signal?: AbortSignal }): Promise<LockedTask[]>;
   complete(id: string, lockToken: string, output?: Json): Promise<TaskState>;
-  /** At most 100 items; one result per item, in order. */
+  /** At most 100 items; one result per item, in order, with `taken` when an item's `take` got a task. */
   completeMany(items: CompleteItem[]): Promise<CompleteResult[]>;
   fail(id: string, lockToken: string, error: { code: string; message?: string }, retry?: boolean): Promise<TaskState>;
   extend(id: string, lockToken: string, lock: Duration): Promise<{ id: string; lock_expires_at: string }>;
@@ -269,7 +291,11 @@ export interface WorkerOptions {
   logger?: Partial<Logger>;
 }
 
-/** Polls a server for tasks of the topics it has handlers for, and runs them. */
+/**
+ * Polls a server for tasks of the topics it has handlers for, and runs them. Each completion
+ * asks for the worker's next task (unless it is stopping), and a task the server hands over
+ * with it runs at once in the same slot, with no poll (decision 0038).
+ */
 export class Worker {
   constructor(options: WorkerOptions);
   readonly client: Client;

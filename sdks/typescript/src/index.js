@@ -8,6 +8,11 @@
 // - a lost lock (SUTRA.TASK.LOCK.LOST on an extend or a report) drops the result;
 // - completions are sent in batches (POST /v1/tasks/complete), one call in flight at a time,
 //   carrying whatever queued meanwhile; failures, extensions and hand-backs go alone;
+// - a completion asks for the worker's next task (`take`), and a task the server locks for the
+//   worker with it runs at once in the slot the completion held: a flow's next task needs no
+//   poll (docs/decisions/0038-eager-dispatch.md). A stopping worker asks for nothing, so that
+//   its drain cannot be fed forever, and hands a task that still comes back unrun once the
+//   grace period is over;
 // - poll failures back off with jitter and never end the worker;
 // - stop() stops polling at once (aborting the long poll in flight), lets running handlers
 //   finish within a grace period, then hands the rest back with POST /v1/tasks/{id}/release,
@@ -230,6 +235,11 @@ export class Client {
   /**
    * Completes many tasks in one call (at most 100): each item `{id, lock_token, output}` →
    * one result per item in order, `{id, state}` or `{id, error}` with `error` an ApiError.
+   *
+   * An item may carry `take: {worker, topics, lock?}`: when the step its completion resumes
+   * arms a task of one of `topics`, the server locks the first for `worker` (for `lock`, else
+   * the task's own) in the same transaction, and the result carries it as `taken`, a task as
+   * poll() answers one. Whoever asks must run it as a polled task (decision 0038).
    */
   async completeMany(items) {
     if (items.length > COMPLETE_BATCH_MAX) {
@@ -245,9 +255,10 @@ export class Client {
         url: answer.url,
       });
     }
-    return results.map((result) =>
-      result.error ? { id: result.id, error: ApiError.fromProblem(result.error, { url: answer.url }) } : { id: result.id, state: result.state },
-    );
+    return results.map((result) => {
+      if (result.error) return { id: result.id, error: ApiError.fromProblem(result.error, { url: answer.url }) };
+      return result.taken ? { id: result.id, state: result.state, taken: result.taken } : { id: result.id, state: result.state };
+    });
   }
 
   /**
@@ -395,19 +406,30 @@ class Backoff {
  * Sends completions in batches: a completion joins a queue; one call at a time carries
  * everything queued (up to 100), then the next takes what queued meanwhile. An idle worker's
  * completion leaves at once, alone.
+ *
+ * A completion may ask for the worker's next task (`take`, the same for all of a worker's
+ * completions): when the step it resumes arms a task of the worker's topics, the server locks
+ * it for this worker in the same transaction and answers it as the item's `taken`.
  */
 class Completer {
-  constructor(client, logger) {
+  constructor(client, logger, take) {
     this.client = client;
     this.logger = logger;
+    this.take = take;
     this.queue = [];
     this.sending = false;
   }
 
-  /** Resolves with the task's state, or rejects with the item's (or the call's) ApiError. */
-  complete(id, lockToken, output) {
+  /**
+   * Resolves with `{state, taken}` (`taken` the task locked for this worker with the
+   * completion, or null; asked for only with `takeNext`), or rejects with the item's (or the
+   * call's) ApiError.
+   */
+  complete(id, lockToken, output, takeNext) {
     return new Promise((resolve, reject) => {
-      this.queue.push({ item: { id, lock_token: lockToken, output }, resolve, reject });
+      const item = { id, lock_token: lockToken, output };
+      if (takeNext) item.take = this.take;
+      this.queue.push({ item, resolve, reject });
       if (!this.sending) this.#send();
     });
   }
@@ -419,7 +441,9 @@ class Completer {
         const batch = this.queue.splice(0, COMPLETE_BATCH_MAX);
         try {
           const results = await this.client.completeMany(batch.map((queued) => queued.item));
-          results.forEach((result, i) => (result.error ? batch[i].reject(result.error) : batch[i].resolve(result.state)));
+          results.forEach((result, i) =>
+            result.error ? batch[i].reject(result.error) : batch[i].resolve({ state: result.state, taken: result.taken ?? null }),
+          );
         } catch (error) {
           for (const queued of batch) queued.reject(error);
         }
@@ -527,7 +551,9 @@ export class Worker {
   async #run() {
     const topics = [...this.handlers.keys()].sort();
     const stopping = this.stopping.signal;
-    const completer = new Completer(this.client, this.logger);
+    // What a completion asks for: a task of this worker's topics, locked as its polls lock.
+    const take = { worker: this.workerId, topics, lock: toIso(this.lockMs) };
+    const completer = new Completer(this.client, this.logger, take);
     const backoff = new Backoff(POLL_BACKOFF_FIRST_MS, POLL_BACKOFF_MAX_MS);
     const abandon = new AbortController();
     // A first signal stops gracefully; a second, while stopping, takes its default action.
@@ -593,11 +619,32 @@ export class Worker {
     return this.slotFreed;
   }
 
+  /**
+   * Runs a polled task, then each task the server locks for this worker with a completion, in
+   * the same slot: `executions` holds one promise per slot taken, so the worker never runs more
+   * than its concurrency, and the drain waits for the tasks handed over too.
+   */
   #start(task, lockedAt, completer, abandoned) {
-    const execution = new Execution(this, task, lockedAt, completer);
-    const done = execution.run(this.handlers.get(task.topic), abandoned).catch((error) => {
-      this.logger.warn(`task ${task.id}: ${error?.message ?? error}`);
-    });
+    const done = (async () => {
+      let next = task;
+      let at = lockedAt;
+      while (next) {
+        const execution = new Execution(this, next, at, completer);
+        const current = next;
+        next = await execution.run(this.handlers.get(next.topic), abandoned).catch((error) => {
+          this.logger.warn(`task ${current.id}: ${error?.message ?? error}`);
+          return null;
+        });
+        if (next && !isLockedTask(next)) {
+          // Not a task as a poll answers one: nothing to run; whatever it locked lapses.
+          this.logger.warn(`task ${current.id}: the completion was handed something that is not a task: ${safeString(next)}`);
+          break;
+        }
+        // Its lock counted from the answer, as a polled task's is: the first extension comes at
+        // half the lock, long before the server's slightly earlier start matters.
+        at = Date.now();
+      }
+    })();
     this.executions.add(done);
     done.finally(() => {
       this.executions.delete(done);
@@ -652,8 +699,17 @@ class Execution {
     this.lockLost = false;
   }
 
+  /**
+   * Runs the handler and reports how it ended; resolves with the task the server locked for
+   * this worker with the completion (to run next, in this slot), or null.
+   */
   async run(handler, abandoned) {
     const task = this.task;
+    if (abandoned.aborted) {
+      // Handed over with a completion after the grace period ended: back at once, unrun.
+      await this.#report({ kind: "release" });
+      return null;
+    }
     const controller = new AbortController();
     const finished = new AbortController();
     const keeper = this.#keepLock(finished.signal, controller);
@@ -693,9 +749,9 @@ class Execution {
     keeper.catch(() => {});
     if (this.lockLost) {
       this.logger.info(`task ${task.id}: dropping the result: the lock was lost, so another worker may have the task`);
-      return;
+      return null;
     }
-    await this.#report(this.#toReport(ending));
+    return this.#report(this.#toReport(ending));
   }
 
   #toReport(ending) {
@@ -741,38 +797,44 @@ class Execution {
     }
   }
 
-  /** Tells the server how the task ended, retrying briefly while the server is away. */
+  /**
+   * Tells the server how the task ended, retrying briefly while the server is away; resolves
+   * with the task the server locked for this worker with a completion, or null.
+   */
   async #report(report) {
     const backoff = new Backoff(REPORT_BACKOFF_FIRST_MS, REPORT_BACKOFF_MAX_MS);
     const what = describeReport(report);
     for (let attempt = 1; attempt <= REPORT_ATTEMPTS_MAX; attempt++) {
       try {
-        const state = await this.#send(report);
-        this.logger.debug(`task ${this.task.id}: ${what}: ${state}`);
-        return;
+        const { state, taken } = await this.#send(report);
+        this.logger.debug(`task ${this.task.id}: ${what}: ${state}${taken ? `; handed task ${taken.id}` : ""}`);
+        return taken;
       } catch (error) {
         if (error?.code === TASK_LOCK_LOST) {
           this.logger.warn(`task ${this.task.id}: ${what} refused: the lock was lost; the result is dropped`);
-          return;
+          return null;
         }
         if (!(error instanceof ApiError) || !error.retryable || attempt === REPORT_ATTEMPTS_MAX) {
           this.logger.warn(`task ${this.task.id}: ${what} failed; the task runs again once its lock expires: ${error?.message ?? error}`);
-          return;
+          return null;
         }
         await sleep(backoff.delay());
       }
     }
+    return null;
   }
 
+  /** Sends the report → {state, taken}; only a completion can be handed a task. */
   async #send(report) {
     const { id, lock_token: token } = this.task;
     switch (report.kind) {
       case "complete":
-        return this.completer.complete(id, token, report.output);
+        // A stopping worker asks for no next task: its drain must come to an end.
+        return this.completer.complete(id, token, report.output, !this.worker.stopping.signal.aborted);
       case "fail":
-        return (await this.client.fail(id, token, report.error, report.retry)).state;
+        return { state: (await this.client.fail(id, token, report.error, report.retry)).state, taken: null };
       case "release":
-        return (await this.client.release(id, token)).state;
+        return { state: (await this.client.release(id, token)).state, taken: null };
     }
   }
 }
@@ -788,6 +850,11 @@ function describeReport(report) {
         ? `failing the task for a retry (${report.error.code})`
         : `failing the task with a business error (${report.error.code})`;
   }
+}
+
+/** Whether `value` is a task as a poll answers one, as far as running it needs. */
+function isLockedTask(value) {
+  return typeof value === "object" && value !== null && typeof value.id === "string" && typeof value.topic === "string" && typeof value.lock_token === "string";
 }
 
 function safeString(value) {

@@ -129,7 +129,35 @@ flows:
   return client.deploy(yaml);
 }
 
-/** Starts an instance of a flow deployed by deployTaskFlow; answers its id. */
+/**
+ * Deploys a two-task flow named `name` whose channel is `name` too: a task of topic `name`,
+ * then one of topic `${name}-next` on its output, armed by the step the first task's completion
+ * resumes; the results in `vars.first` and `vars.second`.
+ */
+export async function deployTwoTaskFlow(client, name, { lock = "PT1M" } = {}) {
+  const yaml = `
+name: ${name}
+channels:
+  ${name}:
+    transport: http
+    correlate: data.key
+flows:
+  main:
+    start: { channel: ${name} }
+    nodes:
+      - id: first
+        task: { topic: ${name}, input: { key: "= vars.input.key", n: "= vars.input.n" }, lock: ${lock} }
+        output: first
+      - id: second
+        task: { topic: ${name}-next, input: "= vars.first", lock: ${lock} }
+        output: second
+      - id: done
+        end: {}
+`;
+  return client.deploy(yaml);
+}
+
+/** Starts an instance of a flow deployed by deployTaskFlow (or deployTwoTaskFlow); answers its id. */
 export async function startInstance(client, name, key, n = 1) {
   const answer = await client.send(name, { id: `${name}-${key}`, type: "test.start", data: { key, n } });
   return answer.instance;

@@ -2,7 +2,7 @@
 // how the package is used in TypeScript.
 
 import { ApiError, Client, TaskError, Worker, TASK_LOCK_LOST, codes, toIso, toMillis } from "sutra-worker";
-import type { Instance, LockedTask, Task } from "sutra-worker";
+import type { CompleteItem, Instance, LockedTask, Take, Task } from "sutra-worker";
 
 interface Movement {
   account: string;
@@ -39,6 +39,12 @@ export async function example(yamlText: string): Promise<void> {
     for (const result of results) {
       if (result.error) console.log(result.error.code);
       else console.log(result.state);
+    }
+    const take: Take = { worker: "ts-2", topics: ["debit-account", "credit-account"], lock: "PT1M" };
+    const asking: CompleteItem[] = tasks.map((t) => ({ id: t.id, lock_token: t.lock_token, output: { ok: true }, take }));
+    for (const result of await client.completeMany(asking)) {
+      const next: LockedTask | undefined = result.taken;
+      if (next) console.log(next.topic, next.lock_expires_at);
     }
   } catch (error) {
     if (error instanceof ApiError && error.code === TASK_LOCK_LOST && error.retryable === false && error.kind === "problem") {

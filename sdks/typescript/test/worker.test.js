@@ -12,6 +12,7 @@ import { ApiError, Client, TaskError, Worker, TASK_LOCK_LOST, codes } from "sutr
 import {
   startServer,
   deployTaskFlow,
+  deployTwoTaskFlow,
   startInstance,
   waitFor,
   waitForStatus,
@@ -321,4 +322,79 @@ test("API errors carry the problem's code, status and retry advice", async () =>
     (error) => error instanceof ApiError && error.code === "SUTRA.DEPLOY.INVALID" && error.status === 400,
   );
   assert.equal(codes.HANDLER_FAILED, "WORKER.HANDLER.FAILED");
+});
+
+test("a completion takes the flow's next task: run in the same slot, never polled", async () => {
+  // By hand: a completion asking to take is answered with the second task, locked for the
+  // asking worker as a poll would have answered it.
+  const topic = "ts-take-hand";
+  const next = `${topic}-next`;
+  await deployTwoTaskFlow(server.client, topic);
+  const id = await startInstance(server.client, topic, "t1", 1);
+  const [first] = await server.client.poll({ worker: "ts-taker", topics: [topic], max: 1, lock: "PT1M", wait: "PT5S" });
+  const take = { worker: "ts-taker", topics: [topic, next], lock: "PT42S" };
+  const [result] = await server.client.completeMany([{ id: first.id, lock_token: first.lock_token, output: { n: 2 }, take }]);
+  assert.equal(result.state, "completed");
+  const taken = result.taken;
+  assert.equal(taken.topic, next);
+  assert.equal(taken.instance, id);
+  assert.equal(taken.attempt, 1);
+  assert.deepEqual(taken.input, { n: 2 });
+  assert.ok(taken.lock_token);
+  const lockMs = Date.parse(taken.lock_expires_at) - Date.now();
+  assert.ok(lockMs > 30_000 && lockMs <= 42_000, `locked for the 42 s asked for, not the node's minute (${lockMs} ms left)`);
+  const listed = (await server.client.tasks({ topic: next })).items.find((task) => task.id === taken.id);
+  assert.equal(listed.state, "locked");
+  assert.equal(listed.worker, "ts-taker");
+  // Nothing is left for a poll: the task is the asking worker's.
+  assert.deepEqual(await server.client.poll({ worker: "ts-other", topics: [next], max: 1 }), []);
+  await server.client.completeMany([{ id: taken.id, lock_token: taken.lock_token, output: { n: 3 } }]);
+  assert.deepEqual((await waitForStatus(server.client, id, "completed")).vars.second, { n: 3 });
+
+  // The worker: every completion asks, and each second task runs from a completion's answer,
+  // never from a poll (it is armed locked, so no poll could see it), within the concurrency.
+  const flow = "ts-take-worker";
+  await deployTwoTaskFlow(server.client, flow);
+  const client = new Client({ url: server.url });
+  const seen = { polled: [], taken: [], takes: [] };
+  const poll = client.poll.bind(client);
+  client.poll = async (request, options) => {
+    const tasks = await poll(request, options);
+    seen.polled.push(...tasks.map((task) => task.id));
+    return tasks;
+  };
+  const completeMany = client.completeMany.bind(client);
+  client.completeMany = async (items) => {
+    seen.takes.push(...items.map((item) => item.take));
+    const results = await completeMany(items);
+    seen.taken.push(...results.filter((r) => r.taken).map((r) => r.taken.id));
+    return results;
+  };
+  const ran = { first: [], second: [] };
+  let active = 0;
+  let peak = 0;
+  const worker = new Worker({ client, workerId: "ts-taking", concurrency: 2, lock: "PT30S", pollWait: "PT1S" });
+  const handler = (kind, answer) => async (task) => {
+    ran[kind].push(task.id);
+    peak = Math.max(peak, ++active);
+    await delay(20);
+    active--;
+    return answer(task.input);
+  };
+  worker.task(flow, handler("first", (input) => ({ n: input.n + 1 })));
+  worker.task(`${flow}-next`, handler("second", (input) => ({ n: input.n * 10 })));
+  await running(worker, async () => {
+    const ids = [];
+    for (let n = 0; n < 4; n++) ids.push(await startInstance(server.client, flow, `w${n}`, n));
+    for (const [n, instance] of ids.entries()) {
+      assert.deepEqual((await waitForStatus(server.client, instance, "completed")).vars.second, { n: (n + 1) * 10 });
+    }
+  });
+  assert.equal(ran.second.length, 4);
+  assert.deepEqual([...seen.taken].sort(), [...ran.second].sort(), "every second task was handed over by a completion");
+  assert.ok(!seen.polled.some((task) => ran.second.includes(task)), "no second task was polled");
+  assert.deepEqual([...seen.polled].sort(), [...ran.first].sort());
+  assert.ok(peak <= 2, `at most the concurrency ran at once (peak ${peak})`);
+  const expected = { worker: "ts-taking", topics: [flow, `${flow}-next`].sort(), lock: "PT30S" };
+  for (const asked of seen.takes) assert.deepEqual(asked, expected);
 });

@@ -151,7 +151,14 @@ class Client:
     def complete_tasks(self, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """Completes several tasks (`{id, lock_token, output}` each, at most 100) in one call.
         Answers one result per item, in order: `{id, state}` or `{id, error: problem}`; one
-        item's refusal fails no other."""
+        item's refusal fails no other.
+
+        An item may also carry `take: {worker, topics, lock?}` (`lock` an ISO-8601 duration,
+        else the task's own): when the step its completion resumes arms a task of one of
+        `topics`, the server locks the first for `worker` in the same transaction and the
+        result carries it as `taken`, a task as `poll` answers one. Whoever asks must run it
+        (or fail or release it) as a polled task; a malformed `take` refuses the whole batch
+        (docs/decisions/0038-eager-dispatch.md)."""
         answer = self._post(("v1", "tasks", "complete"), list(items))
         results = answer.get("items") if isinstance(answer, dict) else None
         if not isinstance(results, list) or [r.get("id") for r in results] != [

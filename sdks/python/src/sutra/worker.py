@@ -10,6 +10,11 @@ The behaviour mirrors the Rust worker (crates/sutra-client/src/worker.rs):
   server says is lost (`SUTRA.TASK.LOCK.LOST`) drops the handler's result;
 * completions are sent in batches (`POST /v1/tasks/complete`): one call in flight, carrying
   whatever queued up meanwhile; failures, extensions and hand-backs go alone;
+* a completion asks for the worker's next task (`take`): a task the server locks for the worker
+  with it runs at once in the slot the completion held, so a flow's next task needs no poll
+  (docs/decisions/0038-eager-dispatch.md); a stopping worker asks for nothing, so that its
+  drain cannot be fed forever, and hands a task that still comes back unrun once the grace
+  period is over;
 * poll failures are logged and retried with jittered exponential backoff, never ending the loop;
 * shutdown (`stop()`, SIGINT or SIGTERM) stops polling at once, aborting a long poll in flight,
   lets running handlers finish within a grace period, then hands what still runs back to the
@@ -35,7 +40,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Optional, TypeVar, Union
 
-from ._http import ApiError, shutdown
+from ._http import ApiError, iso8601, shutdown
 from .client import COMPLETE_BATCH_MAX, Client
 
 log = logging.getLogger("sutra.worker")
@@ -155,6 +160,8 @@ class Worker:
         self._slots: _Slots
         self._executions: set[_Execution] = set()
         self._executions_changed = threading.Condition()
+        # Set by the drain, under `_executions_changed`, once it hands the running tasks back.
+        self._abandoning = False
 
     # Set-up.
 
@@ -210,7 +217,9 @@ class Worker:
         threads = _Pool("sutra-handler", self.concurrency)
         io = _Pool("sutra-io", self.concurrency + 2)
         loop = _Loop() if any(_is_async(h) for h in self._handlers.values()) else None
-        completer = _Completer(self.client)
+        # What a completion asks for: a task of this worker's topics, locked as a poll locks.
+        take = {"worker": self.worker_id, "topics": self.topics, "lock": iso8601(self.lock)}
+        completer = _Completer(self.client, take)
         keeper = _Keeper(self, io)
         runtime = _Runtime(self, threads, io, loop, completer, keeper)
         log.info(
@@ -298,6 +307,7 @@ class Worker:
                     break
                 self._executions_changed.wait(left)
             remaining = list(self._executions)
+            self._abandoning = True
         if remaining:
             log.warning("grace period over: handing %d task(s) back", len(remaining))
             for execution in remaining:
@@ -338,6 +348,22 @@ class Worker:
             self._executions.discard(execution)
             self._executions_changed.notify_all()
         self._slots.give(1)
+
+    def _handed_over(self, execution: "_Execution", taken: "_Execution") -> None:
+        """`execution`'s completion was answered with `taken`, a task the server locked for
+        this worker: it runs in the slot `execution` held, which is therefore not given back."""
+        with self._executions_changed:
+            # Decided under the lock the drain hands the running tasks back under: a task that
+            # comes before runs, and the drain waits for it (a stopping worker's completions ask
+            # for nothing, so few can come); one that comes after goes straight back, unrun.
+            abandoning = self._abandoning
+            self._executions.add(taken)
+            self._executions.discard(execution)
+            self._executions_changed.notify_all()
+        if abandoning:
+            taken.start_released()
+        else:
+            taken.start()
 
 
 def _is_async(handler: Callable[..., Any]) -> bool:
@@ -480,7 +506,9 @@ class _Execution:
             self.runtime.keeper.add(self, self._next_extend())
 
     def _report(self, kind: str, payload: Any) -> None:
-        """Tells the server how the task ended, retrying briefly while the server is away."""
+        """Tells the server how the task ended, retrying briefly while the server is away; a
+        task the server locked for this worker with the completion then runs in this slot."""
+        taken: Optional[dict[str, Any]] = None
         try:
             backoff = _Backoff(REPORT_BACKOFF_FIRST, REPORT_BACKOFF_MAX)
             describe = {
@@ -490,7 +518,7 @@ class _Execution:
             }[kind]
             for attempt in range(1, REPORT_ATTEMPTS_MAX + 1):
                 try:
-                    state = self._send(kind, payload)
+                    state, taken = self._send(kind, payload)
                     log.debug("%r: %s: %s", self, describe, state)
                     return
                 except ApiError as error:
@@ -508,17 +536,42 @@ class _Execution:
                     log.debug("%r: %s failed (%s); trying again", self, describe, error)
                     time.sleep(backoff.delay())
         finally:
-            self.worker._finished(self)
+            next_execution = self._taken(taken) if taken is not None else None
+            if next_execution is None:
+                self.worker._finished(self)
+            else:
+                log.debug("%r: the completion was handed %r", self, next_execution)
+                self.worker._handed_over(self, next_execution)
 
-    def _send(self, kind: str, payload: Any) -> str:
+    def _taken(self, raw: Any) -> Optional["_Execution"]:
+        """The execution of a task the server locked for this worker with the completion; None
+        (the slot is freed, the lock left to lapse) if it is not a task as a poll answers one."""
+        try:
+            # Its lock counted from the answer, as a polled task's is: the first extension comes
+            # at half the lock, long before the server's slightly earlier start matters.
+            return _Execution(self.runtime, raw, time.monotonic())
+        except (KeyError, TypeError, ValueError) as error:
+            log.warning(
+                "%r: the completion was handed something that is not a task (%s); its lock lapses",
+                self,
+                error,
+            )
+            return None
+
+    def _send(self, kind: str, payload: Any) -> tuple[str, Optional[dict[str, Any]]]:
+        """Sends the report; answers the task's state and, for a completion, the task the
+        server locked for this worker with it, if any."""
         client, task = self.worker.client, self.task
         if kind == "complete":
-            return self.runtime.completer.complete(task.id, task.lock_token, payload).result()
+            # A stopping worker asks for no next task: its drain must come to an end.
+            take_next = not self.worker._stopping.is_set()
+            completed = self.runtime.completer.complete(task.id, task.lock_token, payload, take_next)
+            return completed.result()
         if kind == "fail":
             error: TaskError = payload
             answer = client.fail(task.id, task.lock_token, error.code, error.message, retry=error.retry)
-            return str(answer.get("state"))
-        return str(client.release(task.id, task.lock_token).get("state"))
+            return str(answer.get("state")), None
+        return str(client.release(task.id, task.lock_token).get("state")), None
 
 
 class _Slots:
@@ -626,24 +679,38 @@ class _Loop:
         self._thread.join(timeout=5)
 
 
+_Completed = tuple[str, Optional[dict[str, Any]]]
+
+
 class _Completer:
     """Sends completions in batches: one call in flight, carrying whatever queued up while the
-    previous one was out. An idle worker's completion leaves at once, alone."""
+    previous one was out. An idle worker's completion leaves at once, alone.
 
-    def __init__(self, client: Client) -> None:
+    A completion may ask for the worker's next task (`take`): when the step it resumes arms a
+    task of the worker's topics, the server locks it for this worker in the same transaction
+    and answers it as the item's `taken` (decision 0038)."""
+
+    def __init__(self, client: Client, take: dict[str, Any]) -> None:
         self._client = client
-        self._queue: list[tuple[dict[str, Any], concurrent.futures.Future[str]]] = []
+        self._take = take
+        self._queue: list[tuple[dict[str, Any], concurrent.futures.Future[_Completed]]] = []
         self._changed = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._serve, name="sutra-completer", daemon=True)
         self._thread.start()
 
-    def complete(self, task_id: str, lock_token: str, output: Any) -> "concurrent.futures.Future[str]":
-        """Queues a completion; the future answers the task's state or raises the item's
+    def complete(
+        self, task_id: str, lock_token: str, output: Any, take_next: bool
+    ) -> "concurrent.futures.Future[_Completed]":
+        """Queues a completion, asking for the worker's next task with `take_next`; the future
+        answers the task's state and the task taken with it (or None), or raises the item's
         `ApiError` (or the whole call's)."""
-        future: concurrent.futures.Future[str] = concurrent.futures.Future()
+        future: concurrent.futures.Future[_Completed] = concurrent.futures.Future()
+        item: dict[str, Any] = {"id": task_id, "lock_token": lock_token, "output": output}
+        if take_next:
+            item["take"] = self._take
         with self._changed:
-            self._queue.append(({"id": task_id, "lock_token": lock_token, "output": output}, future))
+            self._queue.append((item, future))
             self._changed.notify()
         return future
 
@@ -673,7 +740,7 @@ class _Completer:
                 if problem:
                     future.set_exception(ApiError.from_problem(self._client.base_url, 0, problem))
                 else:
-                    future.set_result(str(result.get("state", "")))
+                    future.set_result((str(result.get("state", "")), result.get("taken") or None))
 
     def close(self) -> None:
         with self._changed:
