@@ -614,6 +614,9 @@ mod tests {
         }
     }
 
+    /// A task node's own lock, where a test does not look at it.
+    const HOUR_LOCK: SignedDuration = SignedDuration::from_hours(1);
+
     fn handed_task(id: &str) -> LockedTask {
         LockedTask {
             id: id.to_owned(),
@@ -681,8 +684,6 @@ mod tests {
             }
         }
     }
-
-    const HOUR_LOCK: SignedDuration = SignedDuration::from_hours(1);
 
     #[test]
     fn a_reservation_that_did_not_commit_tells_its_poll_to_look_again() {
