@@ -10,8 +10,15 @@
 //! property is checked against the protocol and against each plausible regression of it
 //! (`Protocol`), which must fail. `docs/protocol.md` holds the prose, the mapping to the engine
 //! and the counterexamples.
+//!
+//! Beside it, and apart from it, a model of the leases that elect one replica per singleton role
+//! (`lease`, decision 0041): terms that end on a local deadline, clocks that drift, and the
+//! property that no two replicas lead one role at once, checked against the engine's rule and
+//! against plausible regressions of it (`LeaseProtocol`), which must fail.
 
 mod check;
+mod lease;
+mod lease_trace;
 mod model;
 mod one_transaction;
 mod properties;
@@ -19,7 +26,10 @@ mod setup;
 mod state;
 mod trace;
 
-pub use check::{Report, exhaustively, until_failure};
+pub use check::{Report, exhaustively, leases_exhaustively, leases_until_failure, until_failure};
+pub use lease::{
+    LEADERSHIP_PASSES, LeaseAction, LeaseModel, LeaseProtocol, LeaseSetup, ONE_LEADER_PER_ROLE,
+};
 pub use model::{Action, ProtocolModel};
 pub use one_transaction::{Driver, Group, Member, Outcome};
 pub use properties::{
