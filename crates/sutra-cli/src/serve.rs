@@ -21,6 +21,11 @@ pub struct Args {
     /// (sutra.store.migrate-url).
     #[arg(long, value_name = "URL")]
     migrate_db: Option<String>,
+    /// PostgreSQL: the URL of the store's cross-tenant work (sweep, timers, outbox, leases), as a
+    /// member of sutra_system, where --db names a role that may act for tenants only
+    /// (sutra.store.system-url).
+    #[arg(long, value_name = "URL")]
+    system_db: Option<String>,
     /// Address to listen on (default 127.0.0.1:7480; port 0 picks a free one).
     #[arg(long)]
     listen: Option<String>,
@@ -76,6 +81,7 @@ fn settings(
         .environment(std::env::vars())
         .flag("sutra.datasource", args.db.as_deref())
         .flag("sutra.store.migrate-url", args.migrate_db.as_deref())
+        .flag("sutra.store.system-url", args.system_db.as_deref())
         .flag("sutra.listen", args.listen.as_deref())
         .flag("sutra.engine.lanes", args.lanes.as_deref())
         .flag("sutra.replica-id", args.replica_id.as_deref())

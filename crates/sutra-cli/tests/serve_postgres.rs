@@ -1,5 +1,6 @@
 //! End-to-end on PostgreSQL: a real `sutra serve --db postgres://…` on a fresh database of its
-//! own, connected as an ordinary role (row-level security in force), driven only over HTTP; and
+//! own, connected as an ordinary role that may act for tenants only (row-level security in
+//! force) and doing its cross-tenant work as another (decision 0040), driven only over HTTP; and
 //! `sutra db migrate`, the schema step a fleet runs before replicas that do not migrate.
 
 use std::process::Command;
@@ -32,8 +33,12 @@ flows:
         fail: { code: ORDER.EXPIRED, detail: "= 'no payment for ' + vars.input.id" }
 "#;
 
+/// Serving as a role of `sutra_app` alone, with the system's work as a role of `sutra_system`
+/// alone: the timer below fires only if due deliveries and the `timers` lease are read and taken
+/// as the system's role.
 fn serving(database: &TestDatabase) -> ServerOptions {
-    ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), database.url())
+    ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), database.serving_url())
+        .env("SUTRA_STORE_SYSTEM_URL", database.system_url())
 }
 
 fn instance_id(body: &Value) -> String {
@@ -131,11 +136,57 @@ async fn a_replica_migrates_as_the_owner_and_serves_as_a_role_that_only_reads_an
 async fn a_replica_serving_as_the_tables_owner_warns_that_row_security_does_not_bind_it() {
     let database = TestDatabase::create().await;
 
-    let mut server = Server::start(&ServerOptions::new(
-        env!("CARGO_BIN_EXE_sutra"),
-        database.owner_url(),
-    ));
+    let mut server = Server::start(
+        &ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), database.owner_url())
+            .env("SUTRA_STORE_SYSTEM_URL", database.system_url()),
+    );
 
     let warning = server.wait_for_stderr("row-level security does not bind this replica");
     assert!(warning.contains("sutra_owner owns the tables"), "{warning}");
+}
+
+/// A replica whose cross-tenant work would run as a role `'*'` shows no row to would serve
+/// tenants and never sweep, fire a timer, send an outbox row or take a lease: it refuses to start
+/// and says how to give that work a role.
+#[tokio::test]
+async fn a_replica_without_a_role_for_its_cross_tenant_work_refuses_to_start() {
+    let database = TestDatabase::create().await;
+    let binary = env!("CARGO_BIN_EXE_sutra");
+
+    let alone = ServerOptions::new(binary, database.serving_url());
+    let said = match Server::try_start(&alone) {
+        Ok(_) => panic!("sutra serve started without a role for its cross-tenant work"),
+        Err(said) => said,
+    };
+    assert!(said.contains("not a member of sutra_system"), "{said}");
+    assert!(said.contains("sutra.store.system-url"), "{said}");
+    assert!(
+        !said.contains(":sutra@"),
+        "the password is not printed: {said}"
+    );
+
+    let tenants_only = alone
+        .clone()
+        .env("SUTRA_STORE_SYSTEM_URL", database.serving_url());
+    let said = match Server::try_start(&tenants_only) {
+        Ok(_) => panic!("sutra serve started with a system URL of a tenants-only role"),
+        Err(said) => said,
+    };
+    assert!(said.contains("GRANT sutra_system TO its role"), "{said}");
+}
+
+/// One role in both groups works, as it did before decision 0040, and is told what it risks.
+#[tokio::test]
+async fn a_serving_role_that_may_act_for_the_system_is_warned_that_it_reads_every_tenant() {
+    let database = TestDatabase::create().await;
+
+    let mut server = Server::start(&ServerOptions::new(
+        env!("CARGO_BIN_EXE_sutra"),
+        database.url(),
+    ));
+
+    let warning = server.wait_for_stderr("the serving role is a member of sutra_system");
+    assert!(warning.contains("sutra.store.system-url"), "{warning}");
+    let (status, body) = server.deploy(FLOWS).await;
+    assert_eq!(status, 201, "{body}");
 }

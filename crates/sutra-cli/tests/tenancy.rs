@@ -1,8 +1,9 @@
 //! Tenant isolation on PostgreSQL (SPEC §1, §4): two tenants with their tokens on one real
-//! `sutra serve`, serving as the engine's ordinary role. Whatever tenant B asks about tenant A's
-//! rows — through any API call, or through raw queries on the engine's own connection settings
-//! with `sutra.tenant` declared as B — is answered as if A's rows did not exist, and changes
-//! none of them.
+//! `sutra serve`, serving as an ordinary role that may act for tenants only, its cross-tenant work
+//! done as a role of its own (decision 0040). Whatever tenant B asks about tenant A's rows —
+//! through any API call, or through raw queries on the serving role's connection settings with
+//! `sutra.tenant` declared as B, or as the system's `'*'` — is answered as if A's rows did not
+//! exist, and changes none of them.
 
 use std::time::{Duration, Instant};
 
@@ -150,7 +151,8 @@ fn assert_not_found(answer: (u16, Value), code: &str, what: &str) {
 async fn no_api_call_and_no_raw_query_of_one_tenant_reads_or_changes_anothers_rows() {
     let database = TestDatabase::create().await;
     let tokens = format!("acme:admin,worker,sender:{ACME}; globex:admin,worker,sender:{GLOBEX}");
-    let options = ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), database.url())
+    let options = ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), database.serving_url())
+        .env("SUTRA_STORE_SYSTEM_URL", database.system_url())
         .env("SUTRA_AUTH_TOKENS", &tokens);
     let server = Server::start(&options);
     let (acme, globex) = (server.bearer(ACME), server.bearer(GLOBEX));
@@ -162,7 +164,8 @@ async fn no_api_call_and_no_raw_query_of_one_tenant_reads_or_changes_anothers_ro
     b_cannot_show_or_administer_as_instances(&globex, &rows).await;
     b_cannot_take_or_answer_as_tasks(&globex, &rows).await;
     b_cannot_relay_to_or_replay_as_messages(&globex, &rows).await;
-    b_on_the_engines_connection_reaches_none_of_as_rows(&database).await;
+    b_on_the_engines_connection_reaches_none_of_as_rows(&database, "globex").await;
+    b_on_the_engines_connection_reaches_none_of_as_rows(&database, "*").await;
 
     assert_eq!(
         everything_acme_sees(&acme, &rows).await,
@@ -301,23 +304,30 @@ const TABLES: [&str; 9] = [
     "history",
 ];
 
-/// The engine's role with `sutra.tenant` declared as B, as the store declares it, in one
-/// transaction: every statement at A's rows reads nothing and changes nothing, and row security
-/// cannot be switched off — only the tables' owner could.
-async fn b_on_the_engines_connection_reaches_none_of_as_rows(database: &TestDatabase) {
-    let mut engine = PgConnection::connect(database.url()).await.unwrap();
+/// The serving role with `sutra.tenant` declared as B (as the store declares it) or as the
+/// system's `'*'`, in one transaction: every statement at A's rows reads nothing and changes
+/// nothing, and row security cannot be switched off — only the tables' owner could.
+async fn b_on_the_engines_connection_reaches_none_of_as_rows(
+    database: &TestDatabase,
+    declared: &str,
+) {
+    let mut engine = PgConnection::connect(database.serving_url()).await.unwrap();
     execute(&mut engine, "BEGIN").await.unwrap();
-    execute(
-        &mut engine,
-        "SELECT set_config('sutra.tenant', 'globex', true)",
-    )
-    .await
-    .unwrap();
+    sqlx::query("SELECT set_config('sutra.tenant', $1, true)")
+        .bind(declared)
+        .execute(&mut engine)
+        .await
+        .unwrap();
     let own: i64 = sqlx::query_scalar("SELECT count(*) FROM instances")
         .fetch_one(&mut engine)
         .await
         .unwrap();
-    assert!(own > 0, "B's own rows are visible: the declaration took");
+    let declared_globex = declared == "globex";
+    assert_eq!(
+        own > 0,
+        declared_globex,
+        "B's own rows are visible as B (the declaration took), none as '*'"
+    );
 
     for table in TABLES {
         let acme = "tenant = 'acme'";

@@ -27,6 +27,10 @@ const KEYS: &[(&str, Option<&str>)] = &[
     // Whom the start-up migration runs as: the schema's owner, where replicas serve as a role
     // that may only read and write rows (docs/decisions/0019). Unset: the datasource's role.
     ("sutra.store.migrate-url", None),
+    // Whom the store's cross-tenant work (sweep, timers, outbox, leases, purge) runs as: a member
+    // of `sutra_system`, so that the serving role cannot read across tenants (decision 0040).
+    // Unset: the datasource's role, which must then be a member itself.
+    ("sutra.store.system-url", None),
     ("sutra.listen", Some("127.0.0.1:7480")),
     ("sutra.replica-id", None),
     ("sutra.engine.lanes", Some("1")),
@@ -61,6 +65,7 @@ pub struct Settings {
     pub store_pool_size: u32,
     pub store_migrate: bool,
     pub store_migrate_url: Option<String>,
+    pub store_system_url: Option<String>,
     pub listen: SocketAddr,
     pub replica_id: String,
     pub lanes: usize,
@@ -193,6 +198,7 @@ impl Sources {
             store_pool_size: self.parsed("sutra.store.pool-size", positive)?,
             store_migrate: self.parsed("sutra.store.migrate", boolean)?,
             store_migrate_url: self.optional("sutra.store.migrate-url"),
+            store_system_url: self.optional("sutra.store.system-url"),
             listen: self.parsed("sutra.listen", |v| {
                 v.parse::<SocketAddr>().map_err(|e| e.to_string())
             })?,

@@ -94,11 +94,16 @@ pub async fn open_store(settings: &Settings) -> Result<Arc<dyn Store>, ServeErro
                 pool_size: settings.store_pool_size,
                 migrate: settings.store_migrate,
                 migrate_url: settings.store_migrate_url.clone(),
+                system_url: settings.store_system_url.clone(),
             };
             let store = sutra_store_postgres::open(url, &options)
                 .await
                 .map_err(|e| store_error(url, e))?;
             warn_of_row_security_gaps(url).await;
+            if let Some(system) = &options.system_url {
+                warn_of_row_security_gaps(system).await;
+            }
+            check_cross_tenant_roles(url, options.system_url.as_deref()).await?;
             Arc::new(store)
         }
     };
@@ -120,6 +125,55 @@ async fn warn_of_row_security_gaps(url: &str) {
         }
         Err(error) => warn!(%error, "cannot tell whether row-level security binds this replica"),
     }
+}
+
+/// The store's cross-tenant work needs a role `'*'` shows rows to (decision 0040): the system URL's,
+/// else the serving one's. Without one, the replica would run but never sweep, fire a timer,
+/// send an outbox row or take a lease — so it refuses to start. A serving role that may act for
+/// the system works, and is reported: its credentials read every tenant's rows.
+async fn check_cross_tenant_roles(url: &str, system: Option<&str>) -> Result<(), ServeError> {
+    use sutra_store_postgres::{CrossTenant, cross_tenant};
+    let serving = cross_tenant(url).await;
+    let own = match system {
+        Some(system) => Some(cross_tenant(system).await),
+        None => None,
+    };
+    match own.as_ref().unwrap_or(&serving) {
+        Ok(CrossTenant::Refused) => {
+            let (acting, fix) = match system {
+                Some(system) => (
+                    system,
+                    "GRANT sutra_system TO its role, or set sutra.store.system-url to a URL of \
+                     a member",
+                ),
+                None => (
+                    url,
+                    "set sutra.store.system-url (--system-db) to a URL of a member of \
+                     sutra_system, or GRANT sutra_system TO the serving role",
+                ),
+            };
+            return Err(ServeError::Store {
+                url: redacted(acting),
+                reason: format!(
+                    "its role is not a member of sutra_system, so the store's cross-tenant work \
+                     (sweep, timers, outbox, leases, purge) would see no rows: {fix} \
+                     (docs/decisions/0040-a-role-for-cross-tenant-work.md)"
+                ),
+            });
+        }
+        Err(error) => {
+            warn!(%error, "cannot tell whether the store's cross-tenant work may act for the system");
+        }
+        Ok(_) => {}
+    }
+    if matches!(serving, Ok(CrossTenant::Member)) {
+        warn!(
+            "the serving role is a member of sutra_system, so its credentials read every \
+             tenant's rows: serve as a role in sutra_app alone, with sutra.store.system-url for \
+             the system's work (docs/decisions/0040-a-role-for-cross-tenant-work.md)"
+        );
+    }
+    Ok(())
 }
 
 /// Brings the schema of the store at `url` up to date (`sutra db migrate`). SQLite migrates

@@ -44,6 +44,7 @@ use sutra_store::{Error, Result};
 use sutra_store_sql::SqlStore;
 use url::Url;
 
+pub use crate::schema::CrossTenant;
 use crate::schema::migrate_with;
 
 /// How long a statement waits for a row or advisory lock. Steps hold their locks for
@@ -77,6 +78,10 @@ pub struct PostgresOptions {
     /// The URL to migrate through, as the role that owns the schema; `None`: the serving URL,
     /// which is enough when that role owns the schema or the schema is already current.
     pub migrate_url: Option<String>,
+    /// The URL of the store's cross-tenant work (sweep, dispatch, outbox, leases, purge), as a
+    /// member of `sutra_system`; `None`: the serving URL, whose role must then be one
+    /// (docs/decisions/0040-a-role-for-cross-tenant-work.md).
+    pub system_url: Option<String>,
 }
 
 impl Default for PostgresOptions {
@@ -85,6 +90,7 @@ impl Default for PostgresOptions {
             pool_size: 10,
             migrate: true,
             migrate_url: None,
+            system_url: None,
         }
     }
 }
@@ -92,10 +98,12 @@ impl Default for PostgresOptions {
 /// The production store.
 pub type PostgresStore = SqlStore<Postgres>;
 
-/// The PostgreSQL backend: a pool of connections to one database, and the listeners for
-/// deployment and end notices.
+/// The PostgreSQL backend: two pools of connections to one database — one for tenants' work, one
+/// for the system's, each as its own role, or both one pool where one role does both — and the
+/// listeners for deployment and end notices.
 pub struct Postgres {
     pool: PgPool,
+    system: PgPool,
     deployments: notices::Notices,
     ended: notices::Notices,
 }
@@ -114,6 +122,23 @@ pub async fn open(url: &str, options: &PostgresOptions) -> Result<PostgresStore>
     }
     let deployments = notices::Notices::new(connect.clone(), notices::DEPLOYMENTS);
     let ended = notices::Notices::new(connect.clone(), notices::ENDED);
+    let pool = pool_of(connect, options.pool_size);
+    let system = match &options.system_url {
+        Some(url) => pool_of(connect_options(url)?, options.pool_size),
+        None => pool.clone(),
+    };
+    Ok(SqlStore::new(Postgres {
+        pool,
+        system,
+        deployments,
+        ended,
+    }))
+}
+
+/// A pool of at most `size` connections as `connect` says, each with the store's session
+/// settings. The system's pool is as large as the tenants' because due deliveries are read in
+/// it on the hot path; its connections open only when work needs them.
+fn pool_of(connect: PgConnectOptions, size: u32) -> PgPool {
     let session = connect.options([
         ("lock_timeout", millis(LOCK_TIMEOUT)),
         (
@@ -121,8 +146,8 @@ pub async fn open(url: &str, options: &PostgresOptions) -> Result<PostgresStore>
             millis(IDLE_IN_TRANSACTION_TIMEOUT),
         ),
     ]);
-    let pool = PgPoolOptions::new()
-        .max_connections(options.pool_size)
+    PgPoolOptions::new()
+        .max_connections(size)
         .acquire_timeout(ACQUIRE_TIMEOUT)
         .test_before_acquire(false)
         .before_acquire(|connection, metadata| {
@@ -133,12 +158,7 @@ pub async fn open(url: &str, options: &PostgresOptions) -> Result<PostgresStore>
                 Ok(true)
             })
         })
-        .connect_lazy_with(session);
-    Ok(SqlStore::new(Postgres {
-        pool,
-        deployments,
-        ended,
-    }))
+        .connect_lazy_with(session)
 }
 
 /// Applies every pending migration to the database at `url` (`sutra db migrate`). Safe to run
@@ -152,6 +172,11 @@ pub async fn migrate(url: &str) -> Result<()> {
 /// (a superuser, BYPASSRLS, or the tables' owner); empty for an ordinary serving role.
 pub async fn row_security_gaps(url: &str) -> Result<Vec<String>> {
     schema::row_security_gaps(&connect_options(url)?).await
+}
+
+/// Whether the role of `url` may act for the system, `'*'` (see [`CrossTenant`]).
+pub async fn cross_tenant(url: &str) -> Result<CrossTenant> {
+    schema::cross_tenant(&connect_options(url)?).await
 }
 
 fn connect_options(url: &str) -> Result<PgConnectOptions> {

@@ -119,3 +119,37 @@ pub async fn row_security_gaps(options: &PgConnectOptions) -> Result<Vec<String>
         .filter_map(|(gap, why)| gap.then_some(why))
         .collect())
 }
+
+/// What the role a URL logs in as may do with the system scope, `'*'` (migration 0011).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrossTenant {
+    /// Not a member of `sutra_system`: `'*'` shows it no row. Right for a serving role; a
+    /// replica whose system work ran as it would sweep, dispatch and send nothing.
+    Refused,
+    /// A member of `sutra_system`: `'*'` shows it every tenant's rows.
+    Member,
+    /// A superuser or BYPASSRLS role, which every tenant's rows are open to anyway.
+    Unbound,
+}
+
+/// Whether the role `options` logs in as may act for the system. A database whose schema
+/// predates the group has no `sutra_system` yet: every role is refused there.
+pub async fn cross_tenant(options: &PgConnectOptions) -> Result<CrossTenant> {
+    let mut connection = options.connect().await.map_err(connect_error)?;
+    let (unbound, member): (bool, bool) = sqlx::query_as(
+        "SELECT r.rolsuper OR r.rolbypassrls,
+                CASE WHEN EXISTS (SELECT FROM pg_roles WHERE rolname = 'sutra_system')
+                     THEN pg_has_role(current_user, 'sutra_system', 'USAGE')
+                     ELSE false END
+         FROM pg_roles r WHERE r.rolname = current_user",
+    )
+    .fetch_one(&mut connection)
+    .await
+    .map_err(db)?;
+    connection.close().await.map_err(db)?;
+    Ok(match (unbound, member) {
+        (true, _) => CrossTenant::Unbound,
+        (false, true) => CrossTenant::Member,
+        (false, false) => CrossTenant::Refused,
+    })
+}

@@ -9,7 +9,8 @@
 //!
 //! [`Scope::System`] is the store's own cross-tenant work (sweep, due deliveries, outbox
 //! sending), whose trait methods name no tenant: it may read, update and delete every tenant's
-//! rows, never insert.
+//! rows, never insert — and only as a member of `sutra_system`, which is why it runs in a pool
+//! of its own (migration 0011, decision 0040). Declared by any other role, `'*'` shows nothing.
 
 use sqlx::{AssertSqlSafe, PgPool, Postgres, Transaction};
 use sutra_store::{Error, Result};

@@ -48,17 +48,28 @@ impl Scoped {
     }
 }
 
+impl Postgres {
+    /// The pool a scope's transactions run in: the system's work as the system's role, which
+    /// alone `'*'` shows rows to (migration 0011).
+    fn pool_for(&self, scope: Scope<'_>) -> &PgPool {
+        match scope {
+            Scope::Tenant(_) => &self.pool,
+            Scope::System => &self.system,
+        }
+    }
+}
+
 impl Backend for Postgres {
     type Tx = Scoped;
 
     async fn begin(&self, scope: Scope<'_>) -> Result<Scoped> {
-        Scoped::begin(&self.pool, scope, Flush::Wait).await
+        Scoped::begin(self.pool_for(scope), scope, Flush::Wait).await
     }
 
     /// A commit answered before its WAL is flushed: a poll's is one of the most frequent on the
     /// task path, and a lost lock only hands its task out again.
     async fn begin_redoable(&self, scope: Scope<'_>) -> Result<Scoped> {
-        Scoped::begin(&self.pool, scope, Flush::Later).await
+        Scoped::begin(self.pool_for(scope), scope, Flush::Later).await
     }
 
     /// The one database of a fleet of replicas: its singleton roles are led by one replica at a

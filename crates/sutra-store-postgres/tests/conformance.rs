@@ -21,9 +21,15 @@ impl Deref for Fixture {
     }
 }
 
+/// A store whose tenants' and system's work run as two roles, as decision 0040 recommends: a
+/// system path that ran as the serving role would see no row, and its test would fail.
 async fn fresh() -> Fixture {
     let database = TestDatabase::create().await;
-    let store = sutra_store_postgres::open(database.url(), &PostgresOptions::default())
+    let options = PostgresOptions {
+        system_url: Some(database.system_url().to_owned()),
+        ..PostgresOptions::default()
+    };
+    let store = sutra_store_postgres::open(database.serving_url(), &options)
         .await
         .expect("a fresh database opens and migrates");
     Fixture {

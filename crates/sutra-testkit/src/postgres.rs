@@ -17,10 +17,12 @@
 //!
 //! The engine never connects as the admin, nor as the tables' owner: as in a hardened production
 //! setup (docs/decisions/0019-tenancy-and-tokens.md), each database is owned and migrated by
-//! [`OWNER_ROLE`], and the engine logs in as [`ENGINE_ROLE`], a member of the group `sutra_app`
-//! that may only read and write rows. Neither is a superuser or BYPASSRLS — those ignore
-//! row-level security — and the engine's role owns nothing, so it cannot switch row security off:
-//! a test of tenant isolation run otherwise would prove nothing.
+//! [`OWNER_ROLE`], and the engine logs in as roles that may only read and write rows: by default
+//! [`ENGINE_ROLE`], a member of both `sutra_app` and `sutra_system`, which does tenants' work and
+//! the store's cross-tenant work as one role; or, split as decision 0040 recommends,
+//! [`SERVING_ROLE`] (`sutra_app` alone) beside [`SYSTEM_ROLE`] (`sutra_system` alone). None is a
+//! superuser or BYPASSRLS — those ignore row-level security — and none owns anything, so none can
+//! switch row security off: a test of tenant isolation run otherwise would prove nothing.
 
 use std::future::Future;
 use std::os::unix::fs::MetadataExt;
@@ -43,11 +45,18 @@ pub const DATABASE_URL_VARIABLE: &str = "SUTRA_TEST_DATABASE_URL";
 
 /// The role that owns every test database and its schema, and migrates it.
 pub const OWNER_ROLE: &str = "sutra_owner";
-/// The role the engine logs in as: a member of [`APP_GROUP`], owning nothing.
+/// The role the engine logs in as by default: a member of [`APP_GROUP`] and [`SYSTEM_GROUP`],
+/// owning nothing.
 pub const ENGINE_ROLE: &str = "sutra_engine";
-/// The group the schema's migration grants row access to.
+/// A role that may act for tenants only: a member of [`APP_GROUP`] alone.
+pub const SERVING_ROLE: &str = "sutra_serving";
+/// A role that may act for the system only: a member of [`SYSTEM_GROUP`] alone.
+pub const SYSTEM_ROLE: &str = "sutra_sweeping";
+/// The group the schema's migration grants tenants' row access to.
 pub const APP_GROUP: &str = "sutra_app";
-/// Both login roles' password: the cluster is a throwaway, or CI's own.
+/// The group the system scope, `'*'`, shows rows to (migration 0011).
+pub const SYSTEM_GROUP: &str = "sutra_system";
+/// Every login role's password: the cluster is a throwaway, or CI's own.
 const PASSWORD: &str = "sutra";
 
 /// How long a cluster may take to start, or a database to be created or dropped.
@@ -57,6 +66,8 @@ const STARTUP: Duration = Duration::from_secs(60);
 pub struct TestDatabase {
     name: String,
     url: String,
+    serving_url: String,
+    system_url: String,
     owner_url: String,
     admin_url: String,
 }
@@ -91,15 +102,30 @@ impl TestDatabase {
             .unwrap_or_else(|e| panic!("cannot create the test database {name}: {e}"));
         TestDatabase {
             url: server.url_of(&name, Some((ENGINE_ROLE, PASSWORD))),
+            serving_url: server.url_of(&name, Some((SERVING_ROLE, PASSWORD))),
+            system_url: server.url_of(&name, Some((SYSTEM_ROLE, PASSWORD))),
             owner_url: server.url_of(&name, Some((OWNER_ROLE, PASSWORD))),
             admin_url: server.url_of(&name, None),
             name,
         }
     }
 
-    /// The URL the engine serves with: [`ENGINE_ROLE`] on this database.
+    /// The URL the engine serves with: [`ENGINE_ROLE`] on this database, which does the
+    /// system's work too.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The URL of a role that may act for tenants only, [`SERVING_ROLE`]: what an engine whose
+    /// system work has a role of its own serves with.
+    pub fn serving_url(&self) -> &str {
+        &self.serving_url
+    }
+
+    /// The URL of a role that may act for the system only, [`SYSTEM_ROLE`]: what
+    /// `sutra.store.system-url` takes beside [`TestDatabase::serving_url`].
+    pub fn system_url(&self) -> &str {
+        &self.system_url
     }
 
     /// The URL of the schema's owner, [`OWNER_ROLE`]: what `sutra db migrate` and
@@ -248,21 +274,47 @@ async fn connect_admin(admin: Url) -> sqlx::Result<PgPool> {
         .connect(admin.as_str())
         .await?;
     ensure_role(&pool, APP_GROUP, "NOLOGIN").await?;
-    ensure_role(&pool, OWNER_ROLE, &format!("LOGIN PASSWORD '{PASSWORD}'")).await?;
-    ensure_role(&pool, ENGINE_ROLE, &format!("LOGIN PASSWORD '{PASSWORD}'")).await?;
-    // The group exists before any migration, so the owner needs no CREATEROLE to make it.
-    execute(&pool, format!("GRANT {APP_GROUP} TO {ENGINE_ROLE}")).await?;
-    let (engine_acts_as_owner,): (bool,) = sqlx::query_as("SELECT pg_has_role($1, $2, 'MEMBER')")
-        .bind(ENGINE_ROLE)
-        .bind(OWNER_ROLE)
+    ensure_role(&pool, SYSTEM_GROUP, "NOLOGIN").await?;
+    let login = format!("LOGIN PASSWORD '{PASSWORD}'");
+    ensure_role(&pool, OWNER_ROLE, &login).await?;
+    // The groups exist before any migration, so the owner needs no CREATEROLE to make them.
+    for (role, groups) in [
+        (ENGINE_ROLE, [APP_GROUP, SYSTEM_GROUP].as_slice()),
+        (SERVING_ROLE, &[APP_GROUP]),
+        (SYSTEM_ROLE, &[SYSTEM_GROUP]),
+    ] {
+        ensure_role(&pool, role, &login).await?;
+        for group in groups {
+            execute(&pool, format!("GRANT {group} TO {role}")).await?;
+        }
+        assert_acts_only_as_itself(&pool, role).await?;
+    }
+    let (serving_acts_as_system,): (bool,) = sqlx::query_as("SELECT pg_has_role($1, $2, 'USAGE')")
+        .bind(SERVING_ROLE)
+        .bind(SYSTEM_GROUP)
         .fetch_one(&pool)
         .await?;
     assert!(
-        !engine_acts_as_owner,
-        "the role {ENGINE_ROLE} may act as {OWNER_ROLE}, which owns the tables: revoke that \
-         membership, or point ${DATABASE_URL_VARIABLE} at another server"
+        !serving_acts_as_system,
+        "the role {SERVING_ROLE} may act as {SYSTEM_GROUP}: revoke that membership, or point \
+         ${DATABASE_URL_VARIABLE} at another server"
     );
     Ok(pool)
+}
+
+/// Asserts that the login `role` may not act as [`OWNER_ROLE`], which owns the tables.
+async fn assert_acts_only_as_itself(pool: &PgPool, role: &str) -> sqlx::Result<()> {
+    let (acts_as_owner,): (bool,) = sqlx::query_as("SELECT pg_has_role($1, $2, 'MEMBER')")
+        .bind(role)
+        .bind(OWNER_ROLE)
+        .fetch_one(pool)
+        .await?;
+    assert!(
+        !acts_as_owner,
+        "the role {role} may act as {OWNER_ROLE}, which owns the tables: revoke that \
+         membership, or point ${DATABASE_URL_VARIABLE} at another server"
+    );
+    Ok(())
 }
 
 /// Creates `role` with `attributes` unless it exists, never a superuser nor BYPASSRLS. Another

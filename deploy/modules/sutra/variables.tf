@@ -28,7 +28,7 @@ variable "replicas" {
 }
 
 variable "database_secret" {
-  description = "A Secret holding `datasource` (the serving role, a member of sutra_app) and `migrate-url` (the schema's owner)."
+  description = "A Secret holding `datasource` (the serving role, a member of sutra_app), `system-url` (the role of the cross-tenant work, a member of sutra_system) and `migrate-url` (the schema's owner)."
   type        = string
 }
 

@@ -18,9 +18,14 @@ pub const REPLIES: &str = "bank-replies";
 pub const TOPIC: &str = "debit-account";
 pub const HOUR: SignedDuration = SignedDuration::from_hours(1);
 
-/// A store on `database`, as one replica opens it.
+/// A store on `database`, as one replica opens it: serving as a role that may act for tenants
+/// only, with a role of its own for the system's work (decision 0040).
 pub async fn replica(database: &TestDatabase) -> PostgresStore {
-    sutra_store_postgres::open(database.url(), &PostgresOptions::default())
+    let options = PostgresOptions {
+        system_url: Some(database.system_url().to_owned()),
+        ..PostgresOptions::default()
+    };
+    sutra_store_postgres::open(database.serving_url(), &options)
         .await
         .expect("the test database opens")
 }

@@ -243,16 +243,18 @@ async fn outcome_outside(connection: &mut PgConnection, sql: String) -> u64 {
 #[tokio::test]
 async fn the_system_scope_reads_every_tenant_and_writes_rows_for_none() {
     let (database, _store) = two_tenants().await;
-    let mut connection = engine_connection(&database).await;
+    let mut connection = PgConnection::connect(database.system_url()).await.unwrap();
     act_for(&mut connection, "*").await;
 
-    let instances = count(&mut connection, "SELECT count(*) FROM instances".to_owned()).await;
-    assert_eq!(instances, 2);
+    for table in TABLES {
+        let all = count(&mut connection, format!("SELECT count(*) FROM {table}")).await;
+        assert!(all >= 2, "{table}: both tenants' rows are visible");
+    }
     let insert = "INSERT INTO inbox VALUES ('*', 'c', 'system', NULL, 'buffered', 0)";
     assert_eq!(
         outcome(&mut connection, insert.to_owned()).await,
-        Err("23514".to_owned()),
-        "'*' is no tenant name"
+        Err("42501".to_owned()),
+        "the system's role inserts no row"
     );
     let theirs = format!("INSERT INTO inbox VALUES ('{TENANT}', 'c', 'x', NULL, 'buffered', 0)");
     assert_eq!(
@@ -260,6 +262,46 @@ async fn the_system_scope_reads_every_tenant_and_writes_rows_for_none() {
         Err("42501".to_owned()),
         "no tenant's row is written in the system scope"
     );
+}
+
+/// The backstop of decision 0040: whoever holds the serving role's credentials can declare `'*'`
+/// in a raw query, and then reads, updates and deletes nothing of anybody's.
+#[tokio::test]
+async fn the_serving_role_cannot_act_for_the_system() {
+    let (database, _store) = two_tenants().await;
+    let before = census(&database).await;
+    let mut connection = PgConnection::connect(database.serving_url()).await.unwrap();
+    act_for(&mut connection, "*").await;
+
+    for table in TABLES {
+        let all = count(&mut connection, format!("SELECT count(*) FROM {table}")).await;
+        assert_eq!(all, 0, "{table}: read");
+        let update = format!("UPDATE {table} SET tenant = tenant");
+        assert_eq!(
+            outcome(&mut connection, update).await,
+            Ok(0),
+            "{table}: update"
+        );
+        let delete = format!("DELETE FROM {table}");
+        assert_eq!(
+            outcome(&mut connection, delete).await,
+            Ok(0),
+            "{table}: delete"
+        );
+    }
+    let leases = count(&mut connection, "SELECT count(*) FROM leases".to_owned()).await;
+    assert_eq!(leases, 0, "leases: read");
+    let take = "INSERT INTO leases (role, holder, expires_at, epoch) VALUES ('timers', 'x', 0, 1)";
+    assert_eq!(
+        outcome(&mut connection, take.to_owned()).await,
+        Err("42501".to_owned()),
+        "leases: taken"
+    );
+    sqlx::query("COMMIT")
+        .execute(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(census(&database).await, before, "nothing changed");
 }
 
 #[tokio::test]
