@@ -27,6 +27,10 @@ use crate::shared::Shared;
 use crate::tasks::{self, PollRequest, Take};
 use crate::{answers, bulk, converge, deliveries, history, metrics, outbox, retirement, sweep};
 
+/// How long a scrape waits for the database's backlog count (see [`Engine::publish_gauges`]):
+/// far above a healthy count's milliseconds, and under a scraper's usual timeout.
+const BACKLOG_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
+
 pub struct Engine {
     shared: Arc<Shared>,
     lanes: Arc<Lanes>,
@@ -141,13 +145,17 @@ impl Engine {
         }
         metrics::claims_in_flight(self.claims_in_flight());
         metrics::polls_waiting(self.shared.waiting.count());
-        match self.shared.store.backlog().await {
-            Ok(backlog) => {
+        // A database cut off mid-statement answers nothing, and the client sets no statement
+        // timeout: a scrape waits for the count that long and no longer, so that the gauges of
+        // this process — leadership above all — are read whatever the store does.
+        match tokio::time::timeout(BACKLOG_PATIENCE, self.shared.store.backlog()).await {
+            Ok(Ok(backlog)) => {
                 let gone = self.topics_gone(&backlog);
                 metrics::backlog(&backlog, &gone);
             }
             // The store's gauges keep their last values; readiness says the store is away.
-            Err(error) => debug!(%error, "could not count the backlog for the gauges"),
+            Ok(Err(error)) => debug!(%error, "could not count the backlog for the gauges"),
+            Err(_) => debug!("the backlog count for the gauges took too long; left out"),
         }
     }
 

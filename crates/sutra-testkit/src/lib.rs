@@ -9,6 +9,7 @@ mod authority;
 mod bearer;
 pub mod brokers;
 pub mod postgres;
+pub mod proxy;
 mod receiver;
 
 pub use authority::{Authority, Issued};
