@@ -136,7 +136,10 @@ async fn the_checker_finds_an_answer_before_its_commit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_checker_finds_no_anomaly_in_transfers_through_two_replicas() {
     let report = transfer(&[], 20).await;
-    assert!(report.commits >= 3 * 20, "a start and two completions per transfer: {report}");
+    assert!(
+        report.commits >= 3 * 20,
+        "a start and two completions per transfer: {report}"
+    );
     assert!(report.terms >= 4, "every role led at least once: {report}");
     report.assert_clean();
 }
