@@ -25,7 +25,9 @@
 //! every transfer completed within the recovery bound of the last fault, every claim a killed
 //! replica held cleared, every outbox row sent (the ledger may hear a key twice, never an
 //! unknown one), nothing left claimed or asked, and every lease role held by exactly one live
-//! replica within `ttl + poll` of the last fault.
+//! replica within `ttl + poll` of the last fault. And the history every replica recorded passes
+//! the history checker (`common::history`, decision 0043): one chain of commits per instance,
+//! no answer before its commit, no two leaders of a role at once, every message consumed once.
 //!
 //! The database is a cluster of the test's own (`DedicatedCluster`), so restarting it disturbs
 //! no other test. `SUTRA_CHAOS_SEED` replays a schedule (the faults and their victims; the
@@ -38,8 +40,8 @@ use std::time::{Duration, Instant};
 
 use common::{
     Accepted, Fleet, LeaseCheck, Timing, Workers, assert_every_role_led_by_one_live_replica,
-    assert_nothing_stranded, assert_resends_are_duplicates, audit, send_transfer, transfers,
-    wait_for_ledger,
+    assert_nothing_stranded, assert_resends_are_duplicates, audit, history, send_transfer,
+    transfers, wait_for_ledger,
 };
 use sutra_testkit::Receiver;
 use sutra_testkit::postgres::{self, DedicatedCluster};
@@ -106,6 +108,11 @@ async fn replicas_ride_through_kills_freezes_and_a_database_restart() {
     workers.stop().await;
 
     let found = audit(fleet.replica(0), &accepted, &receiver).await;
+    // The history each replica recorded (decision 0043): one chain per instance, answers after
+    // their commits, one leader per role, every accepted message consumed once.
+    let history = history::check(&fleet.histories(), &accepted, &fleet.killed(), seed);
+    println!("chaos: {history}");
+    history.assert_clean();
     assert_resends_are_duplicates(&http, &urls, &accepted).await;
     assert_nothing_stranded(cluster.admin_url()).await;
     let resent = accepted.iter().filter(|sent| sent.attempts > 1).count();

@@ -21,7 +21,7 @@ use tracing::warn;
 
 use crate::error::Error;
 use crate::runner::{Completion, StepOutcome, StepRequest, Stepper, Written, fails_clean};
-use crate::{fault, metrics};
+use crate::{fault, history_log, metrics, test_switches};
 
 /// One member of a group, and where its answer goes.
 pub(crate) enum Member {
@@ -107,6 +107,14 @@ impl Member {
 }
 
 impl Ran {
+    /// What the history log records of the member once its group committed.
+    fn record(&self) -> Option<&history_log::Commit> {
+        match self {
+            Ran::Step(Ok(written)) | Ran::Complete(Ok(Some(written))) => written.record.as_ref(),
+            _ => None,
+        }
+    }
+
     /// The member's error, if it may have left the member half written.
     fn unclean(&self) -> Option<&Error> {
         match self {
@@ -128,6 +136,9 @@ impl Ran {
 /// Runs `members` as one group, or, when the group fails as a whole, each alone.
 pub(crate) async fn run(stepper: &Stepper<'_>, members: Vec<Member>) {
     metrics::group_members(members.len());
+    if test_switches::ack_before_commit() {
+        return answered_before_commit(stepper, members).await;
+    }
     if members.len() == 1 {
         for member in members {
             alone(stepper, member).await;
@@ -216,6 +227,8 @@ async fn together(stepper: &Stepper<'_>, members: &[Member]) -> Result<Vec<Ran>,
             if several {
                 fault::point("after-group-commit");
             }
+            // Recorded before any member is answered: an answer's event comes after its commit's.
+            record_commits(stepper, &ran);
             Ok(ran)
         }
         Err(unclean) => {
@@ -246,4 +259,54 @@ async fn write_members(
         ran.push(result);
     }
     Ok(())
+}
+
+/// Records each member of a group that committed, in the history log.
+fn record_commits(stepper: &Stepper<'_>, ran: &[Ran]) {
+    if !history_log::enabled() {
+        return;
+    }
+    let group = history_log::next_group();
+    let me = &stepper.shared.config.replica_id;
+    for (member, ran) in ran.iter().enumerate() {
+        if let Some(record) = ran.record() {
+            history_log::commit(me, record, group, member);
+        }
+    }
+}
+
+/// How long the group waits, under `SUTRA_TEST_ACK_BEFORE_COMMIT`, between answering its
+/// members and committing: time for the callers to hear first.
+const ACK_LEAD: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// The group as `SUTRA_TEST_ACK_BEFORE_COMMIT` runs it ([`test_switches`]): each member is
+/// answered as soon as it is written, and the group commits after — *reply implies committed*
+/// broken on purpose, for the history checker to find.
+async fn answered_before_commit(stepper: &Stepper<'_>, members: Vec<Member>) {
+    let Some(first) = members.first() else {
+        return;
+    };
+    let mut group = match stepper.shared.store.group(first.tenant()).await {
+        Ok(group) => group,
+        Err(_) => return members.into_iter().for_each(|m| m.fail(Error::Closed)),
+    };
+    let mut ran_all = Vec::new();
+    for (index, member) in members.into_iter().enumerate() {
+        if group.member(member.tenant()).await.is_err() {
+            member.fail(Error::Closed);
+            continue;
+        }
+        let ran = member.run(stepper, &mut *group).await;
+        let record = ran.record().cloned();
+        member.answer(ran, stepper);
+        ran_all.extend(record.map(|record| (index, record)));
+    }
+    tokio::time::sleep(ACK_LEAD).await;
+    if group.commit().await.is_ok() && history_log::enabled() {
+        let number = history_log::next_group();
+        let me = &stepper.shared.config.replica_id;
+        for (index, record) in ran_all {
+            history_log::commit(me, &record, number, index);
+        }
+    }
 }

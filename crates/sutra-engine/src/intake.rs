@@ -15,6 +15,7 @@ use sutra_core::storable::nul_pointers;
 use sutra_store::{BufferedMessage, InboxAnswer, InstanceKey, WaitTarget};
 
 use crate::error::Error;
+use crate::history_log;
 use crate::lane::Lanes;
 use crate::metrics::{self, BouncePath};
 use crate::registry::{ChannelRoute, Live};
@@ -90,8 +91,59 @@ impl From<sutra_store::Error> for IntakeError {
 }
 
 /// Takes `inbound` as `live` routes it: dedup, relay, start, buffer or refuse. Only the step
-/// goes to a lane, the one that owns its instance.
+/// goes to a lane, the one that owns its instance. The answer is recorded in the history log.
 pub(crate) async fn receive(
+    shared: &Shared,
+    lanes: &Lanes,
+    live: &Live,
+    inbound: Inbound,
+) -> Result<Answer, IntakeError> {
+    if !history_log::enabled() {
+        return resolve(shared, lanes, live, inbound).await;
+    }
+    let (tenant, channel, event_id) = (
+        inbound.tenant.clone(),
+        inbound.channel.clone(),
+        inbound.message.id.clone(),
+    );
+    let answer = resolve(shared, lanes, live, inbound).await;
+    if let Ok(answer) = &answer {
+        let (instance, status, dedup, outcome) = match answer {
+            Answer::Accepted {
+                instance,
+                status,
+                dedup,
+            } => (instance.as_deref(), status.as_str(), *dedup, "accepted"),
+            Answer::Ended { instance, reply } => {
+                let status = match reply {
+                    Reply::Completed(_) => "completed",
+                    Reply::Failed { .. } => "failed",
+                    Reply::Cancelled => "cancelled",
+                };
+                (Some(instance.as_str()), status, false, "ended")
+            }
+            Answer::StillRunning { instance, status } => (
+                Some(instance.as_str()),
+                status.as_str(),
+                false,
+                "still_running",
+            ),
+        };
+        let answered = history_log::Answered {
+            tenant: &tenant,
+            channel: &channel,
+            event_id: &event_id,
+            instance,
+            status,
+            dedup,
+            outcome,
+        };
+        history_log::answered(&shared.config.replica_id, &answered);
+    }
+    answer
+}
+
+async fn resolve(
     shared: &Shared,
     lanes: &Lanes,
     live: &Live,

@@ -29,6 +29,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::config::EngineConfig;
+use crate::history_log;
 
 pub const TIMERS: &str = "timers";
 pub const INSTANCE_SWEEPER: &str = "instance-sweeper";
@@ -254,7 +255,7 @@ async fn contend(
         let asked = Instant::now();
         tokio::select! {
             acquired = lease.store.acquire_lease(&role, &lease.holder, lease.ttl) => {
-                record(&role, &signal, acquired, asked + local_term(lease.ttl));
+                record(&lease.holder, &role, &signal, acquired, asked + local_term(lease.ttl));
             }
             _ = resigned.wait_for(|resigned| *resigned) => break,
         }
@@ -263,7 +264,9 @@ async fn contend(
             _ = resigned.wait_for(|resigned| *resigned) => break,
         }
     }
-    signal.send_replace(None);
+    if let Some(term) = signal.send_replace(None).filter(Term::current) {
+        history_log::lease_ended(&lease.holder, &role, term.epoch, "resigned");
+    }
 }
 
 /// How long after sending an acquire this replica may act on the lease it returns: four fifths
@@ -274,6 +277,7 @@ fn local_term(ttl: SignedDuration) -> Duration {
 }
 
 fn record(
+    holder: &str,
     role: &str,
     signal: &watch::Sender<Option<Term>>,
     acquired: sutra_store::Result<Option<Lease>>,
@@ -286,12 +290,23 @@ fn record(
                 until: Some(until),
             };
             let previous = signal.send_replace(Some(term));
+            // A term begins when this replica did not lead, or its last term ran out.
+            let begins =
+                previous.is_none_or(|previous| previous.epoch != term.epoch || !previous.current());
+            history_log::lease(holder, role, lease.epoch, begins, until);
             if previous.is_none_or(|previous| previous.epoch != term.epoch) {
                 info!(role, epoch = lease.epoch, "leading");
             }
         }
         Ok(None) => {
-            let held = signal.send_if_modified(|term| term.take().is_some());
+            let mut ended = None;
+            let held = signal.send_if_modified(|term| {
+                ended = term.take();
+                ended.is_some()
+            });
+            if let Some(term) = ended.filter(Term::current) {
+                history_log::lease_ended(holder, role, term.epoch, "lost");
+            }
             if held {
                 warn!(
                     role,

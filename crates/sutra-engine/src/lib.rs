@@ -54,6 +54,7 @@ mod error;
 pub mod fault;
 mod group;
 mod history;
+pub mod history_log;
 pub mod intake;
 mod lane;
 pub mod leadership;

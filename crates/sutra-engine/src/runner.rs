@@ -28,7 +28,7 @@ use crate::registry::Live;
 use crate::settle::{self, Hold};
 use crate::shared::Shared;
 use crate::tasks::{self, Reservation, Take, Waiting};
-use crate::{fault, metrics};
+use crate::{fault, history_log, metrics};
 
 /// Work for one instance, handed to its lane.
 pub(crate) struct StepRequest {
@@ -113,6 +113,8 @@ pub(crate) struct Written {
     hold: Option<Hold>,
     is_start: bool,
     started: std::time::Instant,
+    /// What the history log records once the group committed; `None` when it records nothing.
+    pub(crate) record: Option<history_log::Commit>,
 }
 
 impl Written {
@@ -269,6 +271,7 @@ impl Stepper<'_> {
             Err(error @ (Error::Busy | Error::NotFound(_))) => {
                 if matches!(error, Error::Busy) {
                     metrics::claim_bounce(metrics::BouncePath::Timer);
+                    self.refused(&error, tenant, instance);
                 }
                 self.deliver_completion(group, completion).await?;
                 return Ok(None);
@@ -426,6 +429,15 @@ impl Stepper<'_> {
             .claim(&key.tenant, &key.id, self.owner, timeout)
             .await
             .map_err(claim_error)
+            .inspect_err(|error| self.refused(error, &key.tenant, &key.id))
+    }
+
+    /// Records a claim refused as held.
+    fn refused(&self, error: &Error, tenant: &str, instance: &str) {
+        if matches!(error, Error::Busy) {
+            let me = &self.shared.config.replica_id;
+            history_log::claim_refused(me, &self.owner.0, tenant, instance);
+        }
     }
 
     async fn advance(
@@ -491,8 +503,30 @@ impl Stepper<'_> {
                 .commit_step(&to_commit(&step, &pending, me, &takers.locks))
                 .await;
         }
+        let record = history_log::enabled().then(|| {
+            let claimed = pending.claim.as_ref();
+            history_log::Commit {
+                lane: self.owner.0.clone(),
+                tenant: step.snapshot.instance.tenant.clone(),
+                instance: instance.clone(),
+                kind: if is_start { "start" } else { "resume" },
+                claimed: claimed.map(|token| token.fence),
+                fence: claimed.map_or(0, |token| match token.kind {
+                    sutra_store::ClaimKind::Locked => token.fence + 1,
+                    sutra_store::ClaimKind::Durable => token.fence,
+                }),
+                seqs: history_log::Commit::seqs(&step.history),
+                channel: pending.consumed.as_ref().map(|c| c.channel.clone()),
+                event_id: pending.consumed.as_ref().map(|c| c.event_id.clone()),
+            }
+        });
+        if let (Err(sutra_store::Error::ClaimLost), Some(token)) = (&result, &pending.claim) {
+            let tenant = &step.snapshot.instance.tenant;
+            history_log::claim_lost(me, &self.owner.0, tenant, &instance, token.fence);
+        }
         match result {
             Ok(committed) => Ok(Written {
+                record,
                 untaken_tasks: step.effects.iter().filter(|e| arms_a_task(e)).count()
                     > committed.taken.len(),
                 step,

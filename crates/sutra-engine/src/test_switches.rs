@@ -16,7 +16,14 @@
 //! build can be talked out of the lane-scoped owner.
 
 #[cfg(feature = "test-hooks")]
-pub(crate) use switched::{owner_lane, route};
+pub(crate) use switched::{ack_before_commit, owner_lane, route};
+
+/// Whether a group answers its members before it commits: never.
+#[cfg(not(feature = "test-hooks"))]
+#[inline(always)]
+pub(crate) fn ack_before_commit() -> bool {
+    false
+}
 
 /// The lane a request goes to: `owner`.
 #[cfg(not(feature = "test-hooks"))]
@@ -62,5 +69,12 @@ mod switched {
         } else {
             lane
         }
+    }
+
+    /// Whether a group answers its members before it commits: under
+    /// `SUTRA_TEST_ACK_BEFORE_COMMIT`.
+    pub(crate) fn ack_before_commit() -> bool {
+        static EARLY: OnceLock<bool> = OnceLock::new();
+        *EARLY.get_or_init(|| enabled("SUTRA_TEST_ACK_BEFORE_COMMIT"))
     }
 }

@@ -52,13 +52,29 @@ pub enum ServeError {
     Listen { addr: SocketAddr, reason: String },
 }
 
+/// Logging as `SUTRA_LOG` says (default `info`). The history log (`sutra::history`, decision
+/// 0043) is off unless the filter names it: `SUTRA_LOG=info` alone does not turn it on.
 pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SUTRA_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let directives = log_directives(std::env::var("SUTRA_LOG").ok().as_deref());
+    let filter = tracing_subscriber::EnvFilter::try_new(&directives)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(log_directives(None)));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+/// The filter's directives: `SUTRA_LOG` (else `info`), with the history log turned off unless
+/// it names [`sutra_engine::history_log::TARGET`].
+fn log_directives(configured: Option<&str>) -> String {
+    let configured = configured
+        .filter(|c| !c.trim().is_empty())
+        .unwrap_or("info");
+    if configured.contains(sutra_engine::history_log::TARGET) {
+        configured.to_owned()
+    } else {
+        format!("{configured},{}=off", sutra_engine::history_log::TARGET)
+    }
 }
 
 /// The store implementations, told apart by the datasource's scheme.

@@ -3,6 +3,8 @@
 //! its group's; all compared against the database's clock, so that replicas never compare claims
 //! across clocks.
 
+use std::sync::LazyLock;
+
 use jiff::SignedDuration;
 use sutra_store::{ClaimToken, Result};
 use sutra_store_sql::rows::{ClaimedRow, CompletedRow, SweptRow};
@@ -10,6 +12,7 @@ use sutra_store_sql::{ClaimStatements, NewClaim, params};
 
 use crate::codec::{age, db};
 use crate::statements::Scoped;
+use crate::test_switches;
 
 impl Scoped {
     /// Runs a claim statement, whose parameters are the claim's owner, tenant, instance and
@@ -54,11 +57,15 @@ impl ClaimStatements for Scoped {
     /// The row is taken as the durable claim's is, without writing it: the step's own commit
     /// grows the fence, in this same transaction.
     async fn lock_claimable(&mut self, claim: &NewClaim<'_>) -> Result<Option<ClaimedRow>> {
-        let sql = "SELECT fence, snapshot, held_by FROM instances
-             WHERE tenant = $2 AND id = $3
-               AND (owner IS NULL OR owner = $1 OR claimed_at < sutra_now() - $4)
-             FOR NO KEY UPDATE SKIP LOCKED";
-        self.claimed_row(sql, claim).await
+        static SQL: LazyLock<String> = LazyLock::new(|| {
+            test_switches::lock_claimable(
+                "SELECT fence, snapshot, held_by FROM instances
+                 WHERE tenant = $2 AND id = $3
+                   AND (owner IS NULL OR owner = $1 OR claimed_at < sutra_now() - $4)
+                 FOR NO KEY UPDATE SKIP LOCKED",
+            )
+        });
+        self.claimed_row(SQL.as_str(), claim).await
     }
 
     /// One statement: the claim's row lock, then the task's completion only if the row was

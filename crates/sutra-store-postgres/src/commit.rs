@@ -22,6 +22,7 @@ use sutra_store_sql::{Correlation, StepRows, StepStatements, TaskArm, WaitArm, W
 use crate::codec::{db, duration_micros, history_kind, micros, park, signed};
 use crate::notices;
 use crate::statements::{Query, Scoped};
+use crate::test_switches;
 
 impl StepStatements for Scoped {
     /// One `NOTIFY` per payload, in one statement; PostgreSQL delivers them only if this
@@ -154,7 +155,7 @@ impl StepStatements for Scoped {
 
 /// A step's rows after a settle: the settle's parameters ([`params::settle`]) are `$1`–`$9`.
 static ROWS_AFTER_SETTLE: LazyLock<String> = LazyLock::new(|| {
-    step_rows(
+    let rows = step_rows(
         "",
         "UPDATE instances
          SET snapshot = $1, status = $2, owner = NULL, claimed_at = NULL, recoveries = 0,
@@ -164,7 +165,8 @@ static ROWS_AFTER_SETTLE: LazyLock<String> = LazyLock::new(|| {
          WHERE tenant = $3 AND id = $4 AND ($5::text IS NULL OR owner = $5) AND fence = $6",
         10,
         WRITTEN,
-    )
+    );
+    test_switches::settle(rows)
 });
 
 /// A start's rows: the insert's parameters ([`params::instance`]) are `$1`–`$8`.

@@ -33,6 +33,7 @@ mod schema;
 mod scope;
 mod statements;
 mod tasks;
+mod test_switches;
 mod tls;
 
 use std::str::FromStr;

@@ -9,6 +9,8 @@
 // Each test binary uses a different part of this module.
 #![allow(dead_code)]
 
+pub mod history;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -132,6 +134,8 @@ pub struct Fleet {
     options: ServerOptions,
     name: String,
     slots: Vec<Slot>,
+    /// Every incarnation killed, with its id: kept for its history log.
+    retired: Vec<(String, Server)>,
 }
 
 impl Fleet {
@@ -145,11 +149,30 @@ impl Fleet {
         size: usize,
         deployment: &str,
     ) -> Fleet {
-        let options = timing.apply(ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), datasource));
+        Fleet::start_with(datasource, timing, name, size, deployment, &[]).await
+    }
+
+    /// [`Fleet::start`], each replica's environment with `env` besides. Every replica records its
+    /// history log (decision 0043) on stderr, which [`Fleet::histories`] collects.
+    pub async fn start_with(
+        datasource: &str,
+        timing: Timing,
+        name: &str,
+        size: usize,
+        deployment: &str,
+        env: &[(&str, &str)],
+    ) -> Fleet {
+        let mut options = timing
+            .apply(ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), datasource))
+            .env("SUTRA_LOG", history::LOG_FILTER);
+        for (name, value) in env {
+            options = options.env(name, value);
+        }
         let mut fleet = Fleet {
             options,
             name: name.to_owned(),
             slots: Vec::new(),
+            retired: Vec::new(),
         };
         for slot in 0..size {
             let server = Server::start(&fleet.options_for(slot, 0, "127.0.0.1:0"));
@@ -204,9 +227,32 @@ impl Fleet {
 
     /// SIGKILL: the slot's process dies holding whatever it held.
     pub fn kill(&mut self, slot: usize) {
+        let id = self.replica_id(slot);
         if let Some(mut server) = self.slots[slot].server.take() {
             server.kill();
+            self.retired.push((id, server));
         }
+    }
+
+    /// The ids of the incarnations killed so far.
+    pub fn killed(&self) -> Vec<String> {
+        self.retired.iter().map(|(id, _)| id.clone()).collect()
+    }
+
+    /// Every incarnation's stderr so far, killed or up, with its replica id: what the history
+    /// checker reads.
+    pub fn histories(&self) -> Vec<history::Incarnation> {
+        let live = (0..self.size())
+            .filter(|slot| self.is_up(*slot))
+            .map(|slot| (self.replica_id(slot), self.replica(slot)));
+        let killed = self.retired.iter().map(|(id, server)| (id.clone(), server));
+        killed
+            .chain(live)
+            .map(|(replica, server)| history::Incarnation {
+                replica,
+                stderr: server.stderr_text(),
+            })
+            .collect()
     }
 
     /// Starts a new incarnation on the slot's address. `Err` when it exited instead of

@@ -1,0 +1,485 @@
+//! The history checker (issue 17, decision 0043): proves properties of a run from what each
+//! replica recorded it did (the engine's history log, `sutra::history`), and from what the
+//! clients were told — not from the end state.
+//!
+//! - **One chain per instance**: no two commits under one fence; fences strictly increasing
+//!   along the chain; the audit-sequence ranges of its commits, in fence order, contiguous from 1
+//!   with no gap and no overlap.
+//! - **Reply implies committed**: a caller answered as accepted (not a duplicate) was answered
+//!   after the commit that consumed its message, in the answering process's own sequence; an
+//!   answer naming an instance with no commit recorded anywhere is an anomaly.
+//! - **One leader per lease role**: no two replicas hold a role in overlapping terms (each term
+//!   from the answer that began it to its last local deadline, or its end), none holds one epoch
+//!   another held, and epochs grow from one holder to the next.
+//! - **Consumed once**: every message a client had accepted started exactly one instance — one
+//!   `start` commit of its event id — whether it was answered as consumed or as a duplicate.
+//!
+//! A replica killed with SIGKILL may die between a commit and the line recording it: a gap, or a
+//! message consumed with no start recorded, is then listed as unrecorded rather than as an
+//! anomaly, unless no incarnation was killed.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+
+use serde_json::Value;
+
+use super::Accepted;
+
+/// The log filter a checked replica runs with: warnings, and the history log.
+pub const LOG_FILTER: &str = "warn,sutra::history=info";
+
+/// One process's stderr, and its replica id.
+pub struct Incarnation {
+    pub replica: String,
+    pub stderr: String,
+}
+
+/// One history event, as recorded.
+#[derive(Debug, Clone)]
+pub struct Event(pub Value);
+
+impl Event {
+    fn str(&self, field: &str) -> Option<&str> {
+        self.0[field].as_str()
+    }
+    fn int(&self, field: &str) -> Option<i64> {
+        self.0[field].as_i64()
+    }
+    fn kind(&self) -> &str {
+        self.str("ev").unwrap_or_default()
+    }
+    fn replica(&self) -> &str {
+        self.str("replica").unwrap_or_default()
+    }
+    fn seq(&self) -> i64 {
+        self.int("seq").unwrap_or_default()
+    }
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Something the history shows that must not happen.
+#[derive(Debug, Clone)]
+pub struct Anomaly {
+    /// What was broken, e.g. `two commits under one fence`.
+    pub what: &'static str,
+    /// The instance, role or message it concerns.
+    pub subject: String,
+    pub events: Vec<Event>,
+}
+
+/// Kinds of anomaly, as [`Anomaly::what`] names them.
+pub const TWO_COMMITS_UNDER_ONE_FENCE: &str = "two commits under one fence";
+pub const AUDIT_RANGES_OVERLAP: &str = "audit-sequence ranges overlap";
+pub const AUDIT_GAP: &str = "audit-sequence gap";
+pub const FENCE_NOT_GROWING: &str = "fence not growing along the chain";
+pub const ANSWERED_BEFORE_COMMIT: &str = "answered before its commit";
+pub const ANSWERED_WITHOUT_COMMIT: &str = "answered with no commit recorded";
+pub const OVERLAPPING_TERMS: &str = "two replicas lead one role in overlapping terms";
+pub const EPOCH_REUSED: &str = "one epoch held by two replicas";
+pub const EPOCH_NOT_GROWING: &str = "epochs not growing from holder to holder";
+pub const CONSUMED_TWICE: &str = "a message started two instances";
+pub const NOT_CONSUMED: &str = "an accepted message with no start recorded";
+
+/// What the checker found.
+#[derive(Debug)]
+pub struct Report {
+    pub seed: u64,
+    pub events: usize,
+    pub commits: usize,
+    pub answers: usize,
+    pub terms: usize,
+    pub anomalies: Vec<Anomaly>,
+    /// Gaps and missing starts explained by a killed replica's lost last lines.
+    pub unrecorded: Vec<Anomaly>,
+}
+
+impl Report {
+    /// The anomalies of kind `what`.
+    pub fn found(&self, what: &str) -> Vec<&Anomaly> {
+        self.anomalies.iter().filter(|a| a.what == what).collect()
+    }
+
+    /// Fails the test, listing every anomaly with the seed, if there is any.
+    pub fn assert_clean(&self) {
+        assert!(self.anomalies.is_empty(), "{self}");
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "history check (seed {}): {} events, {} commits, {} answers, {} lease terms; {} \
+             anomalies, {} unrecorded",
+            self.seed,
+            self.events,
+            self.commits,
+            self.answers,
+            self.terms,
+            self.anomalies.len(),
+            self.unrecorded.len()
+        )?;
+        for anomaly in self.anomalies.iter().chain(&self.unrecorded) {
+            writeln!(
+                f,
+                "  {}: {} (seed {})",
+                anomaly.what, anomaly.subject, self.seed
+            )?;
+            for event in &anomaly.events {
+                writeln!(f, "    {event}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The history events in `stderr`: every line of target `sutra::history`, its JSON object.
+pub fn events_of(stderr: &str) -> Vec<Event> {
+    stderr
+        .lines()
+        .filter_map(|line| {
+            let at = line.find("sutra::history")?;
+            let rest = &line[at..];
+            let json = &rest[rest.find('{')?..];
+            serde_json::from_str(json.trim_end()).ok().map(Event)
+        })
+        .collect()
+}
+
+/// Checks the history of a run: every incarnation's log, the messages clients had accepted,
+/// and which incarnations were killed. `seed` is carried into the report.
+pub fn check(
+    incarnations: &[Incarnation],
+    accepted: &[Accepted],
+    killed: &[String],
+    seed: u64,
+) -> Report {
+    let events: Vec<Event> = incarnations
+        .iter()
+        .flat_map(|incarnation| {
+            events_of(&incarnation.stderr)
+                .into_iter()
+                .filter(|event| event.replica() == incarnation.replica)
+        })
+        .collect();
+    let mut report = Report {
+        seed,
+        events: events.len(),
+        commits: 0,
+        answers: 0,
+        terms: 0,
+        anomalies: Vec::new(),
+        unrecorded: Vec::new(),
+    };
+    let killed = !killed.is_empty();
+    let commits: Vec<&Event> = events.iter().filter(|e| e.kind() == "commit").collect();
+    report.commits = commits.len();
+    chains(&commits, killed, &mut report);
+    answers(&events, &commits, &mut report);
+    leases(&events, &mut report);
+    consumed(&commits, accepted, killed, &mut report);
+    report
+}
+
+fn anomaly(what: &'static str, subject: impl Into<String>, events: &[&Event]) -> Anomaly {
+    Anomaly {
+        what,
+        subject: subject.into(),
+        events: events.iter().map(|e| (*e).clone()).collect(),
+    }
+}
+
+/// (a) Per instance, the commits form one chain.
+fn chains(commits: &[&Event], killed: bool, report: &mut Report) {
+    let mut by_instance: BTreeMap<&str, Vec<&Event>> = BTreeMap::new();
+    for commit in commits {
+        by_instance
+            .entry(commit.str("instance").unwrap_or_default())
+            .or_default()
+            .push(commit);
+    }
+    for (instance, mut chain) in by_instance {
+        chain.sort_by_key(|c| (c.int("fence"), c.int("seq_first")));
+        for pair in chain.windows(2) {
+            let (before, after) = (pair[0], pair[1]);
+            if before.int("fence") == after.int("fence") {
+                report.anomalies.push(anomaly(
+                    TWO_COMMITS_UNDER_ONE_FENCE,
+                    format!("instance {instance}, fence {:?}", after.int("fence")),
+                    &[before, after],
+                ));
+            } else if after
+                .int("claimed")
+                .is_some_and(|claimed| Some(claimed) < before.int("fence"))
+            {
+                // The later commit's claim read a fence older than the commit before it left.
+                report.anomalies.push(anomaly(
+                    FENCE_NOT_GROWING,
+                    format!("instance {instance}"),
+                    &[before, after],
+                ));
+            }
+        }
+        let mut next = 1;
+        let mut last: Option<&Event> = None;
+        for commit in chain {
+            let (Some(first), Some(end)) = (commit.int("seq_first"), commit.int("seq_last")) else {
+                continue;
+            };
+            let previous: Vec<&Event> = last.into_iter().chain([commit]).collect();
+            if first < next {
+                report.anomalies.push(anomaly(
+                    AUDIT_RANGES_OVERLAP,
+                    format!("instance {instance}: {first}..={end} after ..{}", next - 1),
+                    &previous,
+                ));
+            } else if first > next {
+                let gap = anomaly(
+                    AUDIT_GAP,
+                    format!("instance {instance}: {next}..{first} not recorded"),
+                    &previous,
+                );
+                if killed {
+                    report.unrecorded.push(gap);
+                } else {
+                    report.anomalies.push(gap);
+                }
+            }
+            next = next.max(end + 1);
+            last = Some(commit);
+        }
+    }
+}
+
+/// (b) Every caller answered as accepted was answered after the commit it reports.
+fn answers(events: &[Event], commits: &[&Event], report: &mut Report) {
+    let mut consumed_by: HashMap<(&str, &str), Vec<&Event>> = HashMap::new();
+    let mut instances: HashSet<&str> = HashSet::new();
+    for commit in commits {
+        instances.insert(commit.str("instance").unwrap_or_default());
+        if let Some(event_id) = commit.str("event_id") {
+            consumed_by
+                .entry((commit.replica(), event_id))
+                .or_default()
+                .push(commit);
+        }
+    }
+    for answer in events.iter().filter(|e| e.kind() == "answered") {
+        report.answers += 1;
+        let (Some(instance), Some(event_id)) = (answer.str("instance"), answer.str("event_id"))
+        else {
+            continue; // buffered: no step consumed it yet
+        };
+        if answer.0["dedup"] == true || answer.str("outcome") != Some("accepted") {
+            continue;
+        }
+        let own = consumed_by
+            .get(&(answer.replica(), event_id))
+            .into_iter()
+            .flatten()
+            .find(|commit| commit.str("instance") == Some(instance));
+        match own {
+            Some(commit) if commit.seq() < answer.seq() => {}
+            Some(commit) => report.anomalies.push(anomaly(
+                ANSWERED_BEFORE_COMMIT,
+                format!("message {event_id}, instance {instance}"),
+                &[answer, commit],
+            )),
+            None if !instances.contains(instance) => report.anomalies.push(anomaly(
+                ANSWERED_WITHOUT_COMMIT,
+                format!("message {event_id}, instance {instance}"),
+                &[answer],
+            )),
+            None => report.anomalies.push(anomaly(
+                ANSWERED_WITHOUT_COMMIT,
+                format!(
+                    "message {event_id}, instance {instance}: no commit of it by {}",
+                    answer.replica()
+                ),
+                &[answer],
+            )),
+        }
+    }
+}
+
+/// One stretch of a replica leading a role, in wall-clock microseconds.
+struct Term<'a> {
+    replica: &'a str,
+    epoch: i64,
+    start: i64,
+    end: i64,
+    events: Vec<&'a Event>,
+}
+
+/// (c) No two replicas lead one role at once, and epochs grow.
+fn leases(events: &[Event], report: &mut Report) {
+    let mut by_holder: BTreeMap<(&str, &str), Vec<&Event>> = BTreeMap::new();
+    for event in events
+        .iter()
+        .filter(|e| matches!(e.kind(), "lease" | "lease_ended"))
+    {
+        let role = event.str("role").unwrap_or_default();
+        by_holder
+            .entry((role, event.replica()))
+            .or_default()
+            .push(event);
+    }
+    let mut by_role: BTreeMap<&str, Vec<Term>> = BTreeMap::new();
+    for ((role, replica), mut lines) in by_holder {
+        lines.sort_by_key(|e| e.seq());
+        let terms = by_role.entry(role).or_default();
+        let mut open: Option<Term> = None;
+        for event in lines {
+            let epoch = event.int("epoch").unwrap_or_default();
+            let at = event.int("at").unwrap_or_default();
+            match (event.kind(), event.str("phase")) {
+                ("lease", Some("acquired")) => {
+                    terms.extend(open.take());
+                    open = Some(Term {
+                        replica,
+                        epoch,
+                        start: at,
+                        end: event.int("deadline").unwrap_or(at),
+                        events: vec![event],
+                    });
+                }
+                ("lease", _) => match &mut open {
+                    Some(term) if term.epoch == epoch => {
+                        term.end = term.end.max(event.int("deadline").unwrap_or(at));
+                        if term.events.len() < 2 {
+                            term.events.push(event);
+                        } else {
+                            term.events[1] = event;
+                        }
+                    }
+                    // A renewal of a term whose beginning was not recorded: a term of its own.
+                    _ => {
+                        terms.extend(open.take());
+                        open = Some(Term {
+                            replica,
+                            epoch,
+                            start: at,
+                            end: event.int("deadline").unwrap_or(at),
+                            events: vec![event],
+                        });
+                    }
+                },
+                _ => {
+                    if let Some(mut term) = open.take() {
+                        term.end = term.end.min(at);
+                        term.events.push(event);
+                        terms.push(term);
+                    }
+                }
+            }
+        }
+        terms.extend(open);
+    }
+    for (role, mut terms) in by_role {
+        report.terms += terms.len();
+        terms.sort_by_key(|t| t.start);
+        let mut epochs: HashMap<i64, &Term> = HashMap::new();
+        for (i, term) in terms.iter().enumerate() {
+            for other in &terms[i + 1..] {
+                if other.replica != term.replica && other.start < term.end {
+                    let events: Vec<&Event> =
+                        term.events.iter().chain(&other.events).copied().collect();
+                    report.anomalies.push(anomaly(
+                        OVERLAPPING_TERMS,
+                        format!(
+                            "role {role}: {} (epoch {}) until {} and {} (epoch {}) from {}",
+                            term.replica,
+                            term.epoch,
+                            term.end,
+                            other.replica,
+                            other.epoch,
+                            other.start
+                        ),
+                        &events,
+                    ));
+                }
+            }
+            match epochs.get(&term.epoch) {
+                Some(holder) if holder.replica != term.replica => {
+                    let events: Vec<&Event> =
+                        holder.events.iter().chain(&term.events).copied().collect();
+                    report.anomalies.push(anomaly(
+                        EPOCH_REUSED,
+                        format!(
+                            "role {role}, epoch {}: {} and {}",
+                            term.epoch, holder.replica, term.replica
+                        ),
+                        &events,
+                    ));
+                }
+                _ => {
+                    epochs.insert(term.epoch, term);
+                }
+            }
+        }
+        let mut previous: Option<&Term> = None;
+        for term in &terms {
+            if let Some(before) = previous.filter(|before| before.replica != term.replica)
+                && term.epoch <= before.epoch
+            {
+                let events: Vec<&Event> =
+                    before.events.iter().chain(&term.events).copied().collect();
+                report.anomalies.push(anomaly(
+                    EPOCH_NOT_GROWING,
+                    format!(
+                        "role {role}: {} (epoch {}) after {} (epoch {})",
+                        term.replica, term.epoch, before.replica, before.epoch
+                    ),
+                    &events,
+                ));
+            }
+            previous = Some(term);
+        }
+    }
+}
+
+/// (d) Every message a client had accepted started exactly one instance.
+fn consumed(commits: &[&Event], accepted: &[Accepted], killed: bool, report: &mut Report) {
+    let mut starts: HashMap<&str, Vec<&Event>> = HashMap::new();
+    for commit in commits.iter().filter(|c| c.str("kind") == Some("start")) {
+        if let Some(event_id) = commit.str("event_id") {
+            starts.entry(event_id).or_default().push(commit);
+        }
+    }
+    for sent in accepted {
+        let found = starts
+            .get(sent.event_id.as_str())
+            .cloned()
+            .unwrap_or_default();
+        match found.as_slice() {
+            [one] if one.str("instance") == Some(sent.instance.as_str()) => {}
+            [] => {
+                let missing = anomaly(
+                    NOT_CONSUMED,
+                    format!(
+                        "message {} (instance {}, dedup {})",
+                        sent.event_id, sent.instance, sent.dedup
+                    ),
+                    &[],
+                );
+                // Only a duplicate's first consumer can have died before recording its commit:
+                // a consumed answer is recorded after the commit it reports.
+                if killed && sent.dedup {
+                    report.unrecorded.push(missing);
+                } else {
+                    report.anomalies.push(missing);
+                }
+            }
+            several => report.anomalies.push(anomaly(
+                CONSUMED_TWICE,
+                format!("message {} (answered {})", sent.event_id, sent.instance),
+                several,
+            )),
+        }
+    }
+}
