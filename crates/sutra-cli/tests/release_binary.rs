@@ -1,8 +1,9 @@
-//! The release binary honours no test switch. The crash tests' fault points (`SUTRA_FAULT`) and
-//! the lane tests' switches (`SUTRA_TEST_MISROUTE`, `SUTRA_TEST_PER_PROCESS_OWNER`) break
-//! invariants on purpose — the last one switches off the lane-scoped owner id — so they are
-//! compiled only into test builds (`sutra-engine`'s `test-hooks` feature, enabled by this crate's
-//! dev-dependencies alone). This test builds `sutra` as it ships and proves it on the binary:
+//! The release binary honours no test switch. The crash tests' fault points (`SUTRA_FAULT`), the
+//! lane tests' switches (`SUTRA_TEST_MISROUTE`, `SUTRA_TEST_PER_PROCESS_OWNER`) and the history
+//! checker's (`SUTRA_TEST_SKIP_FENCE`, `SUTRA_TEST_ACK_BEFORE_COMMIT`) break invariants on purpose
+//! — one switches off the lane-scoped owner id, one the fence, one answers before the commit —
+//! so they are compiled only into test builds (the `test-hooks` features of `sutra-engine` and
+//! `sutra-store-postgres`, enabled by this crate's dev-dependencies alone). This test builds `sutra` as it ships and proves it on the binary:
 //! the variables' names are not in it, and a fault that kills the test build does nothing there.
 
 use std::path::PathBuf;
@@ -32,6 +33,8 @@ const SWITCHES: &[&str] = &[
     "SUTRA_FAULT",
     "SUTRA_TEST_MISROUTE",
     "SUTRA_TEST_PER_PROCESS_OWNER",
+    "SUTRA_TEST_SKIP_FENCE",
+    "SUTRA_TEST_ACK_BEFORE_COMMIT",
 ];
 
 #[tokio::test]
@@ -61,7 +64,9 @@ async fn serve(binary: PathBuf) -> Server {
     let options = ServerOptions::new(binary, "sqlite::memory:")
         .env("SUTRA_FAULT", FAULT)
         .env("SUTRA_TEST_MISROUTE", "1")
-        .env("SUTRA_TEST_PER_PROCESS_OWNER", "1");
+        .env("SUTRA_TEST_PER_PROCESS_OWNER", "1")
+        .env("SUTRA_TEST_SKIP_FENCE", "1")
+        .env("SUTRA_TEST_ACK_BEFORE_COMMIT", "1");
     let server = Server::start(&options);
     let (status, body) = server.deploy(FLOWS).await;
     assert_eq!(status, 201, "{body}");
