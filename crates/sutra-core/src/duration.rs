@@ -34,6 +34,12 @@ impl DurationError {
     }
 }
 
+/// The most whole hours a duration may count: jiff's bound on a span's hours, about 20,000
+/// years. Each unit of a span is bounded alone, so `P8W88888DT878855968H` (100,000 years) read
+/// as a span; written back as Sutra writes durations, in hours (`PT880990624H`), it would not
+/// read again. So the whole is held to the bound of its largest single unit.
+const HOURS_MAX: i64 = 175_307_616;
+
 /// Parses an ISO-8601 duration such as `PT30S` or `P1D`.
 pub fn parse_duration(text: &str) -> Result<SignedDuration, DurationError> {
     static PARSER: SpanParser = SpanParser::new();
@@ -46,8 +52,14 @@ pub fn parse_duration(text: &str) -> Result<SignedDuration, DurationError> {
     if span.is_negative() {
         return Err(DurationError::Negative(text.to_owned()));
     }
-    span.to_duration(SpanRelativeTo::days_are_24_hours())
-        .map_err(|_| DurationError::TooLong(text.to_owned()))
+    let too_long = || DurationError::TooLong(text.to_owned());
+    let duration = span
+        .to_duration(SpanRelativeTo::days_are_24_hours())
+        .map_err(|_| too_long())?;
+    if duration.as_hours() > HOURS_MAX {
+        return Err(too_long());
+    }
+    Ok(duration)
 }
 
 #[cfg(test)]
@@ -101,5 +113,28 @@ mod tests {
     fn refuses_durations_out_of_range() {
         assert!(parse_duration("P99999999999D").is_err());
         assert!(parse_duration("P7304484D").is_ok());
+    }
+
+    /// Found by the `duration` fuzz target (decision 0042): each unit of the span was in range,
+    /// their sum was not, and its rendering in hours was refused.
+    #[test]
+    fn a_duration_it_reads_reads_again_as_sutra_writes_it() {
+        assert!(matches!(
+            parse_duration("P8w88888DT878855968.576H"),
+            Err(DurationError::TooLong(_))
+        ));
+        for text in [
+            "PT175307616H59M59.999999999S",
+            "P7304484D",
+            "P1043497W",
+            "P2W3DT4H5M6.7S",
+        ] {
+            let duration = parse_duration(text).unwrap();
+            assert_eq!(
+                parse_duration(&duration.to_string()),
+                Ok(duration),
+                "{text}"
+            );
+        }
     }
 }

@@ -8,6 +8,12 @@
 //! cannot be caught). So the source's bracket nesting is bounded before parsing, parsing runs on a
 //! thread with a generous stack, and the parsed tree's depth is bounded before it is accepted.
 //! A panic inside the evaluator is caught and reported as an expression error.
+//!
+//! A third bounds the work: CEL has no loops but its comprehensions (`map`, `filter`, `all`,
+//! `exists`, `exists_one`), and the evaluator has no budget, so each comprehension nested in
+//! another multiplies the work by its list's length — six nested over ten-element lists is a
+//! million evaluations, twelve (well within the bracket limit) would never end. Comprehensions
+//! may nest [`EXPRESSION_LOOPS_DEPTH_MAX`] deep (decision 0042).
 
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -26,6 +32,10 @@ pub const EXPRESSION_BYTES_MAX: usize = 4096;
 pub const EXPRESSION_BRACKETS_DEPTH_MAX: usize = 24;
 /// Deepest parsed expression tree accepted: evaluation recurses once per level.
 pub const EXPRESSION_TREE_DEPTH_MAX: usize = 32;
+/// Deepest nesting of comprehensions (`map`, `filter`, `all`, `exists`, `exists_one`) accepted:
+/// each level multiplies the work by its list's length. Two is a comparison of every element of
+/// one list with every element of another.
+pub const EXPRESSION_LOOPS_DEPTH_MAX: usize = 2;
 const COMPILE_STACK_BYTES: usize = 64 << 20;
 
 /// The names an expression over an instance may use.
@@ -59,6 +69,10 @@ pub enum CompileError {
         "expression nests too deeply (more than {EXPRESSION_BRACKETS_DEPTH_MAX} brackets or {EXPRESSION_TREE_DEPTH_MAX} operators deep)"
     )]
     TooDeep,
+    #[error(
+        "expression nests `map`, `filter`, `all`, `exists` or `exists_one` more than {EXPRESSION_LOOPS_DEPTH_MAX} deep, which multiplies the work at every level"
+    )]
+    LoopsTooDeep,
     #[error("{0}")]
     Syntax(String),
     #[error("unknown name `{name}`: expressions here can use {allowed}")]
@@ -151,6 +165,9 @@ impl Expr {
         let root = program.expression();
         if tree_depth(&root.expr) > EXPRESSION_TREE_DEPTH_MAX {
             return Err(CompileError::TooDeep);
+        }
+        if loops_depth(&root.expr) > EXPRESSION_LOOPS_DEPTH_MAX {
+            return Err(CompileError::LoopsTooDeep);
         }
         // The names it reads are its free names.
         let mut reads = BTreeMap::new();
@@ -527,6 +544,28 @@ fn tree_depth(root: &Ast) -> usize {
     deepest
 }
 
+/// How deep comprehensions nest in the tree: a comprehension's list and initial value are
+/// evaluated once, outside its loop; its condition, step and result inside it. Without
+/// recursion, like [`tree_depth`].
+fn loops_depth(root: &Ast) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(root, 0usize)];
+    while let Some((expr, loops)) = stack.pop() {
+        deepest = deepest.max(loops);
+        match expr {
+            Ast::Comprehension(c) => {
+                stack.push((&c.iter_range.expr, loops));
+                stack.push((&c.accu_init.expr, loops));
+                for inner in [&c.loop_cond, &c.loop_step, &c.result] {
+                    stack.push((&inner.expr, loops + 1));
+                }
+            }
+            other => stack.extend(children(other).into_iter().map(|child| (child, loops))),
+        }
+    }
+    deepest
+}
+
 /// A YAML value in which every string leaf starting with `=` is an expression. `==` at the start
 /// escapes a literal `=`.
 #[derive(Debug, Clone)]
@@ -730,6 +769,40 @@ mod tests {
         assert_eq!(
             Expr::compile(&chain, INSTANCE_ROOTS).unwrap_err(),
             CompileError::TooDeep
+        );
+    }
+
+    /// Found by hand while the fuzz targets were written (decision 0042): six `map`s nested over
+    /// ten-element lists took 14 s, and each level more ten times as long.
+    #[test]
+    fn nested_loops_are_refused_before_they_multiply_the_work() {
+        let digits = "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]";
+        let nested = |levels: usize| {
+            let mut source = "0".to_owned();
+            for level in 0..levels {
+                source = format!("{digits}.map(x{level}, {source})");
+            }
+            source
+        };
+        let deepest = Expr::compile(&nested(EXPRESSION_LOOPS_DEPTH_MAX), INSTANCE_ROOTS).unwrap();
+        let value = deepest.eval(&Bindings::new()).unwrap();
+        assert_eq!(value[9][9], json!(0));
+        for levels in [EXPRESSION_LOOPS_DEPTH_MAX + 1, 6, 10] {
+            assert_eq!(
+                Expr::compile(&nested(levels), INSTANCE_ROOTS).unwrap_err(),
+                CompileError::LoopsTooDeep,
+                "{levels} levels"
+            );
+        }
+        // A loop in another's list runs once, not once per element: only the body nests.
+        let chained =
+            format!("{digits}.map(a, a).filter(b, b > 1).exists(c, {digits}.all(d, d >= 0))");
+        assert!(Expr::compile(&chained, INSTANCE_ROOTS).is_ok());
+        let inner_in_body =
+            format!("{digits}.exists(a, {digits}.exists(b, {digits}.all(c, a + b + c > 0)))");
+        assert_eq!(
+            Expr::compile(&inner_in_body, INSTANCE_ROOTS).unwrap_err(),
+            CompileError::LoopsTooDeep
         );
     }
 

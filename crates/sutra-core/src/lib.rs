@@ -6,12 +6,14 @@
 //! transport be built on top of it without the core knowing.
 
 pub mod check;
+pub mod cloud_event;
 pub mod codes;
 pub mod diagnostic;
 pub mod duration;
 pub mod exec;
 pub mod expr;
 pub mod model;
+pub mod request;
 pub mod snapshot;
 pub mod step;
 pub mod storable;

@@ -1,18 +1,15 @@
 //! CloudEvents 1.0 over HTTP: structured mode (the event is the JSON body) and binary mode
 //! (`ce-*` headers, the body is `data`), decoded by the rules every transport shares
-//! ([`sutra_transport::cloud_event`]). Anything else is `SUTRA.INTAKE.DECODE` with a message
+//! ([`sutra_core::cloud_event`]). Anything else is `SUTRA.INTAKE.DECODE` with a message
 //! that says which attribute is missing or wrong.
 
 use axum::http::HeaderMap;
+use sutra_core::cloud_event;
 use sutra_core::step::Message;
-use sutra_transport::cloud_event;
 
+/// Binary mode when a `ce-id` or `ce-specversion` header is there, structured mode otherwise.
 pub fn decode(headers: &HeaderMap, body: &[u8]) -> Result<Message, String> {
-    if headers.contains_key("ce-id") || headers.contains_key("ce-specversion") {
-        cloud_event::binary(|name| header(headers, name), body)
-    } else {
-        cloud_event::structured(body)
-    }
+    cloud_event::decode(|name| header(headers, name), body)
 }
 
 fn header(headers: &HeaderMap, attribute: &str) -> Result<Option<String>, String> {

@@ -172,21 +172,7 @@ pub(crate) async fn read_body(body: Body, max_bytes: usize) -> Result<axum::body
 /// `\u0000` is refused wherever it is, as intake refuses it: the store could not keep it.
 pub(crate) async fn parse<T: DeserializeOwned>(api: &Api, body: Body) -> Result<T> {
     let bytes = read_body(body, api.max_bytes).await?;
-    // JSON can hold a NUL only as the escape `\u0000`: a body without those six bytes (nearly
-    // every one, task completions on the hot path among them) is read once, straight into `T`.
-    if bytes.windows(6).any(|window| window == b"\\u0000") {
-        refuse_nul(&bytes)?;
-    }
-    let mut reader = serde_json::Deserializer::from_slice(&bytes);
-    serde_path_to_error::deserialize(&mut reader).map_err(|error| {
-        let field = error.path().to_string();
-        let inner = error.into_inner();
-        if field == "." {
-            invalid(format!("the body: {inner}"))
-        } else {
-            invalid(format!("`{field}`: {inner}"))
-        }
-    })
+    sutra_core::request::json(&bytes).map_err(invalid)
 }
 
 /// A query string, refused as problem+json (`SUTRA.API.REQUEST.INVALID`, naming what does not
@@ -259,18 +245,6 @@ pub(crate) fn is_instance_id(text: &str) -> bool {
 
 /// Refuses a JSON body with a string or key holding `\u0000`, naming where. One that is not
 /// JSON at all is left to the typed read, which says why.
-fn refuse_nul(bytes: &[u8]) -> Result<()> {
-    let Ok(value) = serde_json::from_slice::<serde_json::Value>(bytes) else {
-        return Ok(());
-    };
-    match sutra_core::storable::nul_pointers(&value).first() {
-        Some(pointer) => Err(invalid(format!(
-            "`{pointer}`: contains the character \\u0000, which cannot be stored; remove it"
-        ))),
-        None => Ok(()),
-    }
-}
-
 /// A request whose parameters or body do not fit (`SUTRA.API.REQUEST.INVALID`).
 pub(crate) fn invalid(detail: impl Into<String>) -> Problem {
     Problem::new(codes::API_REQUEST_INVALID, detail)

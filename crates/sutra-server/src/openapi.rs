@@ -45,7 +45,7 @@ pub(crate) async fn serve(Extension(document): Extension<Document>) -> impl Into
 }
 
 /// A CloudEvents 1.0 event in structured mode, as intake reads it
-/// (`sutra_transport::cloud_event::structured`): the type only names the schema, since intake
+/// (`sutra_core::cloud_event::structured`): the type only names the schema, since intake
 /// decodes the event by hand, by the rules every transport shares.
 pub(crate) struct CloudEvent;
 

@@ -10,11 +10,9 @@ use axum::Json;
 use axum::body::Body;
 use axum::extract::{Extension, State};
 use futures_util::future::join_all;
-use jiff::SignedDuration;
 use serde::Deserialize;
-use sutra_core::duration::parse_duration;
 use sutra_core::step::TaskError;
-use sutra_core::{check, codes};
+use sutra_core::{codes, request};
 use sutra_engine::tasks::{MAX_TASKS, PollRequest, Take};
 use sutra_store::{TaskFailure, TaskFilter, TaskPoll, TaskState};
 use sutra_wire::{
@@ -84,30 +82,23 @@ async fn poll(
     body: Body,
 ) -> Result<Json<Vec<LockedTask>>> {
     let body: PollBody = parse(&api, body).await?;
-    check_worker(&body.worker)?;
-    check_topics(&body.topics)?;
-    if body.max == 0 {
-        return Err(invalid("`max` must be at least 1"));
-    }
-    let lock = body
-        .lock
-        .as_deref()
-        .map(|lock| lock_duration("lock", lock))
-        .transpose()?;
-    let wait = body
-        .wait
-        .as_deref()
-        .map(|wait| duration("wait", wait))
-        .transpose()?;
+    let terms = request::poll(
+        &body.worker,
+        &body.topics,
+        body.max,
+        body.lock.as_deref(),
+        body.wait.as_deref(),
+    )
+    .map_err(invalid)?;
     let request = PollRequest {
         poll: TaskPoll {
             tenant: caller.tenant,
             worker: body.worker,
             topics: body.topics,
             max: body.max,
-            lock,
+            lock: terms.lock,
         },
-        wait: wait.unwrap_or(SignedDuration::ZERO),
+        wait: terms.wait,
     };
     let tasks = api
         .engine
@@ -115,45 +106,6 @@ async fn poll(
         .await
         .map_err(engine_problem)?;
     Ok(Json(tasks.iter().map(render::locked_task).collect()))
-}
-
-/// The longest worker id a poll takes, in bytes: it is recorded on every task the poll locks.
-const WORKER_BYTES_MAX: usize = 200;
-
-/// The most topics one poll names.
-const POLL_TOPICS_MAX: usize = 100;
-
-fn check_worker(worker: &str) -> Result<()> {
-    if worker.trim().is_empty()
-        || worker.len() > WORKER_BYTES_MAX
-        || worker.contains(char::is_control)
-    {
-        return Err(invalid(format!(
-            "`worker` must name the worker: 1 to {WORKER_BYTES_MAX} bytes, no control \
-             characters"
-        )));
-    }
-    Ok(())
-}
-
-/// Every topic must be one a task can have: a poll for any other could never be answered.
-fn check_topics(topics: &[String]) -> Result<()> {
-    if topics.is_empty() || topics.len() > POLL_TOPICS_MAX {
-        return Err(invalid(format!(
-            "`topics` must list 1 to {POLL_TOPICS_MAX} topics, not {}",
-            topics.len()
-        )));
-    }
-    match topics.iter().find(|topic| !check::is_task_topic(topic)) {
-        Some(topic) => {
-            let shown: String = topic.chars().take(64).collect();
-            Err(invalid(format!(
-                "`topics` names {shown:?}, which no task can have: {}",
-                check::TASK_TOPIC_HINT
-            )))
-        }
-        None => Ok(()),
-    }
 }
 
 /// Completes a task
@@ -215,12 +167,7 @@ async fn complete_batch(
     body: Body,
 ) -> Result<Json<CompletedBatch>> {
     let items: Vec<CompleteItem> = parse(&api, body).await?;
-    if items.len() > BATCH_MAX {
-        return Err(invalid(format!(
-            "a batch completes at most {BATCH_MAX} tasks and this one holds {}; send it in parts",
-            items.len()
-        )));
-    }
+    request::batch(items.len(), BATCH_MAX).map_err(invalid)?;
     let takes = items
         .iter()
         .map(|item| item.take.as_ref().map(take).transpose())
@@ -251,13 +198,7 @@ async fn complete_item(
 
 /// An item's ask for the worker's next task, checked as a poll's worker, topics and lock are.
 fn take(take: &sutra_wire::Take) -> Result<Take> {
-    check_worker(&take.worker)?;
-    check_topics(&take.topics)?;
-    let lock = take
-        .lock
-        .as_deref()
-        .map(|lock| lock_duration("take.lock", lock))
-        .transpose()?;
+    let lock = request::take(&take.worker, &take.topics, take.lock.as_deref()).map_err(invalid)?;
     Ok(Take {
         worker: take.worker.clone(),
         topics: take.topics.clone(),
@@ -292,11 +233,7 @@ async fn fail(
     body: Body,
 ) -> Result<Json<sutra_wire::TaskState>> {
     let body: FailBody = parse(&api, body).await?;
-    if body.error.code.is_empty() {
-        return Err(invalid(
-            "`error.code` must not be empty: `on-error` routes on it",
-        ));
-    }
+    request::failure_code(&body.error.code).map_err(invalid)?;
     let failure = TaskFailure {
         error: TaskError {
             code: body.error.code,
@@ -379,7 +316,7 @@ async fn extend(
     body: Body,
 ) -> Result<Json<LockExtended>> {
     let body: ExtendBody = parse(&api, body).await?;
-    let lock = lock_duration("lock", &body.lock)?;
+    let lock = request::extension(&body.lock).map_err(invalid)?;
     let until = api
         .engine
         .extend_task(&caller.tenant, &id, &body.lock_token, lock)
@@ -442,21 +379,6 @@ fn parse_state(text: &str) -> Result<TaskState> {
             "unknown task state `{text}`; use available, locked, completed, failed, terminal or cancelled"
         ))
     })
-}
-
-fn duration(field: &str, text: &str) -> Result<SignedDuration> {
-    parse_duration(text).map_err(|error| invalid(format!("`{field}`: {error}; {}", error.hint())))
-}
-
-/// A lock must last a while, or the task would be available again before the answer arrives.
-fn lock_duration(field: &str, text: &str) -> Result<SignedDuration> {
-    let lock = duration(field, text)?;
-    if lock.is_zero() {
-        return Err(invalid(format!(
-            "`{field}` must be longer than zero, such as PT1M"
-        )));
-    }
-    Ok(lock)
 }
 
 /// The task routes never claim an instance, so no claim can be held against them.

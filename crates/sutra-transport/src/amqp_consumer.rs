@@ -125,11 +125,7 @@ pub fn decode(properties: &lapin::BasicProperties, body: &[u8]) -> Result<Messag
             Some((header, _)) => Err(format!("header {header} must be a string")),
         }
     };
-    if attribute("id")?.is_some() || attribute("specversion")?.is_some() {
-        cloud_event::binary(attribute, body)
-    } else {
-        cloud_event::structured(body)
-    }
+    cloud_event::decode(attribute, body)
 }
 
 #[cfg(test)]

@@ -111,11 +111,7 @@ pub fn decode(headers: Option<&HeaderMap>, body: &[u8]) -> Result<Message, Strin
             .and_then(|headers| headers.get(format!("ce-{name}").as_str()))
             .map(|value| value.as_str().to_owned()))
     };
-    if attribute("id")?.is_some() || attribute("specversion")?.is_some() {
-        cloud_event::binary(attribute, body)
-    } else {
-        cloud_event::structured(body)
-    }
+    cloud_event::decode(attribute, body)
 }
 
 #[cfg(test)]

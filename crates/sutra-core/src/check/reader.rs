@@ -470,7 +470,7 @@ impl<'s> Checker<'s> {
                 )
                 .with_hint(hint)
             }
-            CompileError::TooLong(_) | CompileError::TooDeep => {
+            CompileError::TooLong(_) | CompileError::TooDeep | CompileError::LoopsTooDeep => {
                 Diagnostic::error("invalid-expression", node.span, message(&error.to_string()))
                     .with_hint("split the computation across several `set` nodes")
             }
