@@ -338,18 +338,8 @@ fn leases(events: &[Event], report: &mut Report) {
             let epoch = event.int("epoch").unwrap_or_default();
             let at = event.int("at").unwrap_or_default();
             match (event.kind(), event.str("phase")) {
-                ("lease", Some("acquired")) => {
-                    terms.extend(open.take());
-                    open = Some(Term {
-                        replica,
-                        epoch,
-                        start: at,
-                        end: event.int("deadline").unwrap_or(at),
-                        events: vec![event],
-                    });
-                }
-                ("lease", _) => match &mut open {
-                    Some(term) if term.epoch == epoch => {
+                ("lease", phase) => match &mut open {
+                    Some(term) if phase != Some("acquired") && term.epoch == epoch => {
                         term.end = term.end.max(event.int("deadline").unwrap_or(at));
                         if term.events.len() < 2 {
                             term.events.push(event);
@@ -357,7 +347,8 @@ fn leases(events: &[Event], report: &mut Report) {
                             term.events[1] = event;
                         }
                     }
-                    // A renewal of a term whose beginning was not recorded: a term of its own.
+                    // An acquire, or a renewal of a term whose beginning was not recorded: a
+                    // term of its own.
                     _ => {
                         terms.extend(open.take());
                         open = Some(Term {
