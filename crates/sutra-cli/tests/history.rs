@@ -10,13 +10,20 @@
 //!   lapses while the transaction lives — PostgreSQL ends a frozen holder's session instead.)
 //! - `SUTRA_TEST_ACK_BEFORE_COMMIT=1` (sutra-engine): a lane answers each member of a group
 //!   before the group commits.
+//!
+//! The rules over tasks, asked rows and the outbox have no broken build of their own: each is
+//! shown on a short history written by hand that breaks it, and on the clean runs above.
 
 mod common;
 
 use std::time::Duration;
 
-use common::history::{self, ANSWERED_BEFORE_COMMIT, TWO_COMMITS_UNDER_ONE_FENCE};
-use common::{Accepted, Fleet, Timing, Workers, send_transfer, transfers, wait_for_ledger};
+use common::history::{
+    self, ANSWERED_BEFORE_COMMIT, ASKED_NOT_RESOLVED, COMPLETION_NOT_CONSUMED, Incarnation,
+    LOCKED_AFTER_COMPLETION, LOCKED_TWICE, OUTBOX_NOT_SENT, OUTBOX_UNKNOWN, PARK_ANSWERED_TWICE,
+    TWO_COMMITS_UNDER_ONE_FENCE,
+};
+use common::{Accepted, Fleet, Timing, Workers, heard, send_transfer, transfers, wait_for_ledger};
 use serde_json::json;
 use sutra_testkit::Receiver;
 use sutra_testkit::postgres::DedicatedCluster;
@@ -80,7 +87,7 @@ async fn race_two_messages_per_wait(env: &[(&str, &str)]) -> history::Report {
         }
     }
     assert_eq!(urls.len(), 2);
-    let report = history::check(&fleet.histories(), &accepted, &fleet.killed(), SEED);
+    let report = history::check(&fleet.histories(), &accepted, &[], &fleet.killed(), SEED);
     println!("{report}");
     report
 }
@@ -91,6 +98,11 @@ async fn the_checker_finds_two_commits_under_one_fence_when_the_fence_is_skipped
     assert!(
         !report.found(TWO_COMMITS_UNDER_ONE_FENCE).is_empty(),
         "{RACES} races with the fence skipped and no two commits under one fence found: {report}"
+    );
+    // Both messages were taken by the one wait they raced for.
+    assert!(
+        !report.found(PARK_ANSWERED_TWICE).is_empty(),
+        "{RACES} races with the fence skipped and no park answered twice found: {report}"
     );
 }
 
@@ -119,7 +131,8 @@ async fn transfer(env: &[(&str, &str)], count: usize) -> history::Report {
     let bound = Duration::from_secs(30);
     wait_for_ledger(&receiver, count, started, bound, fleet.replica(0)).await;
     workers.stop().await;
-    let report = history::check(&fleet.histories(), &accepted, &fleet.killed(), SEED);
+    let heard = heard(&receiver);
+    let report = history::check(&fleet.histories(), &accepted, &heard, &fleet.killed(), SEED);
     println!("{report}");
     report
 }
@@ -142,4 +155,138 @@ async fn the_checker_finds_no_anomaly_in_transfers_through_two_replicas() {
     );
     assert!(report.terms >= 4, "every role led at least once: {report}");
     report.assert_clean();
+}
+
+/// A history as replica `r1` would have logged it, one line per event, in order.
+fn logged(events: &[serde_json::Value]) -> Vec<Incarnation> {
+    let stderr = events
+        .iter()
+        .enumerate()
+        .map(|(n, event)| {
+            let mut event = event.clone();
+            event["replica"] = json!("r1");
+            event["seq"] = json!(n + 1);
+            format!("2026-12-03T00:00:00Z  INFO sutra::history: {event}\n")
+        })
+        .collect();
+    vec![Incarnation {
+        replica: "r1".to_owned(),
+        stderr,
+    }]
+}
+
+/// A step of instance `i` committed by `r1`: `fields` say what else it did.
+fn commit(fence: i64, seqs: (i64, i64), fields: serde_json::Value) -> serde_json::Value {
+    let mut commit = json!({
+        "ev": "commit", "lane": "r1/lane-0", "tenant": "t", "instance": "i", "kind": "resume",
+        "claimed": fence - 1, "fence": fence, "seq_first": seqs.0, "seq_last": seqs.1,
+        "park": null, "took": null, "asked": [], "disarmed": [], "outbox": [],
+        "status": "suspended",
+    });
+    for (field, value) in fields.as_object().unwrap() {
+        commit[field] = value.clone();
+    }
+    commit
+}
+
+fn locked(task: &str, lock: &str, at: i64, until: i64) -> serde_json::Value {
+    json!({"ev": "task_locked", "tenant": "t", "task": task, "attempt": 1, "lock": lock,
+           "at": at, "until": until, "via": "poll"})
+}
+
+fn completed(task: &str, lock: &str, at: i64) -> serde_json::Value {
+    json!({"ev": "task_completed", "tenant": "t", "task": task, "lock": lock, "at": at})
+}
+
+fn checked(events: &[serde_json::Value], heard: &[&str]) -> history::Report {
+    let heard: Vec<String> = heard.iter().map(|key| (*key).to_owned()).collect();
+    history::check(&logged(events), &[], &heard, &[], SEED)
+}
+
+#[test]
+fn the_checker_finds_a_task_held_under_two_locks_at_once() {
+    let report = checked(
+        &[
+            locked("i:2", "aa", 100, 2_000),
+            locked("i:2", "bb", 1_500, 3_500),
+        ],
+        &[],
+    );
+    assert_eq!(report.found(LOCKED_TWICE).len(), 1, "{report}");
+    // One lock after the other has expired is how a task passes on.
+    let report = checked(
+        &[
+            locked("i:2", "aa", 100, 2_000),
+            locked("i:2", "bb", 2_100, 4_100),
+        ],
+        &[],
+    );
+    report.assert_clean();
+}
+
+#[test]
+fn the_checker_finds_a_task_locked_after_its_completion_and_a_completion_nobody_consumed() {
+    let report = checked(
+        &[
+            locked("i:2", "aa", 100, 2_000),
+            completed("i:2", "aa", 500),
+            locked("i:2", "bb", 2_100, 4_100),
+        ],
+        &[],
+    );
+    assert_eq!(report.found(LOCKED_AFTER_COMPLETION).len(), 1, "{report}");
+    assert_eq!(report.found(COMPLETION_NOT_CONSUMED).len(), 1, "{report}");
+    // Consumed in place by the step that answered its park: clean.
+    let report = checked(
+        &[
+            commit(
+                0,
+                (1, 3),
+                json!({"kind": "start", "claimed": null, "asked": [2]}),
+            ),
+            locked("i:2", "aa", 100, 2_000),
+            commit(
+                1,
+                (4, 6),
+                json!({"kind": "complete", "park": 2, "status": "completed"}),
+            ),
+            completed("i:2", "aa", 500),
+        ],
+        &[],
+    );
+    report.assert_clean();
+}
+
+#[test]
+fn the_checker_finds_an_asked_task_neither_taken_nor_resolved() {
+    let start = commit(
+        0,
+        (1, 3),
+        json!({"kind": "start", "claimed": null, "asked": [2, 3]}),
+    );
+    let report = checked(std::slice::from_ref(&start), &[]);
+    assert_eq!(report.found(ASKED_NOT_RESOLVED).len(), 2, "{report}");
+    // Park 2 answered, park 3 disarmed by the same step: both resolved.
+    let next = commit(1, (4, 5), json!({"park": 2, "disarmed": [3]}));
+    checked(&[start.clone(), next], &[]).assert_clean();
+    // Or the instance ended: whatever it still asked is resolved with it.
+    let cancelled = commit(1, (4, 5), json!({"status": "cancelled"}));
+    checked(&[start, cancelled], &[]).assert_clean();
+}
+
+#[test]
+fn the_checker_finds_an_outbox_row_never_sent_and_a_key_no_commit_wrote() {
+    let emitting = commit(
+        0,
+        (1, 4),
+        json!({"kind": "start", "claimed": null,
+                                            "outbox": ["i:3:notify"], "status": "completed"}),
+    );
+    let report = checked(std::slice::from_ref(&emitting), &["j:3:notify"]);
+    assert_eq!(report.found(OUTBOX_NOT_SENT).len(), 1, "{report}");
+    assert_eq!(report.found(OUTBOX_UNKNOWN).len(), 1, "{report}");
+    // Heard by the receiver, or recorded sent by a replica: either will do.
+    checked(std::slice::from_ref(&emitting), &["i:3:notify"]).assert_clean();
+    let sent = json!({"ev": "sent", "instance": "i", "key": "i:3:notify"});
+    checked(&[emitting, sent], &[]).assert_clean();
 }

@@ -12,6 +12,7 @@ use sutra_store::{Claimed, DeliveryKind, InstanceKey, NewDelivery, RESTORE_PARK,
 
 use crate::error::Error;
 use crate::group;
+use crate::history_log;
 use crate::metrics;
 use crate::registry::Current;
 use crate::runner::{StepOutcome, StepRequest, Stepper, Work};
@@ -158,10 +159,13 @@ impl Admin {
             Ok(step) => {
                 let reply = step.reply.clone();
                 let me = &self.shared.config.replica_id;
-                self.shared
-                    .store
-                    .commit(&poisoned_commit(claimed, step, me))
-                    .await?;
+                let rows = poisoned_commit(claimed, step, me);
+                self.shared.store.commit(&rows).await?;
+                if history_log::enabled() {
+                    let record =
+                        history_log::Commit::of(&owner.0, history_log::POISON, &rows, None);
+                    history_log::commit(me, &record, 0, 0);
+                }
                 // Its callers, here and (through the commit's announcement) elsewhere, are
                 // answered with the failure like those of any step that fails an instance.
                 if let Some(reply) = &reply {

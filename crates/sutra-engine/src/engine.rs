@@ -17,6 +17,7 @@ use crate::admin::{Admin, Restored};
 use crate::config::EngineConfig;
 use crate::deploy::{self, DeployError, Deployed, Deployments};
 use crate::error::Error;
+use crate::history_log::{self, TaskOutcome};
 use crate::intake::{self, Answer, Inbound, IntakeError};
 use crate::lane::Lanes;
 use crate::leadership::{self, Leadership, RoleLoops};
@@ -228,13 +229,23 @@ impl Engine {
     /// Locks up to `max` tasks, waiting up to `wait` for the first to become available. Empty when
     /// none did, or when the replica is shutting down.
     pub async fn poll_tasks(&self, request: PollRequest) -> Result<Vec<LockedTask>, Error> {
-        tasks::poll(
+        let tenant = request.poll.tenant.clone();
+        let locked = tasks::poll(
             &self.shared,
             &self.polls,
             self.polls_end.subscribe(),
             request,
         )
-        .await
+        .await?;
+        for task in &locked {
+            history_log::task_locked(self.me(), &tenant, task, history_log::Via::Poll);
+        }
+        Ok(locked)
+    }
+
+    /// This replica's id, as the history log names it.
+    fn me(&self) -> &str {
+        &self.shared.config.replica_id
     }
 
     /// Answers every waiting long-poll now, and every later one without waiting: the replica is
@@ -262,7 +273,12 @@ impl Engine {
             output: output.clone(),
             take,
         };
-        tasks::complete(&self.lanes, completion).await
+        let taken = tasks::complete(&self.lanes, completion).await?;
+        history_log::task_answered(self.me(), tenant, id, lock_token, TaskOutcome::Completed);
+        if let Some(task) = &taken {
+            history_log::task_locked(self.me(), tenant, task, history_log::Via::Take);
+        }
+        Ok(taken)
     }
 
     /// Records a failed attempt; returns where it left the task (available again after a
@@ -274,7 +290,10 @@ impl Engine {
         lock_token: &str,
         failure: &TaskFailure,
     ) -> Result<TaskState, Error> {
-        tasks::fail(&self.shared, tenant, id, lock_token, failure).await
+        let state = tasks::fail(&self.shared, tenant, id, lock_token, failure).await?;
+        let outcome = TaskOutcome::Failed(state.as_str());
+        history_log::task_answered(self.me(), tenant, id, lock_token, outcome);
+        Ok(state)
     }
 
     /// Hands a held task back without spending its attempt: available again at once.
@@ -284,7 +303,9 @@ impl Engine {
         id: &str,
         lock_token: &str,
     ) -> Result<(), Error> {
-        tasks::release(&self.shared, tenant, id, lock_token).await
+        tasks::release(&self.shared, tenant, id, lock_token).await?;
+        history_log::task_answered(self.me(), tenant, id, lock_token, TaskOutcome::Released);
+        Ok(())
     }
 
     /// Moves a held lock's deadline to `lock` from now; returns the new deadline.
@@ -295,7 +316,9 @@ impl Engine {
         lock_token: &str,
         lock: SignedDuration,
     ) -> Result<Timestamp, Error> {
-        tasks::extend(&self.shared, tenant, id, lock_token, lock).await
+        let until = tasks::extend(&self.shared, tenant, id, lock_token, lock).await?;
+        history_log::task_extended(self.me(), tenant, id, lock_token, until);
+        Ok(until)
     }
 
     /// Waits up to `timeout` for an instance to end, and gives the reply its ending step gave;

@@ -16,12 +16,15 @@
 //!
 //! The vocabulary (`ev`):
 //! - `commit`: a step is durable — written once its group's `COMMIT` returned. `lane` (the
-//!   claim's owner id), `tenant`, `instance`, `kind` (`start`, `resume`, `migrate`, `complete`,
-//!   `admin`), `fence` (the instance's fence once this commit landed, as the committer computed
+//!   claim's owner id), `tenant`, `instance`, `kind` (`start`, `resume`, `complete`, `migrate`,
+//!   `poison`), `fence` (the instance's fence once this commit landed, as the committer computed
 //!   it from the fence its claim read: 0 for a start), `claimed` (the fence the claim read; null
 //!   for a start), `seq_first`/`seq_last` (the audit sequence of the history rows it wrote;
-//!   null when it wrote none), `group` (a number per group in this process), `member` (its index
-//!   in the group), `channel`/`event_id` (the message it consumed, if any).
+//!   null when it wrote none), `group` (a number per group in this process; 0 outside a lane's
+//!   group), `member` (its index in the group), `channel`/`event_id` (the message it consumed,
+//!   if any), `park` (the park it answered), `took` (the delivery it took), `asked` (the parks it
+//!   armed as tasks or timers), `disarmed` (other parks it disarmed), `outbox` (the keys of the
+//!   outbox rows it wrote), `status` (the instance's, once it landed).
 //! - `claim_refused`: a claim met a holder. `lane`, `tenant`, `instance`.
 //! - `claim_lost`: a commit's fenced update matched nothing. `lane`, `tenant`, `instance`,
 //!   `claimed`.
@@ -32,11 +35,20 @@
 //!   `renewed`), `deadline` (the term's local deadline, as wall clock microseconds).
 //! - `lease_ended`: a term ended before its deadline. `role`, `epoch`, `why` (`lost`,
 //!   `resigned`). A term also ends, silently, at its last deadline.
+//! - `task_locked`: a task's lock answered to a worker. `tenant`, `task`, `attempt`, `lock` (a
+//!   32-bit hash of the lock token, never the token), `until` (the lock's expiry, wall clock
+//!   microseconds, as the database set it), `via` (`poll` or `take`).
+//! - `task_completed`, `task_failed` (with `state`), `task_released`: a worker's completion,
+//!   failure or release under lock `lock` answered as done. `task_extended`: its lock moved to
+//!   `until`.
+//! - `sent`: an outbox row sent and marked sent. `instance`, `key` (its idempotency key).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Value, json};
+use sutra_core::snapshot::ParkId;
 use sutra_core::step::HistoryEvent;
+use sutra_store::{Arm, ClaimKind, LockedTask, StepCommit};
 
 /// The `tracing` target of every history event.
 pub const TARGET: &str = "sutra::history";
@@ -77,12 +89,24 @@ fn emit(replica: &str, ev: &str, mut event: Value) {
     tracing::info!(target: "sutra::history", "{event}");
 }
 
+/// What kind of step a commit was: what moved the instance.
+pub(crate) const START: &str = "start";
+/// A message, a delivery (a timer, a task's outcome taken by the dispatcher) or an
+/// administrator's cancel: the ordinary claim and step.
+pub(crate) const RESUME: &str = "resume";
+/// A worker's completion that resumed the instance in its own transaction (decision 0024).
+pub(crate) const COMPLETE: &str = "complete";
+pub(crate) const MIGRATE: &str = "migrate";
+/// An instance failed because its steps keep dying (SPEC §5.2), outside any lane's group.
+pub(crate) const POISON: &str = "poison";
+
 /// A committed step, as [`commit`] records it. Built only when recording.
 #[derive(Debug, Clone)]
 pub(crate) struct Commit {
     pub lane: String,
     pub tenant: String,
     pub instance: String,
+    /// [`START`], [`RESUME`], [`COMPLETE`], [`MIGRATE`] or [`POISON`].
     pub kind: &'static str,
     /// The fence the claim read; `None` for a start.
     pub claimed: Option<i64>,
@@ -92,11 +116,63 @@ pub(crate) struct Commit {
     pub seqs: Option<(u64, u64)>,
     pub channel: Option<String>,
     pub event_id: Option<String>,
+    /// The park whose event the step answered: a task's, a timer's, a wait's.
+    pub park: Option<u64>,
+    /// The delivery the step took (SPEC §5.6).
+    pub took: Option<i64>,
+    /// The parks it armed as tasks or timers: asked rows, each to be answered, disarmed or
+    /// resolved by the instance's end.
+    pub asked: Vec<u64>,
+    /// The parks it disarmed besides the one it answered.
+    pub disarmed: Vec<u64>,
+    /// The idempotency keys of the outbox rows it wrote.
+    pub outbox: Vec<String>,
+    /// The instance's status once it landed.
+    pub status: &'static str,
 }
 
 impl Commit {
+    /// The record of `rows`, a step of kind `kind` committed by `lane` that answered `answered`.
+    pub(crate) fn of(
+        lane: &str,
+        kind: &'static str,
+        rows: &StepCommit,
+        answered: Option<ParkId>,
+    ) -> Commit {
+        let claim = rows.claim.as_ref();
+        let asked = rows.arms.iter().filter_map(|arm| match arm {
+            Arm::Timer { park, .. } | Arm::Task { park, .. } => Some(park.0),
+            Arm::Wait { .. } => None,
+        });
+        Commit {
+            lane: lane.to_owned(),
+            tenant: rows.snapshot.instance.tenant.clone(),
+            instance: rows.snapshot.instance.id.clone(),
+            kind,
+            claimed: claim.map(|token| token.fence),
+            fence: claim.map_or(0, |token| match token.kind {
+                ClaimKind::Locked => token.fence + 1,
+                ClaimKind::Durable => token.fence,
+            }),
+            seqs: Commit::seqs(&rows.history),
+            channel: rows.inbox.as_ref().map(|inbox| inbox.channel.clone()),
+            event_id: rows.inbox.as_ref().map(|inbox| inbox.event_id.clone()),
+            park: answered.map(|park| park.0),
+            took: rows.taken.map(|delivery| delivery.0),
+            asked: asked.collect(),
+            disarmed: (rows.disarms.iter())
+                .filter(|park| Some(**park) != answered)
+                .map(|park| park.0)
+                .collect(),
+            outbox: (rows.outbox.iter())
+                .map(|entry| entry.idempotency_key.clone())
+                .collect(),
+            status: rows.snapshot.status.as_str(),
+        }
+    }
+
     /// The first and last audit sequence numbers among `history`.
-    pub(crate) fn seqs(history: &[HistoryEvent]) -> Option<(u64, u64)> {
+    fn seqs(history: &[HistoryEvent]) -> Option<(u64, u64)> {
         let first = history.iter().map(|event| event.seq).min()?;
         let last = history.iter().map(|event| event.seq).max()?;
         Some((first, last))
@@ -124,6 +200,12 @@ pub(crate) fn commit(replica: &str, commit: &Commit, group: u64, member: usize) 
             "member": member,
             "channel": commit.channel,
             "event_id": commit.event_id,
+            "park": commit.park,
+            "took": commit.took,
+            "asked": commit.asked,
+            "disarmed": commit.disarmed,
+            "outbox": commit.outbox,
+            "status": commit.status,
         }),
     );
 }
@@ -217,4 +299,106 @@ pub(crate) fn lease_ended(replica: &str, role: &str, epoch: i64, why: &str) {
         "lease_ended",
         json!({"role": role, "epoch": epoch, "why": why}),
     );
+}
+
+/// How a worker came to hold a task's lock: its poll, or its completion's take (decision 0038).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Via {
+    Poll,
+    Take,
+}
+
+/// A task locked for a worker and answered to it: one lock term, from now until `until` unless
+/// completed, failed, released or extended first.
+pub(crate) fn task_locked(replica: &str, tenant: &str, task: &LockedTask, via: Via) {
+    if !enabled() {
+        return;
+    }
+    emit(
+        replica,
+        "task_locked",
+        json!({
+            "tenant": tenant,
+            "task": task.id,
+            "attempt": task.attempt,
+            "lock": lock_print(&task.lock_token),
+            "until": task.lock_expires_at.as_microsecond(),
+            "via": match via { Via::Poll => "poll", Via::Take => "take" },
+        }),
+    );
+}
+
+/// What a worker holding a task's lock was answered as having done with it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum TaskOutcome {
+    /// Its completion is durable: resumed in place, or asked as a delivery.
+    Completed,
+    /// Its failed attempt is recorded; the task is left as `state` says.
+    Failed(&'static str),
+    /// Handed back, available again.
+    Released,
+}
+
+/// A worker's completion, failure or release of `task` under the lock `lock_token` was answered
+/// as done.
+pub(crate) fn task_answered(
+    replica: &str,
+    tenant: &str,
+    task: &str,
+    lock_token: &str,
+    outcome: TaskOutcome,
+) {
+    if !enabled() {
+        return;
+    }
+    let (ev, state) = match outcome {
+        TaskOutcome::Completed => ("task_completed", None),
+        TaskOutcome::Failed(state) => ("task_failed", Some(state)),
+        TaskOutcome::Released => ("task_released", None),
+    };
+    emit(
+        replica,
+        ev,
+        json!({"tenant": tenant, "task": task, "lock": lock_print(lock_token), "state": state}),
+    );
+}
+
+/// A held lock moved on to `until`.
+pub(crate) fn task_extended(
+    replica: &str,
+    tenant: &str,
+    task: &str,
+    lock_token: &str,
+    until: jiff::Timestamp,
+) {
+    if !enabled() {
+        return;
+    }
+    emit(
+        replica,
+        "task_extended",
+        json!({
+            "tenant": tenant,
+            "task": task,
+            "lock": lock_print(lock_token),
+            "until": until.as_microsecond(),
+        }),
+    );
+}
+
+/// An outbox row, by its idempotency key, was sent and marked sent.
+pub(crate) fn sent(replica: &str, instance: &str, key: &str) {
+    if !enabled() {
+        return;
+    }
+    emit(replica, "sent", json!({"instance": instance, "key": key}));
+}
+
+/// Tells one lock from another without writing the token, which completes the task: a hash of
+/// it, 32 bits of which say nothing usable about it.
+fn lock_print(lock_token: &str) -> String {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut hasher = DefaultHasher::new();
+    lock_token.hash(&mut hasher);
+    format!("{:08x}", hasher.finish() as u32)
 }

@@ -23,9 +23,9 @@ use tokio::sync::watch;
 use tracing::{debug, warn};
 
 use crate::error::Error;
-use crate::fault;
 use crate::registry::{Current, Live};
 use crate::shared::Shared;
+use crate::{fault, history_log};
 
 /// The longest a failing row waits between two attempts, however many it has failed.
 pub const BACKOFF_CAP: SignedDuration = SignedDuration::from_mins(5);
@@ -127,6 +127,7 @@ impl Worker {
         fault::point("after-send");
         let key = &row.entry.idempotency_key;
         debug!(%key, "outbox row sent");
+        history_log::sent(&self.shared.config.replica_id, &row.instance, key);
         unrecorded(self.shared.store.outbox_sent(row.id).await, key);
     }
 

@@ -217,6 +217,7 @@ impl Stepper<'_> {
                 consumed,
             } => {
                 let resumption = Resumption {
+                    kind: history_log::RESUME,
                     event: event.clone(),
                     taken: *taken,
                     consumed: consumed.clone(),
@@ -280,6 +281,7 @@ impl Stepper<'_> {
         };
         fault::point("after-claim");
         let resumption = Resumption {
+            kind: history_log::COMPLETE,
             event: Event::TaskCompleted {
                 park: held.park,
                 output: output.clone(),
@@ -341,6 +343,7 @@ impl Stepper<'_> {
         };
         let step = exec::apply(flow, &before, event, ctx).map_err(rejected)?;
         let pending = PendingCommit {
+            kind: history_log::START,
             claim: None,
             held_by: None,
             answered: None,
@@ -396,6 +399,7 @@ impl Stepper<'_> {
         let step =
             exec::migrate(from, to, to_version, &claimed.snapshot, map, ctx).map_err(rejected)?;
         let pending = PendingCommit {
+            kind: history_log::MIGRATE,
             claim: Some(claimed.token),
             held_by: claimed.held_by,
             answered: None,
@@ -447,6 +451,7 @@ impl Stepper<'_> {
         resumption: Resumption,
     ) -> Result<Written, Error> {
         let Resumption {
+            kind,
             event,
             taken,
             consumed,
@@ -462,6 +467,7 @@ impl Stepper<'_> {
         let ctx = StepContext::at(Timestamp::now());
         let step = exec::apply(flow, &claimed.snapshot, event, ctx).map_err(rejected)?;
         let pending = PendingCommit {
+            kind,
             claim: Some(claimed.token),
             held_by: claimed.held_by,
             answered,
@@ -494,32 +500,15 @@ impl Stepper<'_> {
         let me = &self.shared.config.replica_id;
         let takers = takers(&step, pending.take.as_ref(), &self.shared.waiting);
         fault::point("before-commit");
-        let mut result = group
-            .commit_step(&to_commit(&step, &pending, me, &takers.locks))
-            .await;
+        let mut rows = to_commit(&step, &pending, me, &takers.locks);
+        let mut result = group.commit_step(&rows).await;
         if let Err(sutra_store::Error::AliasTaken { channel, key }) = &result {
             step = fail_on_taken_alias(step, channel, key, ctx);
-            result = group
-                .commit_step(&to_commit(&step, &pending, me, &takers.locks))
-                .await;
+            rows = to_commit(&step, &pending, me, &takers.locks);
+            result = group.commit_step(&rows).await;
         }
-        let record = history_log::enabled().then(|| {
-            let claimed = pending.claim.as_ref();
-            history_log::Commit {
-                lane: self.owner.0.clone(),
-                tenant: step.snapshot.instance.tenant.clone(),
-                instance: instance.clone(),
-                kind: if is_start { "start" } else { "resume" },
-                claimed: claimed.map(|token| token.fence),
-                fence: claimed.map_or(0, |token| match token.kind {
-                    sutra_store::ClaimKind::Locked => token.fence + 1,
-                    sutra_store::ClaimKind::Durable => token.fence,
-                }),
-                seqs: history_log::Commit::seqs(&step.history),
-                channel: pending.consumed.as_ref().map(|c| c.channel.clone()),
-                event_id: pending.consumed.as_ref().map(|c| c.event_id.clone()),
-            }
-        });
+        let record = history_log::enabled()
+            .then(|| history_log::Commit::of(&self.owner.0, pending.kind, &rows, pending.answered));
         if let (Err(sutra_store::Error::ClaimLost), Some(token)) = (&result, &pending.claim) {
             let tenant = &step.snapshot.instance.tenant;
             history_log::claim_lost(me, &self.owner.0, tenant, &instance, token.fence);
@@ -557,6 +546,8 @@ impl Written {
 
 /// An event for an existing instance, and what its step consumes.
 pub(crate) struct Resumption {
+    /// [`history_log::RESUME`] or [`history_log::COMPLETE`].
+    pub kind: &'static str,
     pub event: Event,
     pub taken: Option<DeliveryId>,
     pub consumed: Option<Consumed>,
@@ -612,6 +603,8 @@ pub(crate) fn task_error(error: sutra_store::Error) -> Error {
 }
 
 struct PendingCommit {
+    /// What the history log calls the step ([`history_log::START`] and its siblings).
+    kind: &'static str,
     claim: Option<ClaimToken>,
     /// Who held a caller on the instance before this step, as its claim read it.
     held_by: Option<String>,

@@ -13,10 +13,25 @@
 //!   another held, and epochs grow from one holder to the next.
 //! - **Consumed once**: every message a client had accepted started exactly one instance — one
 //!   `start` commit of its event id — whether it was answered as consumed or as a duplicate.
+//! - **Each park answered once**: no two commits of an instance answer one park — no task
+//!   completion, timer or message taken twice.
+//! - **Completions consumed**: every completion a worker was answered as done was consumed by a
+//!   commit answering its task's park, in place or as a delivery; no task was answered as
+//!   completed under two different locks.
+//! - **One lock at a time**: no two of a task's locks were held at once (each lock from its
+//!   answer to its expiry, as extended), and none was granted after the task's completion was
+//!   answered. A lock ended early by a failure or a release is left out: when its end fell, in
+//!   the database's order, the records cannot say.
+//! - **Asked is taken or resolved** (SPEC §5.6): every task or timer a commit armed was answered
+//!   or disarmed by a later commit of its instance, or the instance ended or failed. The runs
+//!   checked are settled: every instance has come to rest.
+//! - **Outbox rows sent**: every outbox row a commit wrote was recorded sent by a replica or
+//!   heard by the receiver, and every key recorded sent or heard was written by a commit.
 //!
-//! A replica killed with SIGKILL may die between a commit and the line recording it: a gap, or a
-//! message consumed with no start recorded, is then listed as unrecorded rather than as an
-//! anomaly, unless no incarnation was killed.
+//! A replica killed with SIGKILL may die between a commit and the line recording it: a gap, a
+//! message consumed with no start recorded, a completion or an asked row with no commit taking
+//! it, an outbox key never recorded, is then listed as unrecorded rather than as an anomaly,
+//! unless no incarnation was killed.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -84,6 +99,14 @@ pub const EPOCH_REUSED: &str = "one epoch held by two replicas";
 pub const EPOCH_NOT_GROWING: &str = "epochs not growing from holder to holder";
 pub const CONSUMED_TWICE: &str = "a message started two instances";
 pub const NOT_CONSUMED: &str = "an accepted message with no start recorded";
+pub const PARK_ANSWERED_TWICE: &str = "one park answered by two commits";
+pub const COMPLETION_NOT_CONSUMED: &str = "a completion answered as done that no commit consumed";
+pub const COMPLETED_UNDER_TWO_LOCKS: &str = "a task answered as completed under two locks";
+pub const LOCKED_TWICE: &str = "two locks on one task held at once";
+pub const LOCKED_AFTER_COMPLETION: &str = "a task locked after its completion was answered";
+pub const ASKED_NOT_RESOLVED: &str = "an asked task or timer neither taken nor resolved";
+pub const OUTBOX_NOT_SENT: &str = "an outbox row never sent";
+pub const OUTBOX_UNKNOWN: &str = "an outbox key sent that no commit wrote";
 
 /// What the checker found.
 #[derive(Debug)]
@@ -93,6 +116,10 @@ pub struct Report {
     pub commits: usize,
     pub answers: usize,
     pub terms: usize,
+    /// Task locks answered to workers.
+    pub locks: usize,
+    /// Outbox rows the commits wrote.
+    pub outbox: usize,
     pub anomalies: Vec<Anomaly>,
     /// Gaps and missing starts explained by a killed replica's lost last lines.
     pub unrecorded: Vec<Anomaly>,
@@ -114,13 +141,15 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "history check (seed {}): {} events, {} commits, {} answers, {} lease terms; {} \
-             anomalies, {} unrecorded",
+            "history check (seed {}): {} events, {} commits, {} answers, {} lease terms, {} task \
+             locks, {} outbox rows; {} anomalies, {} unrecorded",
             self.seed,
             self.events,
             self.commits,
             self.answers,
             self.terms,
+            self.locks,
+            self.outbox,
             self.anomalies.len(),
             self.unrecorded.len()
         )?;
@@ -151,11 +180,13 @@ pub fn events_of(stderr: &str) -> Vec<Event> {
         .collect()
 }
 
-/// Checks the history of a run: every incarnation's log, the messages clients had accepted,
-/// and which incarnations were killed. `seed` is carried into the report.
+/// Checks the history of a settled run: every incarnation's log, the messages clients had
+/// accepted, the outbox keys the receiver heard, and which incarnations were killed. `seed` is
+/// carried into the report.
 pub fn check(
     incarnations: &[Incarnation],
     accepted: &[Accepted],
+    heard: &[String],
     killed: &[String],
     seed: u64,
 ) -> Report {
@@ -173,6 +204,8 @@ pub fn check(
         commits: 0,
         answers: 0,
         terms: 0,
+        locks: 0,
+        outbox: 0,
         anomalies: Vec::new(),
         unrecorded: Vec::new(),
     };
@@ -183,6 +216,10 @@ pub fn check(
     answers(&events, &commits, &mut report);
     leases(&events, &mut report);
     consumed(&commits, accepted, killed, &mut report);
+    parks(&events, &commits, killed, &mut report);
+    locks(&events, &mut report);
+    asked(&commits, killed, &mut report);
+    outbox(&events, &commits, heard, killed, &mut report);
     report
 }
 
@@ -191,6 +228,18 @@ fn anomaly(what: &'static str, subject: impl Into<String>, events: &[&Event]) ->
         what,
         subject: subject.into(),
         events: events.iter().map(|e| (*e).clone()).collect(),
+    }
+}
+
+impl Report {
+    /// An anomaly, or, when a killed replica may have died before recording what would clear
+    /// it, an unrecorded one.
+    fn missing(&mut self, killed: bool, found: Anomaly) {
+        if killed {
+            self.unrecorded.push(found);
+        } else {
+            self.anomalies.push(found);
+        }
     }
 }
 
@@ -244,11 +293,7 @@ fn chains(commits: &[&Event], killed: bool, report: &mut Report) {
                     format!("instance {instance}: {next}..{first} not recorded"),
                     &previous,
                 );
-                if killed {
-                    report.unrecorded.push(gap);
-                } else {
-                    report.anomalies.push(gap);
-                }
+                report.missing(killed, gap);
             }
             next = next.max(end + 1);
             last = Some(commit);
@@ -471,6 +516,214 @@ fn consumed(commits: &[&Event], accepted: &[Accepted], killed: bool, report: &mu
                 format!("message {} (answered {})", sent.event_id, sent.instance),
                 several,
             )),
+        }
+    }
+}
+
+/// A task's id, `{instance}:{park}`, as its instance and park.
+fn task_park(task: &str) -> Option<(&str, i64)> {
+    let (instance, park) = task.rsplit_once(':')?;
+    Some((instance, park.parse().ok()?))
+}
+
+/// The parks each instance's commits answered, with the commits.
+fn answered_parks<'a>(commits: &[&'a Event]) -> HashMap<(&'a str, i64), Vec<&'a Event>> {
+    let mut answered: HashMap<(&str, i64), Vec<&Event>> = HashMap::new();
+    for commit in commits {
+        if let (Some(instance), Some(park)) = (commit.str("instance"), commit.int("park")) {
+            answered.entry((instance, park)).or_default().push(commit);
+        }
+    }
+    answered
+}
+
+/// (e) No park answered twice; every completion answered as done consumed, under one lock.
+fn parks(events: &[Event], commits: &[&Event], killed: bool, report: &mut Report) {
+    let answered = answered_parks(commits);
+    for ((instance, park), by) in &answered {
+        if by.len() > 1 {
+            let subject = format!("instance {instance}, park {park}");
+            report
+                .anomalies
+                .push(anomaly(PARK_ANSWERED_TWICE, subject, by));
+        }
+    }
+    let mut completed: BTreeMap<&str, Vec<&Event>> = BTreeMap::new();
+    for event in events.iter().filter(|e| e.kind() == "task_completed") {
+        completed
+            .entry(event.str("task").unwrap_or_default())
+            .or_default()
+            .push(event);
+    }
+    for (task, answers) in completed {
+        let locks: HashSet<&str> = answers.iter().filter_map(|a| a.str("lock")).collect();
+        if locks.len() > 1 {
+            let subject = format!("task {task}");
+            report
+                .anomalies
+                .push(anomaly(COMPLETED_UNDER_TWO_LOCKS, subject, &answers));
+        }
+        let consumed = task_park(task).is_some_and(|key| answered.contains_key(&key));
+        if !consumed {
+            let subject = format!("task {task}");
+            report.missing(killed, anomaly(COMPLETION_NOT_CONSUMED, subject, &answers));
+        }
+    }
+}
+
+/// One lock on a task: answered at `from` (wall clock, microseconds), held until `until` (as
+/// extended), unless it ended early.
+struct Lock<'a> {
+    print: &'a str,
+    from: i64,
+    until: i64,
+    /// A failure or release ended it, at a moment the records cannot place.
+    ended_early: bool,
+    /// When its completion was answered.
+    completed_at: Option<i64>,
+    events: Vec<&'a Event>,
+}
+
+/// (f) A task's locks, one at a time, none after its completion.
+fn locks(events: &[Event], report: &mut Report) {
+    let mut by_task: BTreeMap<&str, BTreeMap<&str, Lock>> = BTreeMap::new();
+    for event in events.iter().filter(|e| e.kind().starts_with("task_")) {
+        let (Some(task), Some(print)) = (event.str("task"), event.str("lock")) else {
+            continue;
+        };
+        let at = event.int("at").unwrap_or_default();
+        let lock = by_task
+            .entry(task)
+            .or_default()
+            .entry(print)
+            .or_insert(Lock {
+                print,
+                from: at,
+                until: at,
+                ended_early: false,
+                completed_at: None,
+                events: Vec::new(),
+            });
+        match event.kind() {
+            "task_locked" => {
+                report.locks += 1;
+                lock.from = lock.from.min(at);
+                lock.until = lock.until.max(event.int("until").unwrap_or(at));
+            }
+            "task_extended" => lock.until = lock.until.max(event.int("until").unwrap_or(at)),
+            "task_completed" => lock.completed_at = Some(at),
+            _ => lock.ended_early = true,
+        }
+        lock.events.push(event);
+    }
+    for (task, locks) in by_task {
+        let locks: Vec<Lock> = locks.into_values().collect();
+        for (i, lock) in locks.iter().enumerate() {
+            for other in &locks[i + 1..] {
+                let both = || -> Vec<&Event> {
+                    lock.events.iter().chain(&other.events).copied().collect()
+                };
+                let overlap = lock.from.max(other.from) < lock.until.min(other.until);
+                if overlap && !lock.ended_early && !other.ended_early {
+                    let subject = format!("task {task}: locks {} and {}", lock.print, other.print);
+                    report
+                        .anomalies
+                        .push(anomaly(LOCKED_TWICE, subject, &both()));
+                }
+                // A lock running past a completion's answer was granted after the completion
+                // committed: before it, the completing lock held the task.
+                for (done, later) in [(lock, other), (other, lock)] {
+                    if done.completed_at.is_some_and(|at| later.until > at) {
+                        let subject = format!(
+                            "task {task}: lock {} after {} completed it",
+                            later.print, done.print
+                        );
+                        report
+                            .anomalies
+                            .push(anomaly(LOCKED_AFTER_COMPLETION, subject, &both()));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether an instance of this status takes nothing more: its asked rows are resolved.
+fn at_rest(status: Option<&str>) -> bool {
+    matches!(status, Some("completed" | "cancelled" | "failed"))
+}
+
+/// (g) Every task or timer armed was answered, disarmed, or resolved by its instance's end.
+fn asked(commits: &[&Event], killed: bool, report: &mut Report) {
+    let mut resolved: HashSet<(&str, i64)> = HashSet::new();
+    let mut ended: HashSet<&str> = HashSet::new();
+    for commit in commits {
+        let instance = commit.str("instance").unwrap_or_default();
+        let parks = commit
+            .int("park")
+            .into_iter()
+            .chain(ints(commit, "disarmed"));
+        resolved.extend(parks.map(|park| (instance, park)));
+        if at_rest(commit.str("status")) {
+            ended.insert(instance);
+        }
+    }
+    for commit in commits {
+        let instance = commit.str("instance").unwrap_or_default();
+        for park in ints(commit, "asked") {
+            if !resolved.contains(&(instance, park)) && !ended.contains(instance) {
+                let subject = format!("instance {instance}, park {park}");
+                report.missing(killed, anomaly(ASKED_NOT_RESOLVED, subject, &[commit]));
+            }
+        }
+    }
+}
+
+/// The numbers in an event's array field.
+fn ints<'a>(event: &'a Event, field: &str) -> impl Iterator<Item = i64> + 'a {
+    let items = event.0[field]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    items.iter().filter_map(Value::as_i64)
+}
+
+/// (h) Every outbox row written was sent, and nothing was sent that no commit wrote.
+fn outbox(
+    events: &[Event],
+    commits: &[&Event],
+    heard: &[String],
+    killed: bool,
+    report: &mut Report,
+) {
+    let mut written: HashMap<&str, &Event> = HashMap::new();
+    for commit in commits {
+        let keys = commit.0["outbox"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        for key in keys.iter().filter_map(Value::as_str) {
+            written.insert(key, commit);
+        }
+    }
+    report.outbox = written.len();
+    let mut sent: HashMap<&str, Vec<&Event>> = HashMap::new();
+    for event in events.iter().filter(|e| e.kind() == "sent") {
+        sent.entry(event.str("key").unwrap_or_default())
+            .or_default()
+            .push(event);
+    }
+    let heard: HashSet<&str> = heard.iter().map(String::as_str).collect();
+    for (key, commit) in &written {
+        if !sent.contains_key(key) && !heard.contains(key) {
+            report.missing(killed, anomaly(OUTBOX_NOT_SENT, *key, &[commit]));
+        }
+    }
+    let keys: HashSet<&str> = sent.keys().copied().chain(heard.iter().copied()).collect();
+    for key in keys {
+        if !written.contains_key(key) {
+            let by = sent.get(key).cloned().unwrap_or_default();
+            report.missing(killed, anomaly(OUTBOX_UNKNOWN, key, &by));
         }
     }
 }

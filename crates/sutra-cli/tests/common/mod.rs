@@ -510,11 +510,8 @@ pub async fn audit(server: &Server, accepted: &[Accepted], receiver: &Receiver) 
         emitted.insert(sent_outbox_key(server, &sent.instance).await);
     }
     assert_eq!(emitted.len(), accepted.len(), "one outbox key per instance");
-    let received = receiver.received();
-    let heard: HashSet<String> = received
-        .iter()
-        .map(|request| request.idempotency_key.clone().expect("an idempotency key"))
-        .collect();
+    let received = heard(receiver);
+    let heard: HashSet<String> = received.iter().cloned().collect();
     let unknown: Vec<&String> = heard.difference(&emitted).collect();
     let missing: Vec<&String> = emitted.difference(&heard).collect();
     assert!(
@@ -524,6 +521,13 @@ pub async fn audit(server: &Server, accepted: &[Accepted], receiver: &Receiver) 
     Audit {
         ledger_duplicates: received.len() - heard.len(),
     }
+}
+
+/// The idempotency key of every request the receiver heard, repeats included.
+pub fn heard(receiver: &Receiver) -> Vec<String> {
+    (receiver.received().iter())
+        .map(|request| request.idempotency_key.clone().expect("an idempotency key"))
+        .collect()
 }
 
 /// The history of a transfer: a whole audit sequence, and each event of the flow exactly once.
