@@ -9,15 +9,24 @@
 //!   address;
 //! - one replica is frozen with SIGSTOP between a claim and its commit, and resumed with SIGCONT
 //!   only once its claim has lapsed and another replica has taken the instance: a live holder
-//!   whose late commit the fence must refuse;
+//!   whose late commit must land nothing. A lane's claim is its step transaction's row lock
+//!   (decision 0024): it lapses when PostgreSQL ends the frozen holder's idle session, and the
+//!   commit the holder resumes with meets a closed connection; an administrative claim is the
+//!   owner column, and its late commit meets the fence;
 //! - PostgreSQL itself is stopped (an immediate shutdown: a crash, to the replicas) just before
 //!   the claim of a replica killed mid-step lapses — so that the sweep that must clear it meets a
 //!   database that went away — and started again. Replicas ride through: pools reconnect, sweeps
 //!   and lease polls run again, a replica that cannot reach the database at start is started
-//!   again.
+//!   again;
+//! - each replica reaches the database through a loopback proxy of its own
+//!   (`sutra_testkit::proxy`): one replica is cut off from the database (a partition: nothing
+//!   forwarded, nothing closed) for up to past the lease TTL, one has its traffic slowed for a
+//!   few seconds, and one has every connection reset at once.
 //!
 //! To catch a replica mid-step the nemesis freezes it for a few milliseconds and reads, past
-//! row-level security, which claims it holds; a replica caught holding none is thawed at once.
+//! row-level security, which claims it holds — owner columns naming it, and instance rows its
+//! sessions hold locked (`pgrowlocks`, the sessions named by `application_name`); a replica
+//! caught holding none is thawed at once.
 //!
 //! Senders retry every refused or failed send with the same event id until a replica accepts
 //! it; workers reconnect on their own. Afterwards the invariants of the workload hold (see
@@ -73,6 +82,14 @@ const FREEZE_PAUSE: Duration = Duration::from_millis(5);
 /// Brief freezes of a kill's victim tried before it is killed whatever it holds (a replica
 /// that does not lead `timers` holds no claims to catch).
 const KILL_TRIES: u32 = 40;
+/// How long a replica stays cut off from the database: a uniform pick in this range, which
+/// reaches past the lease TTL of [`Timing::SHORT`].
+const PARTITIONED_FOR: (Duration, Duration) =
+    (Duration::from_millis(500), Duration::from_millis(3500));
+/// How much a slowed replica's database traffic is delayed, each chunk each way, and for how
+/// long: uniform picks in these ranges.
+const LATENCY: (Duration, Duration) = (Duration::from_millis(5), Duration::from_millis(60));
+const SLOWED_FOR: (Duration, Duration) = (Duration::from_millis(1000), Duration::from_millis(4000));
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replicas_ride_through_kills_freezes_and_a_database_restart() {
@@ -82,7 +99,8 @@ async fn replicas_ride_through_kills_freezes_and_a_database_restart() {
     let cluster = DedicatedCluster::start().await;
     let receiver = Receiver::accepting();
     let deployment = transfers(&receiver.url("/ledger"));
-    let fleet = Fleet::start(cluster.url(), timing, "chaos", REPLICAS, &deployment).await;
+    let fleet = Fleet::start_proxied(cluster.url(), timing, "chaos", REPLICAS, &deployment).await;
+    read_row_locks(cluster.admin_url()).await;
     let urls = fleet.urls();
     let workers = Workers::start(&urls, timing);
     let http = reqwest::Client::new();
@@ -213,6 +231,23 @@ enum Fault {
     DatabaseUp {
         down_at: Instant,
     },
+    /// Hold every database connection of a replica that is up in its proxy, forwarding nothing
+    /// and closing nothing, for `hold`.
+    Partition {
+        hold: Duration,
+    },
+    /// Delay each chunk of a replica's database traffic by `latency`, for `hold`.
+    Slow {
+        latency: Duration,
+        hold: Duration,
+    },
+    /// End a partition or a slowing: what waited is forwarded.
+    Heal {
+        slot: usize,
+        since: Instant,
+    },
+    /// Close every database connection of a replica at once, as a reset would.
+    Reset,
 }
 
 /// A claim seen in the database: the instance, and the fence the claim took.
@@ -295,15 +330,25 @@ impl<'a> Nemesis<'a> {
         let database_at = window.mul_f64(0.55 + 0.15 * self.rng.fraction());
         let outage = self.rng.between(DATABASE_DOWN_FOR);
         schedule.push((database_at, Fault::KillBeforeOutage { outage }));
+        let mut anywhere = || QUIET_EDGE + (window - 2 * QUIET_EDGE).mul_f64(self.rng.fraction());
+        let (partition_at, slow_at, reset_at) = (anywhere(), anywhere(), anywhere());
+        let hold = self.rng.between(PARTITIONED_FOR);
+        schedule.push((partition_at, Fault::Partition { hold }));
+        let (latency, hold) = (self.rng.between(LATENCY), self.rng.between(SLOWED_FOR));
+        schedule.push((slow_at, Fault::Slow { latency, hold }));
+        schedule.push((reset_at, Fault::Reset));
         schedule
     }
 
     /// Runs the schedule, and whatever restarts and thaws it leads to, until every replica is
-    /// up, none frozen, and the database is up. Catching a replica holding a claim reads the
-    /// database, so freezes and outages never overlap: whichever comes second waits.
+    /// up, none frozen, none cut off, and the database is up. Catching a replica holding a claim
+    /// reads the database, so freezes and outages never overlap: whichever comes second waits.
+    /// Nor do an outage and a replica's network fault, and a replica cut off or slowed is not
+    /// killed: its next incarnation would start through the same proxy.
     async fn run(&mut self, mut schedule: Vec<(Duration, Fault)>) {
         let mut frozen: Option<usize> = None;
         let mut database_down = false;
+        let mut cut_off: Option<usize> = None;
         loop {
             schedule.sort_by_key(|(at, _)| *at);
             if schedule.is_empty() {
@@ -317,11 +362,67 @@ impl<'a> Nemesis<'a> {
                 Fault::Freeze { .. } if database_down => {
                     schedule.push((later(RESTART_RETRY), fault));
                 }
-                Fault::KillBeforeOutage { .. } | Fault::DatabaseDown { .. } if frozen.is_some() => {
+                Fault::KillBeforeOutage { .. } | Fault::DatabaseDown { .. }
+                    if frozen.is_some() || cut_off.is_some() =>
+                {
                     schedule.push((later(RESTART_RETRY), fault));
                 }
+                Fault::Partition { .. } | Fault::Slow { .. } | Fault::Reset
+                    if database_down || cut_off.is_some() =>
+                {
+                    schedule.push((later(RESTART_RETRY), fault));
+                }
+                Fault::Partition { hold } => {
+                    let Some(slot) = self.network_victim(frozen, cut_off) else {
+                        continue;
+                    };
+                    self.fleet.proxy(slot).partition();
+                    cut_off = Some(slot);
+                    let since = Instant::now();
+                    schedule.push((later(hold), Fault::Heal { slot, since }));
+                    self.tell(&format!(
+                        "{} cut off from the database (partition), for {hold:?}",
+                        self.fleet.replica_id(slot)
+                    ));
+                }
+                Fault::Slow { latency, hold } => {
+                    let Some(slot) = self.network_victim(frozen, cut_off) else {
+                        continue;
+                    };
+                    self.fleet.proxy(slot).delay(latency);
+                    cut_off = Some(slot);
+                    let since = Instant::now();
+                    schedule.push((later(hold), Fault::Heal { slot, since }));
+                    self.tell(&format!(
+                        "{}'s database traffic delayed {latency:?} each way, for {hold:?}",
+                        self.fleet.replica_id(slot)
+                    ));
+                }
+                Fault::Heal { slot, since } => {
+                    self.fleet.proxy(slot).heal();
+                    self.last_fault = Instant::now();
+                    cut_off = None;
+                    self.tell(&format!(
+                        "{}'s database connections healed after {:.2} s",
+                        self.fleet.replica_id(slot),
+                        since.elapsed().as_secs_f64()
+                    ));
+                }
+                Fault::Reset => {
+                    let Some(slot) = self.network_victim(frozen, cut_off) else {
+                        continue;
+                    };
+                    self.fleet.proxy(slot).cut();
+                    self.last_fault = Instant::now();
+                    self.tell(&format!(
+                        "{}'s database connections reset",
+                        self.fleet.replica_id(slot)
+                    ));
+                }
                 Fault::Kill { down_for } => {
-                    let up = self.up_slots(frozen);
+                    let up: Vec<usize> = (self.up_slots(frozen).into_iter())
+                        .filter(|slot| Some(*slot) != cut_off)
+                        .collect();
                     let Some(&victim) = self.rng.pick(&up) else {
                         self.tell("kill: no replica up to kill");
                         continue;
@@ -425,6 +526,18 @@ impl<'a> Nemesis<'a> {
                 }
             }
         }
+    }
+
+    /// A replica that is up, neither frozen nor cut off already, for a network fault.
+    fn network_victim(&mut self, frozen: Option<usize>, cut_off: Option<usize>) -> Option<usize> {
+        let up: Vec<usize> = (self.up_slots(frozen).into_iter())
+            .filter(|slot| Some(*slot) != cut_off)
+            .collect();
+        let victim = self.rng.pick(&up).copied();
+        if victim.is_none() {
+            self.tell("network fault: no replica up to fault");
+        }
+        victim
     }
 
     /// The slots whose process is up, but for `frozen`.
@@ -550,7 +663,7 @@ impl<'a> Nemesis<'a> {
             (Some(claim), Some(fence)) => self.tell(&format!(
                 "SIGCONT {id} after {frozen_for:.2} s; meanwhile its claim on {} lapsed and \
                  another replica took the instance (fence {} → {fence}), so the commit it \
-                 resumes with must be refused by the fence",
+                 resumes with must land nothing",
                 claim.instance, claim.fence
             )),
             _ => self.tell(&format!(
@@ -581,33 +694,57 @@ impl<'a> Nemesis<'a> {
     }
 }
 
+/// Lets the nemesis read which instance rows a session holds locked: a lane's claim.
+async fn read_row_locks(admin: &str) {
+    use sqlx::Connection;
+    let mut connection = sqlx::PgConnection::connect(admin)
+        .await
+        .expect("the test's cluster accepts its administrator");
+    sqlx::query("CREATE EXTENSION IF NOT EXISTS pgrowlocks")
+        .execute(&mut connection)
+        .await
+        .expect("pgrowlocks ships with PostgreSQL");
+}
+
 /// Which of a replica's claims to catch it holding.
 #[derive(Debug, Clone, Copy)]
 enum Hold {
     /// Any: a kill then leaves it for the sweep, whatever the step was doing.
     Any,
-    /// Only claims no commit in flight has locked yet: a commit holds its instance's row until
-    /// it lands, so nobody could take that claim meanwhile; these lapse and are taken.
+    /// Only claims that lapse while the holder lives: a lane's, which PostgreSQL ends with the
+    /// frozen holder's idle session, and an administrative one no commit in flight has locked
+    /// yet (a commit holds its instance's row until it lands, so nobody could take that claim
+    /// meanwhile).
     Lapsable,
 }
 
 impl Hold {
     /// The claims of replica `id`, as `instance@fence` separated by spaces, or NULL.
     fn sql(self, id: &str) -> String {
+        self.held(id, "string_agg(id || '@' || fence, ' ')")
+    }
+
+    /// `what` (an aggregate) over the claims of replica `id`: owner columns naming it (its
+    /// admin's claims), and instance rows its sessions hold locked (its lanes').
+    fn held(self, id: &str, what: &str) -> String {
         let locking = match self {
             Hold::Any => "",
             Hold::Lapsable => "FOR UPDATE SKIP LOCKED",
         };
         format!(
-            "SELECT string_agg(id || '@' || fence, ' ') FROM (SELECT id, fence FROM instances \
-             WHERE owner LIKE '{id}/%' {locking}) AS held"
+            "WITH owned AS (SELECT id, fence FROM instances WHERE owner LIKE '{id}/%' {locking}), \
+             locked AS (SELECT i.id, i.fence FROM instances AS i \
+               JOIN pgrowlocks('instances') AS l ON i.ctid = l.locked_row \
+               JOIN pg_stat_activity AS a ON a.pid = ANY (l.pids) \
+               WHERE a.application_name = '{id}') \
+             SELECT {what} FROM (SELECT * FROM owned UNION SELECT * FROM locked) AS held"
         )
     }
 }
 
-/// Counts the claims replica `id` holds (its lanes' and its admin's owner ids).
+/// Counts the claims replica `id` holds.
 fn claims_of(id: &str) -> String {
-    format!("SELECT count(*) FROM instances WHERE owner LIKE '{id}/%'")
+    Hold::Any.held(id, "count(*)")
 }
 
 /// How long after `since` the count `sql` reached zero, looking until `bound` has passed;

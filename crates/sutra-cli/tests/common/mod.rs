@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sutra_client::{Client, Task, Worker};
+use sutra_testkit::proxy::Proxy;
 use sutra_testkit::{Receiver, Server, ServerOptions, assert_audit_sequence_is_whole, postgres};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -122,6 +123,9 @@ fn iso(duration: Duration) -> String {
 struct Slot {
     listen: String,
     url: String,
+    /// The database URL its replicas use: through its own proxy, when the fleet has them.
+    datasource: String,
+    proxy: Option<Proxy>,
     /// How many processes this slot has had; each gets its own replica id (decision 0008: a
     /// restarted replica must not re-enter its predecessor's claims).
     incarnation: u32,
@@ -162,6 +166,30 @@ impl Fleet {
         deployment: &str,
         env: &[(&str, &str)],
     ) -> Fleet {
+        Fleet::launch(datasource, timing, name, size, deployment, env, false).await
+    }
+
+    /// [`Fleet::start`], each slot's replicas reaching the database through a loopback proxy of
+    /// the slot's own ([`Fleet::proxy`]): a network fault can cut one replica off, or slow it.
+    pub async fn start_proxied(
+        datasource: &str,
+        timing: Timing,
+        name: &str,
+        size: usize,
+        deployment: &str,
+    ) -> Fleet {
+        Fleet::launch(datasource, timing, name, size, deployment, &[], true).await
+    }
+
+    async fn launch(
+        datasource: &str,
+        timing: Timing,
+        name: &str,
+        size: usize,
+        deployment: &str,
+        env: &[(&str, &str)],
+        proxied: bool,
+    ) -> Fleet {
         let mut options = timing
             .apply(ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), datasource))
             .env("SUTRA_LOG", history::LOG_FILTER);
@@ -175,11 +203,20 @@ impl Fleet {
             retired: Vec::new(),
         };
         for slot in 0..size {
-            let server = Server::start(&fleet.options_for(slot, 0, "127.0.0.1:0"));
+            let (proxy, datasource) = if proxied {
+                let (proxy, url) = Proxy::in_front_of(datasource);
+                (Some(proxy), url)
+            } else {
+                (None, datasource.to_owned())
+            };
+            let options = fleet.options_for(slot, 0, "127.0.0.1:0", &datasource);
+            let server = Server::start(&options);
             let listen = server.listen_address().to_owned();
             fleet.slots.push(Slot {
                 url: server.url(""),
                 listen,
+                datasource,
+                proxy,
                 incarnation: 0,
                 server: Some(server),
             });
@@ -191,12 +228,31 @@ impl Fleet {
         fleet
     }
 
-    fn options_for(&self, slot: usize, incarnation: u32, listen: &str) -> ServerOptions {
+    /// Each incarnation's id, which also names its database sessions (`application_name`, set
+    /// through libpq's `PGAPPNAME`): a nemesis can tell which transactions are whose.
+    fn options_for(
+        &self,
+        slot: usize,
+        incarnation: u32,
+        listen: &str,
+        datasource: &str,
+    ) -> ServerOptions {
         let id = format!("{}-r{slot}-i{incarnation}", self.name);
-        self.options
-            .clone()
+        let mut options = self.options.clone();
+        datasource.clone_into(&mut options.datasource);
+        options
             .env("SUTRA_REPLICA_ID", &id)
+            .env("PGAPPNAME", &id)
             .listen(listen)
+    }
+
+    /// The proxy between `slot`'s replicas and the database. Panics unless the fleet was
+    /// started with [`Fleet::start_proxied`].
+    pub fn proxy(&self, slot: usize) -> &Proxy {
+        self.slots[slot]
+            .proxy
+            .as_ref()
+            .expect("a fleet started with proxies")
     }
 
     pub fn size(&self) -> usize {
@@ -260,7 +316,10 @@ impl Fleet {
     pub fn restart(&mut self, slot: usize) -> Result<(), String> {
         assert!(!self.is_up(slot), "replica {slot} is still up");
         let incarnation = self.slots[slot].incarnation + 1;
-        let options = self.options_for(slot, incarnation, &self.slots[slot].listen);
+        let Slot {
+            listen, datasource, ..
+        } = &self.slots[slot];
+        let options = self.options_for(slot, incarnation, listen, datasource);
         // A failed start used the incarnation's id too: the next attempt takes a fresh one.
         self.slots[slot].incarnation = incarnation;
         let server = tokio::task::block_in_place(|| Server::try_start(&options))?;
