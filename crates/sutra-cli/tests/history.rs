@@ -10,9 +10,11 @@
 //!   lapses while the transaction lives — PostgreSQL ends a frozen holder's session instead.)
 //! - `SUTRA_TEST_ACK_BEFORE_COMMIT=1` (sutra-engine): a lane answers each member of a group
 //!   before the group commits.
+//! - `SUTRA_TEST_STEAL_LOCKS=1` (sutra-store-postgres): a poll takes a task another worker holds
+//!   a live lock on.
 //!
-//! The rules over tasks, asked rows and the outbox have no broken build of their own: each is
-//! shown on a short history written by hand that breaks it, and on the clean runs above.
+//! The other rules over tasks, asked rows and the outbox have no broken build of their own: each
+//! is shown on a short history written by hand that breaks it, and on the clean runs above.
 
 mod common;
 
@@ -154,6 +156,79 @@ async fn the_checker_finds_no_anomaly_in_transfers_through_two_replicas() {
         "a start and two completions per transfer: {report}"
     );
     assert!(report.terms >= 4, "every role led at least once: {report}");
+    report.assert_clean();
+}
+
+/// A flow that parks on one task and ends when it is done.
+const ONE_TASK: &str = r#"
+name: chores
+channels:
+  chores:
+    transport: http
+flows:
+  chore:
+    start: { channel: chores }
+    nodes:
+      - id: sweep
+        task: { topic: sweep, lock: PT30S }
+      - id: done
+        end: {}
+"#;
+
+/// One task, polled by one worker and then, while that lock lives, by another: the second poll
+/// finds it only if a poll can take a live lock. The last lock taken completes it. Returns how
+/// many tasks the second poll got, and the history check.
+async fn poll_a_held_task_again(env: &[(&str, &str)]) -> (usize, history::Report) {
+    let cluster = DedicatedCluster::start().await;
+    let fleet = Fleet::start_with(cluster.url(), Timing::SHORT, "steal", 1, ONE_TASK, env).await;
+    let replica = fleet.replica(0);
+    let (status, body) = replica.send("chores", "chore-1", json!({})).await;
+    assert_eq!(status, 202, "{body}");
+    let poll =
+        |worker: &str, wait: &str| json!({"worker": worker, "topics": ["sweep"], "wait": wait});
+    let (status, first) = replica
+        .post_json("/v1/tasks/poll", &poll("w1", "PT10S"))
+        .await;
+    assert_eq!(
+        (status, first.as_array().map(Vec::len)),
+        (200, Some(1)),
+        "{first}"
+    );
+    let (status, second) = replica
+        .post_json("/v1/tasks/poll", &poll("w2", "PT0S"))
+        .await;
+    assert_eq!(status, 200, "{second}");
+    let stolen = second.as_array().map_or(0, Vec::len);
+    // The last lock taken completes the task, and the run settles: its instance ends.
+    let holder = if stolen > 0 { &second[0] } else { &first[0] };
+    let done = json!({"lock_token": holder["lock_token"], "output": {}});
+    let path = format!("/v1/tasks/{}/complete", holder["id"].as_str().unwrap());
+    let (status, body) = replica.post_json(&path, &done).await;
+    assert_eq!(status, 200, "{body}");
+    let report = history::check(&fleet.histories(), &[], &[], &fleet.killed(), SEED);
+    println!("{report}");
+    (stolen, report)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_checker_finds_a_task_held_under_two_locks_when_a_poll_steals_a_live_lock() {
+    let (stolen, report) = poll_a_held_task_again(&[("SUTRA_TEST_STEAL_LOCKS", "1")]).await;
+    assert_eq!(
+        stolen, 1,
+        "the switch hands the held task out again: {report}"
+    );
+    assert!(
+        !report.found(LOCKED_TWICE).is_empty(),
+        "a task handed to a second worker while the first held it, and no two locks found: \
+         {report}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_checker_finds_no_anomaly_when_a_held_task_is_polled_again() {
+    let (stolen, report) = poll_a_held_task_again(&[]).await;
+    assert_eq!(stolen, 0, "{report}");
+    assert_eq!(report.locks, 1, "{report}");
     report.assert_clean();
 }
 

@@ -1,7 +1,8 @@
 //! The release binary honours no test switch. The crash tests' fault points (`SUTRA_FAULT`), the
 //! lane tests' switches (`SUTRA_TEST_MISROUTE`, `SUTRA_TEST_PER_PROCESS_OWNER`) and the history
-//! checker's (`SUTRA_TEST_SKIP_FENCE`, `SUTRA_TEST_ACK_BEFORE_COMMIT`) break invariants on purpose
-//! — one switches off the lane-scoped owner id, one the fence, one answers before the commit —
+//! checker's (`SUTRA_TEST_SKIP_FENCE`, `SUTRA_TEST_ACK_BEFORE_COMMIT`, `SUTRA_TEST_STEAL_LOCKS`)
+//! break invariants on purpose — one switches off the lane-scoped owner id, one the fence, one
+//! answers before the commit, one hands a task held by one worker to another —
 //! so they are compiled only into test builds (the `test-hooks` features of `sutra-engine` and
 //! `sutra-store-postgres`, enabled by this crate's dev-dependencies alone). This test builds `sutra` as it ships and proves it on the binary:
 //! the variables' names are not in it, and a fault that kills the test build does nothing there.
@@ -35,6 +36,7 @@ const SWITCHES: &[&str] = &[
     "SUTRA_TEST_PER_PROCESS_OWNER",
     "SUTRA_TEST_SKIP_FENCE",
     "SUTRA_TEST_ACK_BEFORE_COMMIT",
+    "SUTRA_TEST_STEAL_LOCKS",
 ];
 
 #[tokio::test]
@@ -66,7 +68,8 @@ async fn serve(binary: PathBuf) -> Server {
         .env("SUTRA_TEST_MISROUTE", "1")
         .env("SUTRA_TEST_PER_PROCESS_OWNER", "1")
         .env("SUTRA_TEST_SKIP_FENCE", "1")
-        .env("SUTRA_TEST_ACK_BEFORE_COMMIT", "1");
+        .env("SUTRA_TEST_ACK_BEFORE_COMMIT", "1")
+        .env("SUTRA_TEST_STEAL_LOCKS", "1");
     let server = Server::start(&options);
     let (status, body) = server.deploy(FLOWS).await;
     assert_eq!(status, 201, "{body}");

@@ -8,6 +8,8 @@
 //! clock. Lock deadlines and backoffs are `sutra_after(span)`: the database's clock too, so
 //! workers on different replicas are judged by one clock.
 
+use std::sync::LazyLock;
+
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 use sqlx::types::Json;
@@ -18,6 +20,7 @@ use sutra_store_sql::rows::{CompletedRow, ExpiredRow, HeldRow};
 
 use crate::codec::{db, duration_micros, timestamp};
 use crate::statements::Scoped;
+use crate::test_switches;
 
 /// A task as a poll locked it.
 #[derive(sqlx::FromRow)]
@@ -108,8 +111,9 @@ impl TaskStatements for Scoped {
     /// minimums and counted by their new deadlines instead. A row it skipped because another
     /// transaction held it still counts as available now, so the next poll looks.
     async fn lock_tasks(&mut self, poll: &TaskPoll) -> Result<(Vec<LockedTask>, Option<i64>)> {
-        let rows: Vec<PolledRow> = sqlx::query_as(
-            "WITH available AS (
+        static SQL: LazyLock<String> = LazyLock::new(|| {
+            test_switches::lock_tasks(
+                "WITH available AS (
                  SELECT id, false AS expired, available_at AS since FROM tasks
                  WHERE tenant = $1 AND topic = ANY($2)
                    AND state = 'available' AND available_at <= sutra_now()
@@ -148,15 +152,17 @@ impl TaskStatements for Scoped {
                     locked_until
              FROM next LEFT JOIN locked ON true
              ORDER BY locked.since, locked.id",
-        )
-        .bind(&poll.tenant)
-        .bind(&poll.topics)
-        .bind(i64::from(poll.max))
-        .bind(poll.lock.map(duration_micros))
-        .bind(&poll.worker)
-        .fetch_all(self.connection())
-        .await
-        .map_err(db)?;
+            )
+        });
+        let rows: Vec<PolledRow> = sqlx::query_as(SQL.as_str())
+            .bind(&poll.tenant)
+            .bind(&poll.topics)
+            .bind(i64::from(poll.max))
+            .bind(poll.lock.map(duration_micros))
+            .bind(&poll.worker)
+            .fetch_all(self.connection())
+            .await
+            .map_err(db)?;
         let next_at = rows.first().and_then(|row| row.next_at);
         let tasks = rows
             .into_iter()

@@ -1,7 +1,6 @@
-//! A test-only switch, read once from the environment, that breaks the claim on purpose so that
-//! the history checker's tests (crates/sutra-cli/tests/history.rs) can prove the checker finds
-//! two commits under one fence. No deployment sets it; unset it costs nothing after the first
-//! build of the statements it would rewrite.
+//! Test-only switches, read from the environment, that break a guarantee on purpose so that the
+//! history checker's tests (crates/sutra-cli/tests/history.rs) can prove the checker finds the
+//! anomaly. No deployment sets them; unset, each costs nothing after the first build of the statement it would rewrite.
 //!
 //! - `SUTRA_TEST_SKIP_FENCE=1`: a step's commit does not check the fence (nor the owner) its
 //!   claim read. Skipping the fence alone would change nothing on this store: a lane's claim is
@@ -11,6 +10,8 @@
 //!   or asking who holds it, the fenced update matches whatever fence it finds, and history rows
 //!   whose sequence numbers are taken already are dropped: two steps that read one fence both
 //!   commit, as they would with a fence nobody checked.
+//! - `SUTRA_TEST_STEAL_LOCKS=1`: a poll takes a locked task whatever its lock's expiry, so that
+//!   a task held by one worker is handed to another: two locks held at once.
 //!
 //! It exists only with the `test-hooks` feature, which only test builds enable (through
 //! `sutra-server`'s): without it each function is the identity, and the variable's name is not
@@ -30,8 +31,15 @@ pub(crate) fn settle(sql: String) -> String {
     sql
 }
 
+/// The statement of a poll's locks (`lock_tasks`).
+#[cfg(not(feature = "test-hooks"))]
+#[inline(always)]
+pub(crate) fn lock_tasks(sql: &str) -> String {
+    sql.to_owned()
+}
+
 #[cfg(feature = "test-hooks")]
-pub(crate) use switched::{lock_claimable, settle};
+pub(crate) use switched::{lock_claimable, lock_tasks, settle};
 
 #[cfg(feature = "test-hooks")]
 mod switched {
@@ -75,6 +83,22 @@ mod switched {
         assert_ne!(
             loosened, sql,
             "the settle's statement changed: update the switch"
+        );
+        loosened
+    }
+
+    /// A locked task is taken whether or not its lock expired.
+    pub(crate) fn lock_tasks(sql: &str) -> String {
+        if !std::env::var("SUTRA_TEST_STEAL_LOCKS").is_ok_and(|value| value == "1") {
+            return sql.to_owned();
+        }
+        let loosened = sql.replace(
+            "AND state = 'locked' AND locked_until <= sutra_now()",
+            "AND state = 'locked'",
+        );
+        assert_ne!(
+            loosened, sql,
+            "the poll's statement changed: update the switch"
         );
         loosened
     }
