@@ -231,14 +231,9 @@ enum Fault {
     DatabaseUp {
         down_at: Instant,
     },
-    /// Hold every database connection of a replica that is up in its proxy, forwarding nothing
-    /// and closing nothing, for `hold`.
-    Partition {
-        hold: Duration,
-    },
-    /// Delay each chunk of a replica's database traffic by `latency`, for `hold`.
-    Slow {
-        latency: Duration,
+    /// Degrade the database connections of a replica that is up, for `hold`.
+    Degrade {
+        how: Degraded,
         hold: Duration,
     },
     /// End a partition or a slowing: what waited is forwarded.
@@ -248,6 +243,15 @@ enum Fault {
     },
     /// Close every database connection of a replica at once, as a reset would.
     Reset,
+}
+
+/// How a replica's database connections are degraded in its proxy.
+#[derive(Debug, Clone, Copy)]
+enum Degraded {
+    /// Nothing forwarded, nothing closed: a partition.
+    CutOff,
+    /// Each chunk delayed this long, each way.
+    Slowed(Duration),
 }
 
 /// A claim seen in the database: the instance, and the fence the claim took.
@@ -333,9 +337,11 @@ impl<'a> Nemesis<'a> {
         let mut anywhere = || QUIET_EDGE + (window - 2 * QUIET_EDGE).mul_f64(self.rng.fraction());
         let (partition_at, slow_at, reset_at) = (anywhere(), anywhere(), anywhere());
         let hold = self.rng.between(PARTITIONED_FOR);
-        schedule.push((partition_at, Fault::Partition { hold }));
-        let (latency, hold) = (self.rng.between(LATENCY), self.rng.between(SLOWED_FOR));
-        schedule.push((slow_at, Fault::Slow { latency, hold }));
+        let how = Degraded::CutOff;
+        schedule.push((partition_at, Fault::Degrade { how, hold }));
+        let how = Degraded::Slowed(self.rng.between(LATENCY));
+        let hold = self.rng.between(SLOWED_FOR);
+        schedule.push((slow_at, Fault::Degrade { how, hold }));
         schedule.push((reset_at, Fault::Reset));
         schedule
     }
@@ -367,36 +373,30 @@ impl<'a> Nemesis<'a> {
                 {
                     schedule.push((later(RESTART_RETRY), fault));
                 }
-                Fault::Partition { .. } | Fault::Slow { .. } | Fault::Reset
-                    if database_down || cut_off.is_some() =>
-                {
+                Fault::Degrade { .. } | Fault::Reset if database_down || cut_off.is_some() => {
                     schedule.push((later(RESTART_RETRY), fault));
                 }
-                Fault::Partition { hold } => {
+                Fault::Degrade { how, hold } => {
                     let Some(slot) = self.network_victim(frozen, cut_off) else {
                         continue;
                     };
-                    self.fleet.proxy(slot).partition();
-                    cut_off = Some(slot);
-                    let since = Instant::now();
-                    schedule.push((later(hold), Fault::Heal { slot, since }));
-                    self.tell(&format!(
-                        "{} cut off from the database (partition), for {hold:?}",
-                        self.fleet.replica_id(slot)
-                    ));
-                }
-                Fault::Slow { latency, hold } => {
-                    let Some(slot) = self.network_victim(frozen, cut_off) else {
-                        continue;
+                    let (proxy, id) = (self.fleet.proxy(slot), self.fleet.replica_id(slot));
+                    let what = match how {
+                        Degraded::CutOff => {
+                            proxy.partition();
+                            format!("{id} cut off from the database (partition), for {hold:?}")
+                        }
+                        Degraded::Slowed(latency) => {
+                            proxy.delay(latency);
+                            format!(
+                                "{id}'s database traffic delayed {latency:?} each way, for {hold:?}"
+                            )
+                        }
                     };
-                    self.fleet.proxy(slot).delay(latency);
                     cut_off = Some(slot);
                     let since = Instant::now();
                     schedule.push((later(hold), Fault::Heal { slot, since }));
-                    self.tell(&format!(
-                        "{}'s database traffic delayed {latency:?} each way, for {hold:?}",
-                        self.fleet.replica_id(slot)
-                    ));
+                    self.tell(&what);
                 }
                 Fault::Heal { slot, since } => {
                     self.fleet.proxy(slot).heal();
