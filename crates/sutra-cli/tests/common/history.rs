@@ -572,7 +572,9 @@ fn parks(events: &[Event], commits: &[&Event], killed: bool, report: &mut Report
 }
 
 /// One lock on a task: answered at `from` (wall clock, microseconds), held until `until` (as
-/// extended), unless it ended early.
+/// the database set it, and extended), unless it ended early. A lock answered after it expired —
+/// its replica stalled between the grant and the answer — spans nothing: `from` past `until`.
+/// One whose answer was not recorded spans nothing either.
 struct Lock<'a> {
     print: &'a str,
     from: i64,
@@ -598,8 +600,8 @@ fn locks(events: &[Event], report: &mut Report) {
             .entry(print)
             .or_insert(Lock {
                 print,
-                from: at,
-                until: at,
+                from: i64::MAX,
+                until: i64::MIN,
                 ended_early: false,
                 completed_at: None,
                 events: Vec::new(),
@@ -608,9 +610,9 @@ fn locks(events: &[Event], report: &mut Report) {
             "task_locked" => {
                 report.locks += 1;
                 lock.from = lock.from.min(at);
-                lock.until = lock.until.max(event.int("until").unwrap_or(at));
+                lock.until = lock.until.max(event.int("until").unwrap_or(i64::MIN));
             }
-            "task_extended" => lock.until = lock.until.max(event.int("until").unwrap_or(at)),
+            "task_extended" => lock.until = lock.until.max(event.int("until").unwrap_or(i64::MIN)),
             "task_completed" => lock.completed_at = Some(at),
             _ => lock.ended_early = true,
         }
