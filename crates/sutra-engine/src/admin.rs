@@ -15,7 +15,8 @@ use crate::group;
 use crate::history_log;
 use crate::metrics;
 use crate::registry::Current;
-use crate::runner::{StepOutcome, StepRequest, Stepper, Work};
+use crate::request::{StepOutcome, StepRequest, Work};
+use crate::runner::Stepper;
 use crate::settle;
 use crate::shared::Shared;
 
