@@ -28,7 +28,8 @@
 //!    transaction, each on its own claim, all answered after its commit.
 //! 7. `lane` (execution lanes, each a loop on a dedicated thread, and the routing of each
 //!    instance to the lane that owns it, SPEC §6) and `admin` (the administrative executor:
-//!    cancel, restore, migrate and poisoning, one at a time under the admin owner).
+//!    cancel, restore, migrate and poisoning, each a group of one, one at a time under the admin
+//!    owner).
 //! 8. The parts on top of them, each a unit that never sees the engine: [`intake`] (a message on
 //!    a channel → dedup, relay, start or buffer, SPEC §5.1), [`tasks`] (the pull surface:
 //!    long-polls, completions, failures and extensions of external tasks, SPEC §5.5), `deploy`

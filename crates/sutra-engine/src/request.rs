@@ -39,6 +39,9 @@ pub(crate) enum Work {
         to_version: u32,
         map: BTreeMap<String, String>,
     },
+    /// Fails the instance because its steps keep dying (SPEC §5.2,
+    /// `SUTRA.RUNTIME.STEP.POISONED`); `detail` says how that was seen.
+    Poison { detail: String },
 }
 
 /// The message a step consumes, recorded in the inbox for dedup.

@@ -3,7 +3,7 @@
 //!
 //! The claim is the member's first statement and refuses at once; the executor runs on the
 //! claimed snapshot in memory; the step's writes follow, guarded by the claim's fence and
-//! growing it. Nothing here commits: the group commits the group and only then lands each member
+//! growing it. Nothing here commits: `group` commits the group and only then lands each member
 //! ([`Written::land`]) — answers its caller, wakes whoever acts next. The claim is the
 //! row lock of the group's transaction and writes nothing, so a member refused or rejected
 //! leaves nothing to release or undo ([`fails_clean`]), and a process that dies mid-step leaves
@@ -79,6 +79,7 @@ impl Stepper<'_> {
                 self.resume(group, key, resumption).await
             }
             Work::Migrate { to_version, map } => self.migrate(group, key, *to_version, map).await,
+            Work::Poison { detail } => self.poison(group, key, detail).await,
         };
         // A resumed step that failed after its claim was counted by `resume`, under its flow. A
         // start refused because an instance waits for its message was no step: intake relays it.
@@ -250,16 +251,24 @@ impl Stepper<'_> {
         let ctx = StepContext::at(Timestamp::now());
         let step =
             exec::migrate(from, to, to_version, &claimed.snapshot, map, ctx).map_err(rejected)?;
-        let pending = PendingCommit {
-            kind: history_log::MIGRATE,
-            claim: Some(claimed.token),
-            held_by: claimed.held_by,
-            answered: None,
-            taken: None,
-            consumed: None,
-            hold: false,
-            take: None,
-        };
+        let pending = PendingCommit::of_claim(history_log::MIGRATE, claimed);
+        self.write(group, step, pending, ctx).await
+    }
+
+    /// Claims the instance and fails it as poisoned, the remedy for an instance whose steps keep
+    /// dying (SPEC §5.2). It passes no `after-claim` fault point: a death there, every time, is
+    /// what it ends.
+    async fn poison(
+        &self,
+        group: &mut dyn Group,
+        key: &InstanceKey,
+        detail: &str,
+    ) -> Result<Written, Error> {
+        let claimed = self.claim(group, key).await?;
+        let ctx = StepContext::at(Timestamp::now());
+        let step = exec::fail(&claimed.snapshot, codes::STEP_POISONED.code, detail, ctx)
+            .map_err(rejected)?;
+        let pending = PendingCommit::of_claim(history_log::POISON, claimed);
         self.write(group, step, pending, ctx).await
     }
 
@@ -458,6 +467,23 @@ struct PendingCommit {
     consumed: Option<Consumed>,
     hold: bool,
     take: Option<Take>,
+}
+
+impl PendingCommit {
+    /// The commit of an administrator's step on `claimed`: one that answers no park, takes no
+    /// delivery, consumes no message and holds no caller.
+    fn of_claim(kind: &'static str, claimed: Claimed) -> PendingCommit {
+        PendingCommit {
+            kind,
+            claim: Some(claimed.token),
+            held_by: claimed.held_by,
+            answered: None,
+            taken: None,
+            consumed: None,
+            hold: false,
+            take: None,
+        }
+    }
 }
 
 /// SPEC §7.2: a correlation alias already taken fails the instance that tried to park on it.
