@@ -12,12 +12,10 @@ pub mod console;
 pub mod consumers;
 mod graph;
 pub mod http;
-pub mod leases;
 pub mod metrics;
 pub mod openapi;
 pub mod problem;
 mod render;
-pub mod tasks;
 pub mod tokens;
 
 use std::net::SocketAddr;
