@@ -125,10 +125,11 @@ impl EngineConfig {
         Ok(())
     }
 
-    /// A lane holds a group open for up to the window before it commits, so every member's step
-    /// lasts at least that long: a claim timeout no longer would report the lane wedged (not
-    /// ready) while it waits, and see the deliveries it was handed dispatched again — and
-    /// counted towards poisoning their instances — before the group commits them.
+    /// A lane holds a group's first member for up to the window, waiting for more, before the
+    /// group's transaction begins: a member handed over is committed no sooner than that. A
+    /// delivery handed out is due again one claim timeout later, so with a timeout no longer than
+    /// the window it would be dispatched anew — each dispatch counted towards poisoning its
+    /// instance — before its step could commit it.
     fn claims_outlast_a_group(&self) -> Result<(), Refusal> {
         let (timeout, window) = (self.claim_timeout, self.group_window);
         if timeout <= window {
