@@ -4,7 +4,10 @@
 //! Every key has one dotted name (`sutra.instance.claim-timeout`); its environment variable is
 //! derived from it (`SUTRA_INSTANCE_CLAIM_TIMEOUT`), so the two can never drift apart. Unknown keys
 //! in the file are errors, not silently ignored: a misspelt key that does nothing is the worst
-//! kind of configuration bug.
+//! kind of configuration bug. The engine's keys are read straight into its [`EngineConfig`],
+//! and what the engine cannot run with — a value out of range, or keys that do not fit together
+//! — is refused by [`EngineConfig::validate`], named with where its value came from
+//! (docs/decisions/0044-what-the-configuration-refuses.md).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -406,12 +409,12 @@ fn flatten(prefix: &str, value: &serde_json::Value, out: &mut BTreeMap<String, S
     }
 }
 
-/// `sutra.instance.claim-timeout` → `SUTRA_INSTANCE_CLAIM_TIMEOUT`.
 /// Every configuration key this version knows.
 pub fn known_keys() -> impl Iterator<Item = &'static str> {
     KEYS.iter().map(|(key, _)| *key)
 }
 
+/// `sutra.instance.claim-timeout` → `SUTRA_INSTANCE_CLAIM_TIMEOUT`.
 pub fn env_name(key: &str) -> String {
     key.replace(['.', '-'], "_").to_ascii_uppercase()
 }

@@ -148,17 +148,16 @@ async fn find_instance(api: &Api, caller: &Caller, id: &str) -> Result<InstanceR
         .ok_or_else(|| Problem::new(codes::INSTANCE_NOT_FOUND, format!("no instance {id}")))
 }
 
+/// The rows an [`InstanceRows`] reads, as the store answers them.
+type Rows<'a, R> = BoxFuture<'a, sutra_store::Result<Vec<R>>>;
+
 /// One of an instance's own listings: what it reads from the store and how it answers each row.
 /// Each is described by its `#[utoipa::path]` on [`rows`], the one handler serving them all.
 trait InstanceRows: utoipa::Path + SchemaReferences + Send + 'static {
-    type Row: Send + Sync;
+    type Row;
     type Item: Serialize;
 
-    fn read<'a>(
-        store: &'a dyn Store,
-        tenant: &'a str,
-        id: &'a str,
-    ) -> BoxFuture<'a, sutra_store::Result<Vec<Self::Row>>>;
+    fn read<'a>(store: &'a dyn Store, tenant: &'a str, id: &'a str) -> Rows<'a, Self::Row>;
 
     fn render(row: &Self::Row, id: &str) -> Result<Self::Item>;
 }
@@ -170,11 +169,7 @@ impl InstanceRows for History {
     type Row = sutra_core::step::HistoryEvent;
     type Item = sutra_wire::HistoryEvent;
 
-    fn read<'a>(
-        store: &'a dyn Store,
-        tenant: &'a str,
-        id: &'a str,
-    ) -> BoxFuture<'a, sutra_store::Result<Vec<Self::Row>>> {
+    fn read<'a>(store: &'a dyn Store, tenant: &'a str, id: &'a str) -> Rows<'a, Self::Row> {
         store.history(tenant, id)
     }
 
@@ -190,11 +185,7 @@ impl InstanceRows for Outbox {
     type Row = OutboxRecord;
     type Item = sutra_wire::OutboxMessage;
 
-    fn read<'a>(
-        store: &'a dyn Store,
-        tenant: &'a str,
-        id: &'a str,
-    ) -> BoxFuture<'a, sutra_store::Result<Vec<Self::Row>>> {
+    fn read<'a>(store: &'a dyn Store, tenant: &'a str, id: &'a str) -> Rows<'a, Self::Row> {
         store.outbox(tenant, id)
     }
 
@@ -210,11 +201,7 @@ impl InstanceRows for Tasks {
     type Row = TaskRecord;
     type Item = sutra_wire::TaskSummary;
 
-    fn read<'a>(
-        store: &'a dyn Store,
-        tenant: &'a str,
-        id: &'a str,
-    ) -> BoxFuture<'a, sutra_store::Result<Vec<Self::Row>>> {
+    fn read<'a>(store: &'a dyn Store, tenant: &'a str, id: &'a str) -> Rows<'a, Self::Row> {
         store.tasks(tenant, id)
     }
 
