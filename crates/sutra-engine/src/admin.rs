@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use jiff::Timestamp;
 use sutra_core::step::{Effect, Event, Step, StepContext};
 use sutra_core::{codes, exec};
 use sutra_store::{Claimed, DeliveryKind, InstanceKey, NewDelivery, RESTORE_PARK, StepCommit};
@@ -81,7 +80,7 @@ impl Admin {
                     instance: id.to_owned(),
                     park: RESTORE_PARK,
                     kind: DeliveryKind::Restore,
-                    due_at: Timestamp::now(),
+                    due_at: self.shared.clock.now(),
                 };
                 self.shared.store.ask(&asked).await?;
                 self.shared.deliveries_due.notify_one();
@@ -153,7 +152,7 @@ impl Admin {
             }
             Err(other) => return Err(other.into()),
         };
-        let ctx = StepContext::at(Timestamp::now());
+        let ctx = StepContext::at(self.shared.clock.now());
         let token = claimed.token.clone();
         match exec::fail(&claimed.snapshot, codes::STEP_POISONED.code, detail, ctx) {
             Ok(step) => {

@@ -11,7 +11,6 @@
 
 use std::collections::BTreeMap;
 
-use jiff::Timestamp;
 use serde_json::Value;
 use sutra_core::codes;
 use sutra_core::exec;
@@ -146,7 +145,8 @@ impl Written {
                 tasks::release_unheard(&shared.store, &shared.tasks, tenant, task);
             }
         }
-        metrics::step(&step.snapshot.instance.flow, "committed", started);
+        let took = shared.clock.elapsed(started);
+        metrics::step(&step.snapshot.instance.flow, "committed", took);
         if let Some(reply) = &step.reply {
             shared.settle.settle(&instance, reply);
         }
@@ -195,7 +195,7 @@ impl Stepper<'_> {
         group: &mut dyn Group,
         request: &StepRequest,
     ) -> Result<Written, Error> {
-        let started = std::time::Instant::now();
+        let started = self.shared.clock.instant();
         let StepRequest { key, work, hold } = request;
         let result = match work {
             Work::Start {
@@ -233,7 +233,11 @@ impl Stepper<'_> {
         if let (Err(error), Work::Start { info, .. }) = (&result, work)
             && !matches!(error, Error::Store(sutra_store::Error::Waited { .. }))
         {
-            metrics::step(&info.flow, outcome_label(error), started);
+            metrics::step(
+                &info.flow,
+                outcome_label(error),
+                self.shared.clock.elapsed(started),
+            );
         }
         result.map(|written| written.since(started))
     }
@@ -248,7 +252,7 @@ impl Stepper<'_> {
         group: &mut dyn Group,
         completion: &Completion,
     ) -> Result<Option<Written>, Error> {
-        let started = std::time::Instant::now();
+        let started = self.shared.clock.instant();
         let Completion {
             tenant,
             task,
@@ -337,7 +341,7 @@ impl Stepper<'_> {
             .pinned(info)
             .ok_or_else(|| Error::Unpinned(describe(info)))?;
         let before = Snapshot::new(info.clone());
-        let ctx = StepContext::at(Timestamp::now());
+        let ctx = StepContext::at(self.shared.clock.now());
         let event = Event::Start {
             message: message.clone(),
         };
@@ -395,7 +399,7 @@ impl Stepper<'_> {
                 info.flow
             ))
         })?;
-        let ctx = StepContext::at(Timestamp::now());
+        let ctx = StepContext::at(self.shared.clock.now());
         let step =
             exec::migrate(from, to, to_version, &claimed.snapshot, map, ctx).map_err(rejected)?;
         let pending = PendingCommit {
@@ -419,10 +423,14 @@ impl Stepper<'_> {
         resumption: Resumption,
     ) -> Result<Written, Error> {
         let flow = claimed.snapshot.instance.flow.clone();
-        let started = std::time::Instant::now();
+        let started = self.shared.clock.instant();
         let advanced = self.advance(group, claimed, resumption).await;
         if let Err(error) = &advanced {
-            metrics::step(&flow, outcome_label(error), started);
+            metrics::step(
+                &flow,
+                outcome_label(error),
+                self.shared.clock.elapsed(started),
+            );
         }
         advanced
     }
@@ -464,7 +472,7 @@ impl Stepper<'_> {
             .pinned(info)
             .ok_or_else(|| Error::Unpinned(describe(info)))?;
         let answered = event.park();
-        let ctx = StepContext::at(Timestamp::now());
+        let ctx = StepContext::at(self.shared.clock.now());
         let step = exec::apply(flow, &claimed.snapshot, event, ctx).map_err(rejected)?;
         let pending = PendingCommit {
             kind,
@@ -525,7 +533,7 @@ impl Stepper<'_> {
                 handoffs: takers.handoffs,
                 hold,
                 is_start,
-                started: std::time::Instant::now(),
+                started: self.shared.clock.instant(),
             }),
             Err(error) => {
                 if let Some(hold) = hold {
