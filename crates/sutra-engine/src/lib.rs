@@ -5,7 +5,8 @@
 //! only the floors below it:
 //!
 //! - The ground: `config` ([`EngineConfig`]), `error` ([`Error`]), `shared` (what every part
-//!   shares, and the owner ids `{replica}/lane-{i}` and `{replica}/admin`), with the small
+//!   shares — the store, the configuration and the clock every time read and wait goes
+//!   through —, and the owner ids `{replica}/lane-{i}` and `{replica}/admin`), with the small
 //!   pieces they stand on: [`settle`], [`registry`], [`metrics`], [`fault`] and `test_switches`.
 //! - The parts, each a unit that knows the shared state and what stands below it, never the
 //!   engine:
