@@ -217,8 +217,10 @@ impl Leadership for Elected {
         lock(&self.contenders)
             .iter()
             .map(|(role, contender)| {
-                let term =
-                    (contender.signal.borrow()).filter(|term| term.current(&self.lease.clock));
+                let term = contender
+                    .signal
+                    .borrow()
+                    .filter(|term| term.current(&self.lease.clock));
                 (role.clone(), term)
             })
             .collect()
