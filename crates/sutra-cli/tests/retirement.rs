@@ -1,13 +1,14 @@
 //! The retirement gate (SPEC §7.3), through the HTTP API: a draining version says what keeps it
 //! — its unended instances, its pending outbox rows, its live tasks — each count falls as its
 //! blocker is resolved, and the version retires only once all three are zero; on PostgreSQL
-//! every replica gives the same answer.
+//! every replica gives the same answer. The embedded store's run of the same story is in the
+//! engine's in-process tier (`crates/sutra-engine/tests/retirement.rs`), on a manual clock.
 
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sutra_testkit::postgres::TestDatabase;
-use sutra_testkit::{PATIENCE, Receiver, Scratch, Server, ServerOptions};
+use sutra_testkit::{PATIENCE, Receiver, Server, ServerOptions};
 
 /// Version 1: each order does what its `kind` says — wait for a reply, park on a task, fail, or
 /// emit to a webhook that refuses its first tries — and version 2 is the same document again.
@@ -146,13 +147,6 @@ async fn the_gate_opens_only_when_nothing_keeps_the_version(servers: &[&Server])
     until_every_replica_says(servers, "draining", kept(0, 1, 0)).await;
     webhook.wait_for(4).await;
     until_every_replica_says(servers, "retired", Value::Null).await;
-}
-
-#[tokio::test]
-async fn a_draining_version_retires_only_once_nothing_keeps_it_on_sqlite() {
-    let scratch = Scratch::new("retirement");
-    let server = Server::start(&options(&scratch.database()));
-    the_gate_opens_only_when_nothing_keeps_the_version(&[&server]).await;
 }
 
 #[tokio::test]

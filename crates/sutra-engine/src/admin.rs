@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use jiff::Timestamp;
 use sutra_core::step::Event;
 use sutra_store::{DeliveryKind, InstanceKey, NewDelivery, RESTORE_PARK};
 
@@ -80,7 +79,7 @@ impl Admin {
                     instance: id.to_owned(),
                     park: RESTORE_PARK,
                     kind: DeliveryKind::Restore,
-                    due_at: Timestamp::now(),
+                    due_at: self.shared.clock.now(),
                 };
                 self.shared.store.ask(&asked).await?;
                 self.shared.deliveries_due.notify_one();

@@ -51,7 +51,7 @@ async fn listen(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
                     Err(error) => {
                         warn!(%error, "lost the end notices; listening again in a while");
                         tokio::select! {
-                            () = tokio::time::sleep(pause) => {}
+                            () = shared.clock.sleep(pause) => {}
                             _ = shutdown.changed() => return,
                         }
                         continue;

@@ -53,7 +53,7 @@ async fn listen(shared: Arc<Shared>, noticed: Arc<Notify>, mut shutdown: watch::
                 if let Err(error) = notice {
                     warn!(%error, "lost the deployment notices; polling until they are back");
                     tokio::select! {
-                        () = tokio::time::sleep(pause) => {}
+                        () = shared.clock.sleep(pause) => {}
                         _ = shutdown.changed() => return,
                     }
                 }
@@ -73,7 +73,7 @@ async fn poll(
     let mut loaded = None;
     loop {
         tokio::select! {
-            () = tokio::time::sleep(interval) => {}
+            () = shared.clock.sleep(interval) => {}
             () = noticed.notified() => {}
             _ = shutdown.changed() => return,
         }

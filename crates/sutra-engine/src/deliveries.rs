@@ -75,7 +75,7 @@ async fn dispatch_loop(dispatcher: Arc<Dispatcher>) {
             }
         };
         tokio::select! {
-            _ = tokio::time::sleep(pause.unsigned_abs()) => {}
+            _ = dispatcher.shared.clock.sleep(pause.unsigned_abs()) => {}
             _ = dispatcher.shared.deliveries_due.notified() => {}
         }
     }
@@ -107,7 +107,7 @@ impl Dispatcher {
         let poll = self.shared.config.deliveries_poll;
         match self.shared.store.next_due().await {
             Ok(Some(due)) => due
-                .duration_since(Timestamp::now())
+                .duration_since(self.shared.clock.now())
                 .clamp(SignedDuration::ZERO, poll),
             Ok(None) => poll,
             Err(error) => {
@@ -199,7 +199,10 @@ impl Dispatcher {
     async fn look_again(&self, delivery: &Delivery) {
         let doubled = LOOK_AGAIN_FIRST.saturating_mul(1 << delivery.attempts.min(20));
         let delay = doubled.min(self.shared.config.claim_timeout);
-        let until = Timestamp::now()
+        let until = self
+            .shared
+            .clock
+            .now()
             .saturating_add(delay)
             .unwrap_or(Timestamp::MAX);
         if let Err(error) = self.shared.store.defer(delivery.id, until).await {

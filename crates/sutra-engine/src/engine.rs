@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 use sutra_core::step::Reply;
-use sutra_store::{Backlog, InstanceKey, LockedTask, Store, TaskFailure, TaskState};
+use sutra_store::{Backlog, Clock, InstanceKey, LockedTask, Store, TaskFailure, TaskState};
 use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinHandle};
 use tracing::debug;
@@ -58,17 +58,20 @@ impl Engine {
     /// role loop runs while this replica leads its role: every process on the embedded store, one
     /// replica at a time elected by lease on a store replicas share. The delivery dispatcher's
     /// first pass in each term is `recover`: every due row that was asked and not taken. The
-    /// outbox worker sends through `sender`.
+    /// outbox worker sends through `sender`. Every time the engine reads and every wait it makes
+    /// go through `clock` (the one the store was opened with, for a store that reads the
+    /// process's clock).
     pub async fn start(
         store: Arc<dyn Store>,
         config: EngineConfig,
         sender: Arc<dyn Sender>,
+        clock: Clock,
     ) -> Result<Arc<Engine>, Error> {
         let loaded = deploy::loadable(store.deployments(None).await?);
-        let leadership = leadership::for_store(&store, &config);
+        let leadership = leadership::for_store(&store, &config, &clock);
         deploy::contend_for_singleton_channels(leadership.as_ref(), &loaded);
         let live = Arc::new(Current::new(Arc::new(Live::default().with(loaded))));
-        let shared = Arc::new(Shared::new(store, config));
+        let shared = Arc::new(Shared::new(store, config, clock.clone()));
         let lanes = Arc::new(Lanes::spawn(&shared, &live.get()));
         let deployments = Arc::new(Deployments::new(
             Arc::clone(&shared),
@@ -77,7 +80,7 @@ impl Engine {
             Arc::clone(&live),
         ));
         let admin = Arc::new(Admin::new(Arc::clone(&shared), Arc::clone(&live)));
-        let roles = RoleLoops::new(Arc::clone(&leadership));
+        let roles = RoleLoops::new(Arc::clone(&leadership), clock);
         deliveries::spawn(&roles, &shared, &lanes, &admin);
         sweep::spawn(&roles, &shared, &admin);
         history::spawn(&roles, &shared);
@@ -115,6 +118,11 @@ impl Engine {
         &self.shared.config
     }
 
+    /// The clock the engine reads and waits on.
+    pub fn clock(&self) -> &Clock {
+        &self.shared.clock
+    }
+
     pub fn live(&self) -> Arc<Live> {
         self.live.get()
     }
@@ -142,14 +150,18 @@ impl Engine {
             metrics::lane_queue_depth(lane, depth);
         }
         for (role, term) in self.leadership.roles() {
-            metrics::lease_leader(&role, term.is_some_and(|term| term.current()));
+            metrics::lease_leader(
+                &role,
+                term.is_some_and(|term| term.current(&self.shared.clock)),
+            );
         }
         metrics::claims_in_flight(self.claims_in_flight());
         metrics::polls_waiting(self.shared.waiting.count());
         // A database cut off mid-statement answers nothing, and the client sets no statement
         // timeout: a scrape waits for the count that long and no longer, so that the gauges of
         // this process — leadership above all — are read whatever the store does.
-        match tokio::time::timeout(BACKLOG_PATIENCE, self.shared.store.backlog()).await {
+        let counted = self.shared.store.backlog();
+        match self.shared.clock.timeout(BACKLOG_PATIENCE, counted).await {
             Ok(Ok(backlog)) => {
                 let gone = self.topics_gone(&backlog);
                 metrics::backlog(&backlog, &gone);

@@ -303,7 +303,7 @@ async fn answered_before_commit(stepper: &Stepper<'_>, members: Vec<Member>) {
         member.answer(ran, stepper);
         ran_all.extend(record.map(|record| (index, record)));
     }
-    tokio::time::sleep(ACK_LEAD).await;
+    stepper.shared.clock.sleep(ACK_LEAD).await;
     if group.commit().await.is_ok() && history_log::enabled() {
         let number = history_log::next_group();
         let me = &stepper.shared.config.replica_id;

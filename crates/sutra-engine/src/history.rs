@@ -30,7 +30,7 @@ async fn purge_loop(shared: Arc<Shared>) {
     let interval = shared.config.purge_interval.unsigned_abs();
     loop {
         purge_history(&shared).await;
-        tokio::time::sleep(interval).await;
+        shared.clock.sleep(interval).await;
     }
 }
 

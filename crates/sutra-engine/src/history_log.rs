@@ -44,6 +44,7 @@
 //! - `sent`: an outbox row sent and marked sent. `instance`, `key` (its idempotency key).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use sutra_core::snapshot::ParkId;
@@ -74,12 +75,19 @@ pub(crate) fn next_group() -> u64 {
     }
 }
 
+/// Now, in microseconds since the epoch, by the system's clock rather than the engine's: the log
+/// says when each line was written, for the history checker to put the lines of every replica on
+/// one time line, and only `sutra serve` processes write it (on the system clock).
+fn written_at() -> i64 {
+    jiff::Timestamp::now().as_microsecond()
+}
+
 /// Writes `event` (an object), stamped with the process's next number, the time and `replica`.
 fn emit(replica: &str, ev: &str, mut event: Value) {
     if let Value::Object(fields) = &mut event {
         fields.insert("ev".into(), ev.into());
         fields.insert("replica".into(), replica.into());
-        fields.insert("at".into(), jiff::Timestamp::now().as_microsecond().into());
+        fields.insert("at".into(), written_at().into());
         // Taken last, as the line is written: program order within the process.
         fields.insert(
             "seq".into(),
@@ -264,19 +272,13 @@ pub(crate) fn answered(replica: &str, answered: &Answered<'_>) {
     );
 }
 
-/// A lease on `role` acquired (a term begins) or renewed, the term's local deadline `until`.
-pub(crate) fn lease(
-    replica: &str,
-    role: &str,
-    epoch: i64,
-    acquired: bool,
-    until: tokio::time::Instant,
-) {
+/// A lease on `role` acquired (a term begins) or renewed, the term's local deadline `left` from
+/// now.
+pub(crate) fn lease(replica: &str, role: &str, epoch: i64, acquired: bool, left: Duration) {
     if !enabled() {
         return;
     }
-    let left = until.saturating_duration_since(tokio::time::Instant::now());
-    let deadline = jiff::Timestamp::now().as_microsecond() + left.as_micros() as i64;
+    let deadline = written_at() + left.as_micros() as i64;
     emit(
         replica,
         "lease",

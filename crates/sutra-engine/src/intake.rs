@@ -206,7 +206,9 @@ async fn resolve(
     }
     match (definition.buffer, key) {
         (Some(buffer), Some(key)) => {
-            let expires_at = Timestamp::now()
+            let expires_at = shared
+                .clock
+                .now()
                 .saturating_add(buffer)
                 .unwrap_or(Timestamp::MAX);
             let buffered = BufferedMessage {
@@ -327,7 +329,11 @@ async fn answer(
         });
     };
     let (hold_id, settled) = (hold.id, hold.reply);
-    match tokio::time::timeout(channel.ack_timeout.unsigned_abs(), settled).await {
+    match shared
+        .clock
+        .timeout(channel.ack_timeout.unsigned_abs(), settled)
+        .await
+    {
         Ok(Ok(reply)) => Ok(Answer::Ended { instance, reply }),
         _ => {
             shared.settle.deregister(&instance, hold_id);
@@ -351,7 +357,9 @@ pub(crate) async fn await_end(
     let hold = shared.settle.register(key);
     let hold_id = hold.id;
     let told = match ended(shared, key).await {
-        Ok(None) => tokio::time::timeout(timeout, hold.reply)
+        Ok(None) => shared
+            .clock
+            .timeout(timeout, hold.reply)
             .await
             .ok()
             .and_then(Result::ok),

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures_util::FutureExt;
-use sutra_store::LockedTask;
+use sutra_store::{Clock, LockedTask};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::Error;
@@ -126,6 +126,8 @@ struct Lane {
     /// When the request in hand started, as milliseconds since the epoch; 0 when idle. Readiness
     /// reads it: a lane stuck on one request is wedged, and a wedged replica must not take traffic.
     busy_since: Arc<AtomicU64>,
+    /// The engine's, which `busy_since` is read from.
+    clock: Clock,
     thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -135,6 +137,7 @@ impl Lane {
         let handle = tokio::runtime::Handle::current();
         let owner = shared.lane_owner(index);
         let busy_since = Arc::new(AtomicU64::new(0));
+        let clock = shared.clock.clone();
         let progress = Arc::clone(&busy_since);
         let thread = std::thread::Builder::new()
             .name(format!("sutra-lane-{index}"))
@@ -143,6 +146,7 @@ impl Lane {
         Lane {
             sender,
             busy_since,
+            clock,
             thread: std::sync::Mutex::new(Some(thread)),
         }
     }
@@ -168,7 +172,8 @@ impl Lane {
     /// How long the lane has been on its current request; `None` when idle.
     fn busy_for(&self) -> Option<std::time::Duration> {
         let since = self.busy_since.load(Ordering::Relaxed);
-        (since != 0).then(|| std::time::Duration::from_millis(epoch_millis().saturating_sub(since)))
+        let now = epoch_millis(&self.clock);
+        (since != 0).then(|| std::time::Duration::from_millis(now.saturating_sub(since)))
     }
 
     fn queue_depth(&self) -> usize {
@@ -210,7 +215,7 @@ async fn lane_loop(
             LaneRequest::Work(first) => {
                 let (members, after) = gather(&shared, first, &mut requests).await;
                 next = after;
-                busy_since.store(epoch_millis().max(1), Ordering::Relaxed);
+                busy_since.store(epoch_millis(&shared.clock).max(1), Ordering::Relaxed);
                 let stepper = Stepper {
                     shared: &shared,
                     owner: &owner,
@@ -237,13 +242,15 @@ async fn gather(
 ) -> (Vec<Member>, Option<LaneRequest>) {
     let max = shared.config.group_max.max(1);
     let window = shared.config.group_window.unsigned_abs();
-    let closes = tokio::time::Instant::now() + window;
+    let closes = shared.clock.instant() + window;
     let mut members = vec![first];
     while members.len() < max {
         let queued = match requests.try_recv() {
             Ok(request) => Some(request),
             Err(_) if window.is_zero() => None,
-            Err(_) => tokio::time::timeout_at(closes, requests.recv())
+            Err(_) => shared
+                .clock
+                .timeout_at(closes, requests.recv())
                 .await
                 .ok()
                 .flatten(),
@@ -257,8 +264,6 @@ async fn gather(
     (members, None)
 }
 
-fn epoch_millis() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_millis() as u64)
+fn epoch_millis(clock: &Clock) -> u64 {
+    u64::try_from(clock.now().as_millisecond()).unwrap_or(0)
 }

@@ -19,13 +19,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use jiff::SignedDuration;
-use sutra_store::{Lease, Store};
+use sutra_store::{Clock, Lease, Store};
 use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinHandle};
-use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::config::EngineConfig;
@@ -47,13 +46,18 @@ const RELEASE_PATIENCE: Duration = Duration::from_secs(5);
 
 /// The leadership `store` calls for: elected by lease where replicas share it, else every
 /// process leads.
-pub(crate) fn for_store(store: &Arc<dyn Store>, config: &EngineConfig) -> Arc<dyn Leadership> {
+pub(crate) fn for_store(
+    store: &Arc<dyn Store>,
+    config: &EngineConfig,
+    clock: &Clock,
+) -> Arc<dyn Leadership> {
     if store.shared_by_replicas() {
         Arc::new(Elected::new(
             Arc::clone(store),
             config.replica_id.clone(),
             config.lease_ttl,
             config.lease_poll,
+            clock.clone(),
         ))
     } else {
         Arc::new(AlwaysLeading::default())
@@ -66,14 +70,16 @@ pub struct Term {
     /// The lease's epoch: larger than any earlier holder's, so work that could overlap with a
     /// previous holder's can be fenced with it. 0 where every replica leads.
     pub epoch: i64,
-    /// When the role's work must have stopped unless a renewal extends the term: local, and
-    /// before the lease can expire in the database. `None`: never.
+    /// When the role's work must have stopped unless a renewal extends the term: local (a
+    /// reading of the engine's [`Clock::instant`]), and before the lease can expire in the
+    /// database. `None`: never.
     pub until: Option<Instant>,
 }
 
 impl Term {
-    pub(crate) fn current(&self) -> bool {
-        self.until.is_none_or(|until| until > Instant::now())
+    /// Whether the term has not reached its deadline by `clock`.
+    pub(crate) fn current(&self, clock: &Clock) -> bool {
+        self.until.is_none_or(|until| until > clock.instant())
     }
 }
 
@@ -147,6 +153,7 @@ struct LeaseTerms {
     holder: String,
     ttl: SignedDuration,
     poll: SignedDuration,
+    clock: Clock,
 }
 
 struct Contender {
@@ -164,6 +171,7 @@ impl Elected {
         holder: String,
         ttl: SignedDuration,
         poll: SignedDuration,
+        clock: Clock,
     ) -> Elected {
         Elected {
             lease: LeaseTerms {
@@ -171,6 +179,7 @@ impl Elected {
                 holder,
                 ttl,
                 poll,
+                clock,
             },
             contenders: Mutex::new(BTreeMap::new()),
             resigned: watch::Sender::new(false),
@@ -208,7 +217,10 @@ impl Leadership for Elected {
         lock(&self.contenders)
             .iter()
             .map(|(role, contender)| {
-                let term = contender.signal.borrow().filter(Term::current);
+                let term = contender
+                    .signal
+                    .borrow()
+                    .filter(|term| term.current(&self.lease.clock));
                 (role.clone(), term)
             })
             .collect()
@@ -227,10 +239,15 @@ impl Leadership for Elected {
             let _ = poller.await;
         }
         // Every role, held or not: an acquire cut short by the resignation may have succeeded.
-        let LeaseTerms { store, holder, .. } = &self.lease;
+        let LeaseTerms {
+            store,
+            holder,
+            clock,
+            ..
+        } = &self.lease;
         let releases = roles.iter().map(|role| store.release_lease(role, holder));
-        match tokio::time::timeout(RELEASE_PATIENCE, futures_util::future::join_all(releases)).await
-        {
+        let released = futures_util::future::join_all(releases);
+        match clock.timeout(RELEASE_PATIENCE, released).await {
             Ok(released) => {
                 for (role, outcome) in roles.iter().zip(released) {
                     if let Err(error) = outcome {
@@ -252,19 +269,20 @@ async fn contend(
     mut resigned: watch::Receiver<bool>,
 ) {
     loop {
-        let asked = Instant::now();
+        let asked = lease.clock.instant();
         tokio::select! {
             acquired = lease.store.acquire_lease(&role, &lease.holder, lease.ttl) => {
-                record(&lease.holder, &role, &signal, acquired, asked + local_term(lease.ttl));
+                record(&lease, &role, &signal, acquired, asked + local_term(lease.ttl));
             }
             _ = resigned.wait_for(|resigned| *resigned) => break,
         }
         tokio::select! {
-            () = tokio::time::sleep(lease.poll.unsigned_abs()) => {}
+            () = lease.clock.sleep(lease.poll.unsigned_abs()) => {}
             _ = resigned.wait_for(|resigned| *resigned) => break,
         }
     }
-    if let Some(term) = signal.send_replace(None).filter(Term::current) {
+    let ended = signal.send_replace(None);
+    if let Some(term) = ended.filter(|term| term.current(&lease.clock)) {
         history_log::lease_ended(&lease.holder, &role, term.epoch, "resigned");
     }
 }
@@ -277,12 +295,13 @@ fn local_term(ttl: SignedDuration) -> Duration {
 }
 
 fn record(
-    holder: &str,
+    lease_terms: &LeaseTerms,
     role: &str,
     signal: &watch::Sender<Option<Term>>,
     acquired: sutra_store::Result<Option<Lease>>,
     until: Instant,
 ) {
+    let LeaseTerms { holder, clock, .. } = lease_terms;
     match acquired {
         Ok(Some(lease)) => {
             let term = Term {
@@ -291,9 +310,10 @@ fn record(
             };
             let previous = signal.send_replace(Some(term));
             // A term begins when this replica did not lead, or its last term ran out.
-            let begins =
-                previous.is_none_or(|previous| previous.epoch != term.epoch || !previous.current());
-            history_log::lease(holder, role, lease.epoch, begins, until);
+            let begins = previous
+                .is_none_or(|previous| previous.epoch != term.epoch || !previous.current(clock));
+            let left = until.saturating_duration_since(clock.instant());
+            history_log::lease(holder, role, lease.epoch, begins, left);
             if previous.is_none_or(|previous| previous.epoch != term.epoch) {
                 info!(role, epoch = lease.epoch, "leading");
             }
@@ -304,7 +324,7 @@ fn record(
                 ended = term.take();
                 ended.is_some()
             });
-            if let Some(term) = ended.filter(Term::current) {
+            if let Some(term) = ended.filter(|term| term.current(clock)) {
                 history_log::lease_ended(holder, role, term.epoch, "lost");
             }
             if held {
@@ -322,15 +342,17 @@ fn record(
 /// This replica's role loops: each runs its role's work while this replica leads the role.
 pub(crate) struct RoleLoops {
     leadership: Arc<dyn Leadership>,
+    clock: Clock,
     /// Set when the role loops must stop for good (see [`RoleLoops::resign`]).
     resigned: watch::Sender<bool>,
     loops: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl RoleLoops {
-    pub(crate) fn new(leadership: Arc<dyn Leadership>) -> RoleLoops {
+    pub(crate) fn new(leadership: Arc<dyn Leadership>, clock: Clock) -> RoleLoops {
         RoleLoops {
             leadership,
+            clock,
             resigned: watch::Sender::new(false),
             loops: Mutex::new(Vec::new()),
         }
@@ -346,7 +368,9 @@ impl RoleLoops {
         let signal = self.leadership.role(role);
         let stop = self.resigned.subscribe();
         let role = role.to_owned();
-        let handle = tokio::spawn(async move { while_leading(&role, signal, stop, work).await });
+        let clock = self.clock.clone();
+        let handle =
+            tokio::spawn(async move { while_leading(&role, signal, stop, work, &clock).await });
         let abort = handle.abort_handle();
         let mut loops = lock(&self.loops);
         loops.retain(|running| !running.is_finished());
@@ -376,18 +400,19 @@ pub(crate) async fn while_leading<W, F>(
     mut signal: Signal,
     mut stop: watch::Receiver<bool>,
     mut work: W,
+    clock: &Clock,
 ) where
     W: FnMut() -> F,
     F: Future<Output = ()>,
 {
-    while let Some(mut term) = next_term(&mut signal, &mut stop).await {
+    while let Some(mut term) = next_term(&mut signal, &mut stop, clock).await {
         let running = work();
         tokio::pin!(running);
         loop {
             tokio::select! {
                 biased;
                 _ = stop.changed() => return,
-                () = deadline(term.until) => {
+                () = deadline(term.until, clock) => {
                     warn!(role, epoch = term.epoch, "the lease was not renewed in time: stopping the role");
                     break;
                 }
@@ -405,12 +430,17 @@ pub(crate) async fn while_leading<W, F>(
 }
 
 /// The next term that has not ended yet; `None` once `stop` is set or no term can come.
-async fn next_term(signal: &mut Signal, stop: &mut watch::Receiver<bool>) -> Option<Term> {
+async fn next_term(
+    signal: &mut Signal,
+    stop: &mut watch::Receiver<bool>,
+    clock: &Clock,
+) -> Option<Term> {
     loop {
         if *stop.borrow() {
             return None;
         }
-        if let Some(term) = signal.borrow_and_update().filter(Term::current) {
+        let term = *signal.borrow_and_update();
+        if let Some(term) = term.filter(|term| term.current(clock)) {
             return Some(term);
         }
         tokio::select! {
@@ -420,9 +450,9 @@ async fn next_term(signal: &mut Signal, stop: &mut watch::Receiver<bool>) -> Opt
     }
 }
 
-async fn deadline(until: Option<Instant>) {
+async fn deadline(until: Option<Instant>, clock: &Clock) {
     match until {
-        Some(until) => tokio::time::sleep_until(until).await,
+        Some(until) => clock.sleep_until(until).await,
         None => std::future::pending().await,
     }
 }
@@ -436,6 +466,8 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use sutra_store::ManualClock;
 
     use super::*;
 
@@ -472,16 +504,21 @@ mod tests {
         }
     }
 
-    fn term(epoch: i64, lasting: Duration) -> Option<Term> {
+    fn clock() -> ManualClock {
+        ManualClock::starting_at(jiff::Timestamp::UNIX_EPOCH)
+    }
+
+    fn term(epoch: i64, lasting: Duration, clock: &ManualClock) -> Option<Term> {
         Some(Term {
             epoch,
-            until: Some(Instant::now() + lasting),
+            until: Some(clock.clock().instant() + lasting),
         })
     }
 
     /// Starts a role loop over `probe`; returns what drives it.
     fn role(
         probe: &Arc<Probe>,
+        clock: &ManualClock,
     ) -> (
         watch::Sender<Option<Term>>,
         watch::Sender<bool>,
@@ -490,10 +527,17 @@ mod tests {
         let (lead, signal) = watch::channel(None);
         let (stop, stopping) = watch::channel(false);
         let probe = Arc::clone(probe);
+        let clock = clock.clock();
         let running = tokio::spawn(async move {
-            while_leading("test", signal, stopping, || probe.run()).await;
+            while_leading("test", signal, stopping, || probe.run(), &clock).await;
         });
         (lead, stop, running)
+    }
+
+    /// Moves `clock` on by `by`, and lets what that wakes run.
+    async fn advance(clock: &ManualClock, by: Duration) {
+        clock.advance(by);
+        settle().await;
     }
 
     /// Lets every task that can run, run.
@@ -503,20 +547,20 @@ mod tests {
         }
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn work_runs_only_within_a_term_and_stops_at_its_local_deadline() {
         let probe = Arc::new(Probe::default());
-        let (lead, _stop, _running) = role(&probe);
+        let clock = clock();
+        let (lead, _stop, _running) = role(&probe, &clock);
         settle().await;
         assert_eq!(probe.seen(), (0, 0), "no term, no work");
 
-        lead.send_replace(term(1, 3 * SECOND));
+        lead.send_replace(term(1, 3 * SECOND, &clock));
         settle().await;
         assert_eq!(probe.seen(), (1, 1));
-        tokio::time::sleep(2 * SECOND).await;
+        advance(&clock, 2 * SECOND).await;
         assert_eq!(probe.seen(), (1, 1), "still within the term");
-        tokio::time::sleep(2 * SECOND).await;
-        settle().await;
+        advance(&clock, 2 * SECOND).await;
         assert_eq!(
             probe.seen(),
             (1, 0),
@@ -524,45 +568,48 @@ mod tests {
         );
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn a_renewal_extends_the_term_and_keeps_the_work_running() {
         let probe = Arc::new(Probe::default());
-        let (lead, _stop, _running) = role(&probe);
-        lead.send_replace(term(1, 3 * SECOND));
+        let clock = clock();
+        let (lead, _stop, _running) = role(&probe, &clock);
+        lead.send_replace(term(1, 3 * SECOND, &clock));
         settle().await;
 
         for _ in 0..5 {
-            tokio::time::sleep(2 * SECOND).await;
-            lead.send_replace(term(1, 3 * SECOND));
+            advance(&clock, 2 * SECOND).await;
+            lead.send_replace(term(1, 3 * SECOND, &clock));
             settle().await;
         }
 
         assert_eq!(probe.seen(), (1, 1), "one run across every renewal");
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn losing_the_lease_or_a_new_epoch_ends_the_run() {
         let probe = Arc::new(Probe::default());
-        let (lead, _stop, _running) = role(&probe);
-        lead.send_replace(term(1, 3 * SECOND));
+        let clock = clock();
+        let (lead, _stop, _running) = role(&probe, &clock);
+        lead.send_replace(term(1, 3 * SECOND, &clock));
         settle().await;
 
         lead.send_replace(None);
         settle().await;
         assert_eq!(probe.seen(), (1, 0), "lost");
-        lead.send_replace(term(2, 3 * SECOND));
+        lead.send_replace(term(2, 3 * SECOND, &clock));
         settle().await;
         assert_eq!(probe.seen(), (2, 1), "won again");
-        lead.send_replace(term(4, 3 * SECOND));
+        lead.send_replace(term(4, 3 * SECOND, &clock));
         settle().await;
         assert_eq!(probe.seen(), (3, 1), "another led in between: a fresh run");
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn stopping_ends_the_loop_for_good() {
         let probe = Arc::new(Probe::default());
-        let (lead, stop, running) = role(&probe);
-        lead.send_replace(term(1, 3 * SECOND));
+        let clock = clock();
+        let (lead, stop, running) = role(&probe, &clock);
+        lead.send_replace(term(1, 3 * SECOND, &clock));
         settle().await;
 
         stop.send_replace(true);
@@ -571,12 +618,13 @@ mod tests {
         assert_eq!(probe.seen(), (1, 0));
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn a_term_granted_too_late_to_act_on_starts_nothing() {
         let probe = Arc::new(Probe::default());
-        let (lead, _stop, _running) = role(&probe);
+        let clock = clock();
+        let (lead, _stop, _running) = role(&probe, &clock);
 
-        lead.send_replace(term(1, Duration::ZERO));
+        lead.send_replace(term(1, Duration::ZERO, &clock));
         settle().await;
 
         assert_eq!(probe.seen(), (0, 0));

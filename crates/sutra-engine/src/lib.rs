@@ -10,7 +10,8 @@
 //!    [`settle`], [`registry`], [`metrics`], [`history_log`], [`fault`], `test_switches`, and
 //!    `waiting`: the polls waiting on this replica, which a step arming a task of their topics
 //!    reserves (decision 0039), and the announcement that a task may have become available.
-//! 1. `shared` (what every part shares, and the owner ids `{replica}/lane-{i}` and
+//! 1. `shared` (what every part shares — the store, the configuration and the clock every time
+//!    read and wait goes through —, and the owner ids `{replica}/lane-{i}` and
 //!    `{replica}/admin`) and [`leadership`]: who runs each singleton role (SPEC §6) — every
 //!    process on the embedded store, one replica at a time by lease on a shared one.
 //! 2. `handoff`: who takes each task a step arms, locked for it in the step's transaction — the

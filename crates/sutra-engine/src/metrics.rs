@@ -6,7 +6,7 @@
 //! mirror in-memory state (lane queue depth, lease leadership) are refreshed by
 //! `Engine::publish_gauges` when `/metrics` is scraped.
 
-use std::time::Instant;
+use std::time::Duration;
 
 use metrics::{counter, gauge, histogram};
 use sutra_core::snapshot::Status;
@@ -47,10 +47,10 @@ impl BouncePath {
     }
 }
 
-/// One step's end: `outcome` is `committed`, or why it did not commit.
-pub(crate) fn step(flow: &str, outcome: &'static str, started: Instant) {
+/// One step's end, `took` after it started: `outcome` is `committed`, or why it did not commit.
+pub(crate) fn step(flow: &str, outcome: &'static str, took: Duration) {
     counter!(STEPS, "flow" => flow.to_owned(), "outcome" => outcome).increment(1);
-    histogram!(STEP_DURATION).record(started.elapsed().as_secs_f64());
+    histogram!(STEP_DURATION).record(took.as_secs_f64());
 }
 
 /// One group commit's size: how many steps shared its transaction (decision 0024). Groups of one

@@ -68,7 +68,7 @@ async fn send_loop(worker: Worker, mut shutdown: watch::Receiver<bool>) {
             continue;
         }
         tokio::select! {
-            _ = tokio::time::sleep(pause.unsigned_abs()) => {}
+            _ = worker.shared.clock.sleep(pause.unsigned_abs()) => {}
             _ = worker.shared.outbox_due.notified() => {}
             _ = shutdown.changed() => return,
         }
@@ -93,7 +93,7 @@ impl Worker {
             return Ok(SignedDuration::ZERO);
         }
         let rest = match retries.into_iter().flatten().min() {
-            Some(retry) => retry.duration_since(Timestamp::now()),
+            Some(retry) => retry.duration_since(self.shared.clock.now()),
             None => config.outbox_poll,
         };
         Ok(rest.clamp(SignedDuration::from_millis(1), config.outbox_poll))
@@ -139,7 +139,8 @@ impl Worker {
     ) -> Option<Timestamp> {
         let key = &row.entry.idempotency_key;
         let backoff = self.shared.config.outbox_backoff;
-        let retry = after_failure(row.attempts + 1, max_attempts, backoff, Timestamp::now());
+        let now = self.shared.clock.now();
+        let retry = after_failure(row.attempts + 1, max_attempts, backoff, now);
         let due_again = match retry {
             OutboxRetry::At(at) => {
                 warn!(%key, %error, next_attempt_at = %at, "outbox send failed; backing off");

@@ -29,7 +29,7 @@ async fn gate_loop(shared: Arc<Shared>) {
     let interval = shared.config.retire_interval.unsigned_abs();
     loop {
         retire(&shared).await;
-        tokio::time::sleep(interval).await;
+        shared.clock.sleep(interval).await;
     }
 }
 

@@ -11,7 +11,6 @@
 
 use std::collections::BTreeMap;
 
-use jiff::Timestamp;
 use sutra_core::codes;
 use sutra_core::exec;
 use sutra_core::snapshot::{InstanceInfo, Park, ParkId, ParkKind, Snapshot};
@@ -47,7 +46,7 @@ impl Stepper<'_> {
         group: &mut dyn Group,
         request: &StepRequest,
     ) -> Result<Written, Error> {
-        let started = std::time::Instant::now();
+        let started = self.shared.clock.instant();
         let StepRequest { key, work, hold } = request;
         let result = match work {
             Work::Start {
@@ -86,7 +85,11 @@ impl Stepper<'_> {
         if let (Err(error), Work::Start { info, .. }) = (&result, work)
             && !matches!(error, Error::Store(sutra_store::Error::Waited { .. }))
         {
-            metrics::step(&info.flow, outcome_label(error), started);
+            metrics::step(
+                &info.flow,
+                outcome_label(error),
+                self.shared.clock.elapsed(started),
+            );
         }
         result.map(|written| written.since(started))
     }
@@ -101,7 +104,7 @@ impl Stepper<'_> {
         group: &mut dyn Group,
         completion: &Completion,
     ) -> Result<Option<Written>, Error> {
-        let started = std::time::Instant::now();
+        let started = self.shared.clock.instant();
         let Completion {
             tenant,
             task,
@@ -190,7 +193,7 @@ impl Stepper<'_> {
             .pinned(info)
             .ok_or_else(|| Error::Unpinned(describe(info)))?;
         let before = Snapshot::new(info.clone());
-        let ctx = StepContext::at(Timestamp::now());
+        let ctx = StepContext::at(self.shared.clock.now());
         let event = Event::Start {
             message: message.clone(),
         };
@@ -248,7 +251,7 @@ impl Stepper<'_> {
                 info.flow
             ))
         })?;
-        let ctx = StepContext::at(Timestamp::now());
+        let ctx = StepContext::at(self.shared.clock.now());
         let step =
             exec::migrate(from, to, to_version, &claimed.snapshot, map, ctx).map_err(rejected)?;
         let pending = PendingCommit::of_claim(history_log::MIGRATE, claimed);
@@ -265,7 +268,7 @@ impl Stepper<'_> {
         detail: &str,
     ) -> Result<Written, Error> {
         let claimed = self.claim(group, key).await?;
-        let ctx = StepContext::at(Timestamp::now());
+        let ctx = StepContext::at(self.shared.clock.now());
         let step = exec::fail(&claimed.snapshot, codes::STEP_POISONED.code, detail, ctx)
             .map_err(rejected)?;
         let pending = PendingCommit::of_claim(history_log::POISON, claimed);
@@ -280,10 +283,14 @@ impl Stepper<'_> {
         resumption: Resumption,
     ) -> Result<Written, Error> {
         let flow = claimed.snapshot.instance.flow.clone();
-        let started = std::time::Instant::now();
+        let started = self.shared.clock.instant();
         let advanced = self.advance(group, claimed, resumption).await;
         if let Err(error) = &advanced {
-            metrics::step(&flow, outcome_label(error), started);
+            metrics::step(
+                &flow,
+                outcome_label(error),
+                self.shared.clock.elapsed(started),
+            );
         }
         advanced
     }
@@ -325,7 +332,7 @@ impl Stepper<'_> {
             .pinned(info)
             .ok_or_else(|| Error::Unpinned(describe(info)))?;
         let answered = event.park();
-        let ctx = StepContext::at(Timestamp::now());
+        let ctx = StepContext::at(self.shared.clock.now());
         let step = exec::apply(flow, &claimed.snapshot, event, ctx).map_err(rejected)?;
         let pending = PendingCommit {
             kind,
@@ -386,7 +393,7 @@ impl Stepper<'_> {
                 handoffs: takers.handoffs,
                 hold,
                 is_start,
-                started: std::time::Instant::now(),
+                started: self.shared.clock.instant(),
             }),
             Err(error) => {
                 if let Some(hold) = hold {

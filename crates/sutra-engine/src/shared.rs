@@ -1,9 +1,9 @@
-//! What every part of the engine shares: the store, the configuration, the settle registry and
-//! the wake-ups, and the owner ids a replica claims as.
+//! What every part of the engine shares: the store, the configuration, the clock, the settle
+//! registry and the wake-ups, and the owner ids a replica claims as.
 
 use std::sync::Arc;
 
-use sutra_store::{Owner, Store};
+use sutra_store::{Clock, Owner, Store};
 use tokio::sync::Notify;
 
 use crate::config::EngineConfig;
@@ -15,6 +15,9 @@ use crate::waiting::{Availability, Waiting};
 pub(crate) struct Shared {
     pub store: Arc<dyn Store>,
     pub config: EngineConfig,
+    /// Every time the engine reads and every wait it makes (decision 0045): the system's in
+    /// production, a manual clock in the engine's tests.
+    pub clock: Clock,
     pub settle: SettleRegistry,
     /// Wakes the delivery dispatcher: something became due now.
     pub deliveries_due: Notify,
@@ -28,10 +31,11 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub fn new(store: Arc<dyn Store>, config: EngineConfig) -> Shared {
+    pub fn new(store: Arc<dyn Store>, config: EngineConfig, clock: Clock) -> Shared {
         Shared {
             store,
             config,
+            clock,
             settle: SettleRegistry::default(),
             deliveries_due: Notify::new(),
             outbox_due: Notify::new(),

@@ -36,7 +36,7 @@ struct Sweeper {
 async fn sweep_loop(sweeper: Arc<Sweeper>) {
     let interval = sweeper.shared.config.sweep_interval.unsigned_abs();
     loop {
-        tokio::time::sleep(interval).await;
+        sweeper.shared.clock.sleep(interval).await;
         if let Err(error) = sweeper.sweep().await {
             // Idempotent: the next interval simply sweeps again.
             warn!(%error, "stuck-instance sweep failed; it runs again next interval");

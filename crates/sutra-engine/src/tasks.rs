@@ -32,11 +32,11 @@ use std::collections::HashMap;
 use std::pin::pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use jiff::{SignedDuration, Timestamp};
-use sutra_store::{LockedTask, Polled, TaskFailure, TaskPoll, TaskState};
+use sutra_store::{Clock, LockedTask, Polled, TaskFailure, TaskPoll, TaskState};
 use tokio::sync::{mpsc, watch};
-use tokio::time::Instant;
 
 use crate::error::Error;
 pub use crate::handoff::Take;
@@ -75,10 +75,9 @@ struct Exhaustion {
 }
 
 impl Exhaustion {
-    /// Whether a poll of `tenant` should look now; if so, the look is counted as made.
-    fn due(&self, tenant: &str) -> bool {
+    /// Whether a poll of `tenant` should look `now`; if so, the look is counted as made.
+    fn due(&self, tenant: &str, now: Instant) -> bool {
         let mut looked = self.looked.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
         match looked.get_mut(tenant) {
             Some(last) if now.duration_since(*last) < EXHAUST_EVERY => false,
             Some(last) => {
@@ -117,12 +116,12 @@ const MOST_LOOKS: usize = 1024;
 
 impl Looks {
     /// How long a poll of `poll`'s topics may wait without looking, when the last look is still
-    /// good at `generation` and `now`; `None`: look.
+    /// good at `generation` and now by `clock`; `None`: look.
     fn quiet_for(
         &self,
         poll: &TaskPoll,
         generation: u64,
-        now: Instant,
+        clock: &Clock,
     ) -> Option<std::time::Duration> {
         let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         let look = *last.get(&key(poll))?;
@@ -131,9 +130,9 @@ impl Looks {
         }
         let backstop = BACKSTOP
             .unsigned_abs()
-            .checked_sub(now.duration_since(look.at))?;
+            .checked_sub(clock.elapsed(look.at))?;
         let next = match look.next_at {
-            Some(at) => at.duration_since(Timestamp::now()).try_into().ok()?,
+            Some(at) => at.duration_since(clock.now()).try_into().ok()?,
             None => backstop,
         };
         Some(next.min(backstop)).filter(|quiet| !quiet.is_zero())
@@ -217,9 +216,10 @@ impl Registration {
     /// awaited (up to [`HANDOVER`]), and the tasks handed over are the poll's.
     async fn finish(mut self) -> Vec<LockedTask> {
         self.shared.waiting.remove(self.entered.id);
-        let deadline = Instant::now() + HANDOVER;
+        let deadline = self.shared.clock.instant() + HANDOVER;
         while self.received < self.entered.reserved.load(Ordering::SeqCst) {
-            match tokio::time::timeout_at(deadline, self.receiver.recv()).await {
+            let handed = self.receiver.recv();
+            match self.shared.clock.timeout_at(deadline, handed).await {
                 Ok(Some(handed)) => self.receive(handed),
                 Ok(None) | Err(_) => break,
             }
@@ -273,31 +273,31 @@ pub(crate) async fn poll(
     let mut poll = request.poll;
     poll.max = poll.max.clamp(1, MAX_TASKS);
     let wait = request.wait.clamp(SignedDuration::ZERO, MAX_WAIT);
-    let deadline = Instant::now() + wait.unsigned_abs();
+    let deadline = shared.clock.instant() + wait.unsigned_abs();
     loop {
         // Listening before looking: a task armed between the look and the sleep still wakes.
         let mut woken = pin!(shared.tasks.notified());
         woken.as_mut().enable();
         let generation = shared.tasks.generation();
-        let began = Instant::now();
-        let quiet = polls.looks.quiet_for(&poll, generation, began);
+        let began = shared.clock.instant();
+        let quiet = polls.looks.quiet_for(&poll, generation, &shared.clock);
         let pause = match quiet {
             Some(quiet) if began < deadline && !*ending.borrow() => quiet,
             _ => {
                 let polled = look(shared, polls, &poll).await?;
                 polls.looks.remember(&poll, generation, began, &polled);
-                let now = Instant::now();
+                let now = shared.clock.instant();
                 if !polled.tasks.is_empty() || now >= deadline || *ending.borrow() {
                     return Ok(polled.tasks);
                 }
-                until(polled.next_at)
+                until(polled.next_at, shared.clock.now())
             }
         };
-        let pause = pause.min(deadline.saturating_duration_since(Instant::now()));
+        let pause = pause.min(deadline.saturating_duration_since(shared.clock.instant()));
         let mut waiting = Registration::new(shared, &poll);
         tokio::select! {
             () = woken => {}
-            () = tokio::time::sleep(pause) => {}
+            () = shared.clock.sleep(pause) => {}
             _ = ending.changed() => {}
             () = waiting.handed() => {}
         }
@@ -310,7 +310,7 @@ pub(crate) async fn poll(
 
 /// One look: the tenant's expired locks turned terminal when that is due, then the poll.
 async fn look(shared: &Shared, polls: &Polls, poll: &TaskPoll) -> Result<Polled, Error> {
-    if polls.exhaustion.due(&poll.tenant) {
+    if polls.exhaustion.due(&poll.tenant, shared.clock.instant()) {
         let due_now = shared.store.exhaust_expired(&poll.tenant).await?;
         if !due_now.is_empty() {
             shared.deliveries_due.notify_one();
@@ -319,12 +319,10 @@ async fn look(shared: &Shared, polls: &Polls, poll: &TaskPoll) -> Result<Polled,
     Ok(shared.store.poll_tasks(poll).await?)
 }
 
-/// How long a waiting poll may sleep before a task of its topics could be available, `next` as
-/// its empty poll answered it.
-fn until(next: Option<Timestamp>) -> std::time::Duration {
-    let pause = next.map_or(BACKSTOP, |at| {
-        at.duration_since(Timestamp::now()).clamp(FLOOR, BACKSTOP)
-    });
+/// How long a waiting poll may sleep from `now` before a task of its topics could be available,
+/// `next` as its empty poll answered it.
+fn until(next: Option<Timestamp>, now: Timestamp) -> std::time::Duration {
+    let pause = next.map_or(BACKSTOP, |at| at.duration_since(now).clamp(FLOOR, BACKSTOP));
     pause.unsigned_abs()
 }
 
@@ -396,6 +394,8 @@ pub(crate) async fn extend(
 mod tests {
     use std::time::Duration;
 
+    use sutra_store::ManualClock;
+
     use super::*;
     use crate::waiting::tests::{locked, poll};
 
@@ -406,31 +406,37 @@ mod tests {
         }
     }
 
+    fn clock() -> ManualClock {
+        ManualClock::starting_at(Timestamp::UNIX_EPOCH)
+    }
+
     #[test]
     fn a_short_look_lets_the_next_poll_of_its_topics_wait_until_something_changes() {
         let looks = Looks::default();
-        let at = Instant::now();
+        let manual = clock();
+        let clock = manual.clock();
+        let at = clock.instant();
         looks.remember(&poll(&["a", "b"], 4), 7, at, &found(1, None));
 
-        let quiet = looks.quiet_for(&poll(&["b", "a"], 10), 7, at);
+        let quiet = looks.quiet_for(&poll(&["b", "a"], 10), 7, &clock);
         assert_eq!(
             quiet,
             Some(BACKSTOP.unsigned_abs()),
             "any order of the topics"
         );
         assert_eq!(
-            looks.quiet_for(&poll(&["a"], 10), 7, at),
+            looks.quiet_for(&poll(&["a"], 10), 7, &clock),
             None,
             "other topics"
         );
         assert_eq!(
-            looks.quiet_for(&poll(&["a", "b"], 10), 8, at),
+            looks.quiet_for(&poll(&["a", "b"], 10), 8, &clock),
             None,
             "an availability announced since"
         );
-        let later = at + BACKSTOP.unsigned_abs();
+        manual.advance(BACKSTOP.unsigned_abs());
         assert_eq!(
-            looks.quiet_for(&poll(&["a", "b"], 10), 7, later),
+            looks.quiet_for(&poll(&["a", "b"], 10), 7, &clock),
             None,
             "the backstop ran out: another replica may have armed one"
         );
@@ -439,26 +445,28 @@ mod tests {
     #[test]
     fn a_look_that_took_all_it_asked_for_leaves_the_next_poll_to_look() {
         let looks = Looks::default();
-        let at = Instant::now();
+        let clock = clock().clock();
+        let at = clock.instant();
         looks.remember(&poll(&["a"], 2), 1, at, &found(1, None));
         looks.remember(&poll(&["a"], 2), 1, at, &found(2, None));
 
-        assert_eq!(looks.quiet_for(&poll(&["a"], 2), 1, at), None);
+        assert_eq!(looks.quiet_for(&poll(&["a"], 2), 1, &clock), None);
     }
 
     #[test]
     fn the_next_availability_a_look_found_ends_the_quiet() {
         let looks = Looks::default();
-        let at = Instant::now();
-        let soon = Timestamp::now() + SignedDuration::from_millis(300);
+        let clock = clock().clock();
+        let at = clock.instant();
+        let soon = clock.now() + SignedDuration::from_millis(300);
         looks.remember(&poll(&["a"], 2), 1, at, &found(0, Some(soon)));
-        let quiet = looks.quiet_for(&poll(&["a"], 2), 1, at).expect("quiet");
+        let quiet = looks.quiet_for(&poll(&["a"], 2), 1, &clock).expect("quiet");
         assert!(quiet <= Duration::from_millis(300), "{quiet:?}");
 
-        let past = Timestamp::now() - SignedDuration::from_millis(1);
+        let past = clock.now() - SignedDuration::from_millis(1);
         looks.remember(&poll(&["a"], 2), 1, at, &found(0, Some(past)));
         assert_eq!(
-            looks.quiet_for(&poll(&["a"], 2), 1, at),
+            looks.quiet_for(&poll(&["a"], 2), 1, &clock),
             None,
             "a task is available now"
         );

@@ -53,7 +53,8 @@ impl Written {
         } = self;
         let instance = step.snapshot.instance.id.clone();
         handoff::hand_over(shared, &step, &mut taken, handoffs);
-        metrics::step(&step.snapshot.instance.flow, "committed", started);
+        let took = shared.clock.elapsed(started);
+        metrics::step(&step.snapshot.instance.flow, "committed", took);
         if let Some(reply) = &step.reply {
             shared.settle.settle(&instance, reply);
         }

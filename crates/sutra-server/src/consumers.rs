@@ -141,7 +141,7 @@ async fn supervise(
             );
         }
         tokio::select! {
-            () = tokio::time::sleep(RECONCILE_EVERY) => {}
+            () = engine.clock().sleep(RECONCILE_EVERY) => {}
             _ = stop.wait_for(|stopped| *stopped) => break,
         }
     }

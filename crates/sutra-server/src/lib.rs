@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use sutra_engine::Engine;
-use sutra_store::Store;
+use sutra_store::{Clock, Store};
 use tracing::{info, warn};
 
 use crate::config::Settings;
@@ -93,13 +93,14 @@ impl Datasource {
     }
 }
 
-/// Opens the store `settings.datasource` names: SQLite for `sqlite:`, PostgreSQL for
-/// `postgres://` or `postgresql://` (with its pool size, migrating unless told not to).
-pub async fn open_store(settings: &Settings) -> Result<Arc<dyn Store>, ServeError> {
+/// Opens the store `settings.datasource` names: SQLite for `sqlite:`, reading its times from
+/// `clock`, PostgreSQL for `postgres://` or `postgresql://` (with its pool size, migrating unless
+/// told not to; it reads the database's clock).
+pub async fn open_store(settings: &Settings, clock: &Clock) -> Result<Arc<dyn Store>, ServeError> {
     let url = settings.datasource.as_str();
     let store: Arc<dyn Store> = match Datasource::of(url)? {
         Datasource::Sqlite => Arc::new(
-            sutra_store_sqlite::open(url)
+            sutra_store_sqlite::open_with(url, clock.clone())
                 .await
                 .map_err(|e| store_error(url, e))?,
         ),
@@ -269,13 +270,21 @@ pub async fn serve_until(
         return Err(ServeError::UnprotectedListen(settings.listen));
     }
     metrics::install();
-    let store = open_store(&settings).await?;
+    // The one clock of the process: the engine and the embedded store read and wait on it.
+    let clock = Clock::system();
+    let store = open_store(&settings, &clock).await?;
     let transports = sutra_transport::Transports::new(
         settings.brokers.clone(),
         settings.webhook_roots.as_deref(),
     )
     .map_err(ServeError::Transports)?;
-    let engine = Engine::start(store, settings.engine.clone(), Arc::new(transports)).await?;
+    let engine = Engine::start(
+        store,
+        settings.engine.clone(),
+        Arc::new(transports),
+        clock.clone(),
+    )
+    .await?;
     let listen_error = |reason: std::io::Error| ServeError::Listen {
         addr: settings.listen,
         reason: reason.to_string(),
@@ -288,7 +297,7 @@ pub async fn serve_until(
     let keyring = keyring(&settings);
     let reloading = keyring
         .clone()
-        .map(|keyring| tokio::spawn(reload_tokens(keyring)));
+        .map(|keyring| tokio::spawn(reload_tokens(keyring, clock)));
     let consumers =
         consumers::Consumers::spawn(&engine, settings.brokers.clone(), settings.max_bytes);
     let api = http::Api {
@@ -341,7 +350,7 @@ const TOKENS_LOOK_EVERY: std::time::Duration = std::time::Duration::from_secs(2)
 
 /// Reads the tokens' file again when it changes, and at once on SIGHUP. Says whom the tokens
 /// now act for, or why the file was not taken; never what it holds.
-async fn reload_tokens(keyring: Arc<Keyring>) {
+async fn reload_tokens(keyring: Arc<Keyring>, clock: Clock) {
     if keyring.file().is_none() {
         return;
     }
@@ -357,7 +366,7 @@ async fn reload_tokens(keyring: Arc<Keyring>) {
         };
         let always = tokio::select! {
             () = hangup => true,
-            () = tokio::time::sleep(TOKENS_LOOK_EVERY) => false,
+            () = clock.sleep(TOKENS_LOOK_EVERY) => false,
         };
         match keyring.reload(always) {
             Ok(Some(tenants)) => info!(?tenants, "API tokens reloaded"),

@@ -30,7 +30,7 @@ impl<B: Backend> Steps for SqlStore<B> {
         let mut tx = self
             .begin(Scope::Tenant(&step.snapshot.instance.tenant))
             .await?;
-        let committed = write_step(&mut tx, step, None).await?;
+        let committed = write_step(&mut tx, step, None, self.backend().clock().now()).await?;
         if step.announce_end {
             let ended = std::slice::from_ref(&step.snapshot.instance.id);
             tx.announce_ended(ended).await?;
@@ -46,6 +46,7 @@ impl<B: Backend> Steps for SqlStore<B> {
 
 /// Every row of a step, in the caller's transaction (its own, or a group's). `resolved` is the
 /// park whose task this transaction completed already: there is no task of it left to cancel.
+/// `now` is when a task armed locked for a worker starts its lock, as the worker is told.
 ///
 /// A taken alias refuses first, before any write; then come the cancels of every task a worker
 /// may still hold, then the step's own rows ([`StepStatements::write_rows`]) — the settle
@@ -56,10 +57,16 @@ pub(crate) async fn write_step<T: StepStatements>(
     tx: &mut T,
     step: &StepCommit,
     resolved: Option<ParkId>,
+    now: Timestamp,
 ) -> Result<Committed> {
     let instance = &step.snapshot.instance;
     refuse_taken_aliases(tx, step).await?;
-    let mut writer = StepWriter { tx, step, instance };
+    let mut writer = StepWriter {
+        tx,
+        step,
+        instance,
+        now,
+    };
     for park in step.disarms.iter().filter(|park| Some(**park) != resolved) {
         writer.cancel_task(*park).await?;
     }
@@ -177,6 +184,7 @@ struct StepWriter<'s, T> {
     tx: &'s mut T,
     step: &'s StepCommit,
     instance: &'s InstanceInfo,
+    now: Timestamp,
 }
 
 impl<T: StepStatements> StepWriter<'_, T> {
@@ -187,11 +195,10 @@ impl<T: StepStatements> StepWriter<'_, T> {
     /// locked for a worker.
     async fn write_rows(&mut self) -> Result<Vec<LockedTask>> {
         let step = self.step;
-        let now = Timestamp::now();
         let tasks = step
             .arms
             .iter()
-            .filter_map(|arm| task_arm(self.instance, arm, now))
+            .filter_map(|arm| task_arm(self.instance, arm, self.now))
             .collect::<Vec<_>>();
         let rows = StepRows {
             claim: step.claim.as_ref(),

@@ -7,7 +7,7 @@
 use jiff::SignedDuration;
 use serde_json::Value;
 use sutra_store::{
-    Claimed, Committed, CompletingClaim, Group, Groups, HeldTask, Owner, Result, StepCommit,
+    Claimed, Clock, Committed, CompletingClaim, Group, Groups, HeldTask, Owner, Result, StepCommit,
 };
 
 use crate::claim::{lock_claim, lock_claim_completing};
@@ -24,6 +24,7 @@ impl<B: Backend> Groups for SqlStore<B> {
         let tx = self.begin(Scope::Tenant(tenant)).await?;
         Ok(Box::new(SqlGroup::<B> {
             tx,
+            clock: self.backend().clock(),
             ended: Vec::new(),
             completed: None,
         }))
@@ -32,6 +33,8 @@ impl<B: Backend> Groups for SqlStore<B> {
 
 struct SqlGroup<B: Backend> {
     tx: B::Tx,
+    /// The backend's clock, read as each member commits ([`write_step`]'s `now`).
+    clock: Clock,
     /// The instances whose end the members announce, told all at once just before the commit:
     /// one notice per group, however many members end instances held elsewhere.
     ended: Vec<String>,
@@ -87,7 +90,7 @@ impl<B: Backend> Group for SqlGroup<B> {
             .as_ref()
             .filter(|task| &task.instance == instance)
             .map(|task| task.park);
-        let committed = write_step(&mut self.tx, step, resolved).await?;
+        let committed = write_step(&mut self.tx, step, resolved, self.clock.now()).await?;
         if step.announce_end {
             self.ended.push(step.snapshot.instance.id.clone());
         }

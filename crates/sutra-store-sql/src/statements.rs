@@ -23,9 +23,9 @@ use serde_json::Value;
 use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot};
 use sutra_core::step::HistoryEvent;
 use sutra_store::{
-    BufferedMessage, ClaimToken, DeliveryId, DeliveryKind, EndNotice, InboxAnswer, InboxEntry,
-    InstanceFilter, LockedTask, NewDelivery, OutboxEntry, OutboxId, OutboxRetry, Owner, Result,
-    TaskFilter, TaskPoll, TaskState, WaitTarget,
+    BufferedMessage, ClaimToken, Clock, DeliveryId, DeliveryKind, EndNotice, InboxAnswer,
+    InboxEntry, InstanceFilter, LockedTask, NewDelivery, OutboxEntry, OutboxId, OutboxRetry, Owner,
+    Result, TaskFilter, TaskPoll, TaskState, WaitTarget,
 };
 
 use crate::rows::{
@@ -214,6 +214,13 @@ pub trait Backend: Send + Sync + 'static {
 
     /// [`sutra_store::Leases::shared_by_replicas`].
     fn shared_by_replicas(&self) -> bool;
+
+    /// The process's clock, for the times a script reads itself rather than the database's: the
+    /// lock expiry a worker is told of a task armed locked for it. The system's unless the
+    /// backend was opened with another.
+    fn clock(&self) -> Clock {
+        Clock::system()
+    }
 
     /// [`sutra_store::Deployments::deployment_notice`]: a backend that cannot tell never
     /// returns.

@@ -11,12 +11,6 @@ pub use sutra_store::codec::{
 };
 use sutra_store_sql::driver_error;
 
-/// Now, to the microsecond the store keeps, so that a record returned from a write equals the
-/// record read back later.
-pub fn now() -> Timestamp {
-    Timestamp::from_microsecond(Timestamp::now().as_microsecond()).expect("now is in range")
-}
-
 /// `at - duration` in microseconds, saturating: a claim timeout of centuries means "never stale".
 pub fn micros_before(at: Timestamp, duration: SignedDuration) -> i64 {
     micros(at).saturating_sub(duration_micros(duration))

@@ -35,7 +35,7 @@ use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sutra_store::{Error, Result};
+use sutra_store::{Clock, Error, Result};
 use sutra_store_sql::SqlStore;
 
 use crate::codec::db;
@@ -50,14 +50,23 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// The embedded store.
 pub type SqliteStore = SqlStore<Sqlite>;
 
-/// The SQLite backend: a pool of connections to one database.
+/// The SQLite backend: a pool of connections to one database, and the clock its rows' times are
+/// read from (the process's: SQLite has no clock of its own worth the name).
 pub struct Sqlite {
     pool: SqlitePool,
+    clock: Clock,
 }
 
 /// Opens `sqlite://path.db` or `sqlite:path.db` (creating the file if missing), or a new, empty
-/// database for `sqlite::memory:` (each call its own), and brings the schema up to date.
+/// database for `sqlite::memory:` (each call its own), and brings the schema up to date. Its
+/// times are the system clock's.
 pub async fn open(url: &str) -> Result<SqliteStore> {
+    open_with(url, Clock::system()).await
+}
+
+/// [`open`], with every time the store reads taken from `clock`: the engine's, so that a test
+/// advancing a manual clock moves the store's claims, locks and due times with it.
+pub async fn open_with(url: &str, clock: Clock) -> Result<SqliteStore> {
     let options = SqliteConnectOptions::from_str(url)
         .map_err(|e| Error::Unavailable(format!("`{url}` is not a SQLite URL: {e}")))?
         .foreign_keys(true);
@@ -68,7 +77,7 @@ pub async fn open(url: &str) -> Result<SqliteStore> {
     }
     .map_err(db)?;
     MIGRATOR.run(&pool).await.map_err(migration_failed)?;
-    Ok(SqlStore::new(Sqlite { pool }))
+    Ok(SqlStore::new(Sqlite { pool, clock }))
 }
 
 impl Sqlite {

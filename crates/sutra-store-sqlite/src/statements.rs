@@ -5,14 +5,14 @@ use jiff::Timestamp;
 use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{SqliteArguments, SqlitePool, SqliteRow};
 use sqlx::{FromRow, SqliteConnection, Transaction};
-use sutra_store::{DeliveryId, InboxAnswer, InboxEntry, Result, WaitTarget};
+use sutra_store::{Clock, DeliveryId, InboxAnswer, InboxEntry, Result, WaitTarget};
 use sutra_store_sql::rows::{InboxRow, WaitRow};
 use sutra_store_sql::{
     Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements, params,
 };
 
 use crate::Sqlite;
-use crate::codec::{db, micros, now};
+use crate::codec::{db, micros};
 
 pub type Query<'q> = sqlx::query::Query<'q, sqlx::Sqlite, SqliteArguments>;
 pub type QueryAs<'q, O> = sqlx::query::QueryAs<'q, sqlx::Sqlite, O, SqliteArguments>;
@@ -25,11 +25,12 @@ pub type QueryAs<'q, O> = sqlx::query::QueryAs<'q, sqlx::Sqlite, O, SqliteArgume
 /// that.
 pub struct Session {
     pool: SqlitePool,
+    clock: Clock,
     write: Option<Write>,
     alone: Option<PoolConnection<sqlx::Sqlite>>,
 }
 
-/// A write transaction, and the one "now" every statement in it writes: the process's clock,
+/// A write transaction, and the one "now" every statement in it writes: the store's clock,
 /// read once the write lock is held.
 pub struct Write {
     tx: Transaction<'static, sqlx::Sqlite>,
@@ -49,7 +50,8 @@ impl Session {
                 // Back to the pool first: an in-memory database has one connection.
                 self.alone = None;
                 let tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(db)?;
-                Ok(unbegun.insert(Write { tx, now: now() }))
+                let now = self.clock.now();
+                Ok(unbegun.insert(Write { tx, now }))
             }
         }
     }
@@ -88,7 +90,10 @@ impl Session {
 
     /// The write transaction's "now", or the clock's for a statement alone.
     pub fn now(&self) -> Timestamp {
-        self.write.as_ref().map_or_else(now, |write| write.now)
+        match &self.write {
+            Some(write) => write.now,
+            None => self.clock.now(),
+        }
     }
 
     /// Runs a statement alone, or in the write transaction once it is begun; how many rows it
@@ -122,6 +127,7 @@ impl Backend for Sqlite {
     async fn begin(&self, _scope: Scope<'_>) -> Result<Session> {
         Ok(Session {
             pool: self.pool.clone(),
+            clock: self.clock.clone(),
             write: None,
             alone: None,
         })
@@ -131,6 +137,10 @@ impl Backend for Sqlite {
     /// role too (SPEC §6), kept correct by the claims alone.
     fn shared_by_replicas(&self) -> bool {
         false
+    }
+
+    fn clock(&self) -> Clock {
+        self.clock.clone()
     }
 
     // Nothing announces a deploy: every process on a file stored it or polls the revision.

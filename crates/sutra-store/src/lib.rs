@@ -23,6 +23,7 @@
 //! bring the area traits into scope with `use sutra_store::prelude::*`.
 
 mod claim;
+mod clock;
 pub mod codec;
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -40,6 +41,7 @@ mod steps;
 mod tasks;
 
 pub use claim::{ClaimKind, ClaimToken, Claimed, Claims, InstanceKey, Owner, SweepOutcome};
+pub use clock::{Clock, Elapsed, ManualClock};
 pub use deliveries::{Deliveries, Delivery, DeliveryId, DeliveryKind, NewDelivery, RESTORE_PARK};
 pub use deployments::{DeploymentRecord, DeploymentStatus, Deployments, Retirement};
 pub use error::{Error, Result};

@@ -289,7 +289,7 @@ mod tests {
 
     #[test]
     fn only_the_live_matching_token_holds_the_lock() {
-        let now = Timestamp::now();
+        let now = Timestamp::UNIX_EPOCH;
         let later = now + SignedDuration::from_secs(1);
         let locked = TaskLock {
             state: TaskState::Locked,
