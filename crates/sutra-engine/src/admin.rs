@@ -190,7 +190,7 @@ fn poisoned_commit(claimed: Claimed, step: Step, me: &str) -> StepCommit {
         .effects
         .iter()
         .filter_map(|effect| match effect {
-            Effect::Disarm { park } => Some(*park),
+            Effect::Disarm(disarm) => Some(*disarm),
             _ => None,
         })
         .collect();

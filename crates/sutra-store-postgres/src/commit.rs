@@ -52,7 +52,7 @@ impl StepStatements for Scoped {
         let cleared = rows
             .cleared
             .iter()
-            .map(|cleared| park(*cleared))
+            .map(|cleared| park(cleared.park))
             .collect::<Result<Vec<_>>>()?;
         let query = TaskColumns::of(rows.tasks)?.bind(query.bind(cleared));
         let Some(entry) = message else {

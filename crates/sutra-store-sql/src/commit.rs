@@ -9,7 +9,7 @@
 //! same correlation key — is ordered by [`Statements::serialize`] (see [`lock_waits`]).
 
 use jiff::{SignedDuration, Timestamp};
-use sutra_core::snapshot::{InstanceInfo, ParkId};
+use sutra_core::snapshot::{InstanceInfo, ParkId, ParkSort};
 use sutra_core::step::Message;
 use sutra_store::codec::corrupt;
 use sutra_store::{
@@ -60,8 +60,12 @@ pub(crate) async fn write_step<T: StepStatements>(
     let instance = &step.snapshot.instance;
     refuse_taken_aliases(tx, step).await?;
     let mut writer = StepWriter { tx, step, instance };
-    for park in step.disarms.iter().filter(|park| Some(**park) != resolved) {
-        writer.cancel_task(*park).await?;
+    let tasks = step
+        .disarms
+        .iter()
+        .filter(|disarm| disarm.sort == ParkSort::Task);
+    for disarm in tasks.filter(|disarm| Some(disarm.park) != resolved) {
+        writer.cancel_task(disarm.park).await?;
     }
     let taken = writer.write_rows().await?;
     lock_waits(writer.tx, step).await?;
@@ -140,7 +144,8 @@ async fn refuse_taken_aliases<T: Statements>(tx: &mut T, step: &StepCommit) -> R
         let Some(holder) = tx.find_wait(on).await? else {
             continue;
         };
-        let disarmed = holder.instance == instance.id && step.disarms.contains(&holder.park);
+        let disarmed = holder.instance == instance.id
+            && step.disarms.iter().any(|disarm| disarm.park == holder.park);
         if !disarmed {
             return Err(Error::AliasTaken {
                 channel: channel.clone(),

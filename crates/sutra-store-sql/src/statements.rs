@@ -21,7 +21,7 @@ use std::future::Future;
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot};
-use sutra_core::step::HistoryEvent;
+use sutra_core::step::{Disarm, HistoryEvent};
 use sutra_store::{
     BufferedMessage, ClaimToken, DeliveryId, DeliveryKind, EndNotice, InboxAnswer, InboxEntry,
     InstanceFilter, LockedTask, NewDelivery, OutboxEntry, OutboxId, OutboxRetry, Owner, Result,
@@ -163,7 +163,7 @@ pub struct StepRows<'a> {
     pub held_by: Option<&'a str>,
     pub history: &'a [HistoryEvent],
     /// Parks whose wait and pending deliveries are deleted (their tasks are resolved before).
-    pub cleared: &'a [ParkId],
+    pub cleared: &'a [Disarm],
     pub tasks: &'a [TaskArm<'a>],
     /// A start's message: its inbox row is inserted before anything else, unless an instance
     /// waits on its correlation key (the message is a relay) or another start consumed it

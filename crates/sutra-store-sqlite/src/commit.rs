@@ -44,8 +44,8 @@ impl StepStatements for Session {
         }
         let instance = &rows.snapshot.instance;
         self.insert_history(instance, rows.history).await?;
-        for park in rows.cleared {
-            self.delete_park_rows(&instance.id, *park).await?;
+        for cleared in rows.cleared {
+            self.delete_park_rows(&instance.id, cleared.park).await?;
         }
         for task in rows.tasks {
             self.insert_task(task).await?;
