@@ -32,6 +32,7 @@ impl<B: Backend> Deliveries for SqlStore<B> {
         rows.into_iter().map(DeliveryRow::decode).collect()
     }
 
+    #[cfg(feature = "conformance")]
     async fn delivery(&self, id: DeliveryId) -> Result<Option<Delivery>> {
         let row = self
             .once(Scope::System, async |tx| tx.delivery(id).await)

@@ -1,8 +1,6 @@
 //! Intake's script: keeping an early message (`buffer`) until a `receive` parks on its key.
 
-use sutra_store::{
-    BufferedMessage, DeliveryKind, InboxAnswer, InboxEntry, Intake, Lookup, Result, WaitTarget,
-};
+use sutra_store::{BufferedMessage, DeliveryKind, InboxAnswer, InboxEntry, Intake, Lookup, Result};
 
 use crate::commit::insert_inbox_unless_consumed;
 use crate::statements::{
@@ -12,12 +10,13 @@ use crate::store::SqlStore;
 
 #[async_trait::async_trait]
 impl<B: Backend> Intake for SqlStore<B> {
+    #[cfg(feature = "conformance")]
     async fn find_wait(
         &self,
         tenant: &str,
         channel: &str,
         key: &str,
-    ) -> Result<Option<WaitTarget>> {
+    ) -> Result<Option<sutra_store::WaitTarget>> {
         self.once(Scope::Tenant(tenant), async |tx| {
             tx.find_wait(Correlation {
                 tenant,
@@ -29,6 +28,7 @@ impl<B: Backend> Intake for SqlStore<B> {
         .await
     }
 
+    #[cfg(feature = "conformance")]
     async fn inbox_answer(
         &self,
         tenant: &str,

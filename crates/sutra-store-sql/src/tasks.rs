@@ -43,6 +43,7 @@ impl<B: Backend> Tasks for SqlStore<B> {
         Ok(due_now)
     }
 
+    #[cfg(feature = "conformance")]
     async fn next_task_at(&self, tenant: &str, topics: &[String]) -> Result<Option<Timestamp>> {
         let earliest = self
             .once(Scope::Tenant(tenant), async |tx| {
