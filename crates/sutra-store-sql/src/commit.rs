@@ -8,19 +8,21 @@
 //! the one race left between transactions on different rows — a park and an early message on the
 //! same correlation key — is ordered by [`Statements::serialize`] (see [`lock_waits`]).
 
+use std::future::Future;
+
 use jiff::{SignedDuration, Timestamp};
-use sutra_core::snapshot::{InstanceInfo, ParkId, ParkSort};
-use sutra_core::step::Message;
+use serde_json::Value;
+use sutra_core::snapshot::{InstanceInfo, ParkId, ParkSort, Snapshot};
+use sutra_core::step::{Disarm, HistoryEvent, Message};
 use sutra_store::codec::corrupt;
 use sutra_store::{
-    Arm, Committed, DeliveryId, DeliveryKind, EndNotice, Error, InboxAnswer, InboxEntry,
-    LockedTask, Result, StepCommit, Steps, task_id,
+    Arm, ClaimToken, Committed, DeliveryId, DeliveryKind, EndNotice, Error, InboxAnswer,
+    InboxEntry, LockedTask, OutboxEntry, Result, StepCommit, Steps, task_id,
 };
 use uuid::Uuid;
 
 use crate::statements::{
-    Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements, StepRows,
-    StepStatements, TakenTask, TaskArm, WaitArm, Wrote,
+    Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements,
 };
 use crate::store::SqlStore;
 
@@ -354,4 +356,119 @@ fn locked_task(task: &TaskArm<'_>) -> Option<LockedTask> {
         lock_token: taken.lock_token.clone(),
         lock_expires_at: taken.expires_at,
     })
+}
+
+/// The fields of an [`sutra_store::Arm::Wait`]: the park's correlation alias.
+pub struct WaitArm<'a> {
+    pub instance: &'a InstanceInfo,
+    pub park: ParkId,
+    pub on: Correlation<'a>,
+}
+
+/// The fields of an [`sutra_store::Arm::Task`], and the id of its task.
+pub struct TaskArm<'a> {
+    pub instance: &'a InstanceInfo,
+    pub park: ParkId,
+    /// [`sutra_store::task_id`].
+    pub id: String,
+    pub topic: &'a str,
+    pub input: &'a Value,
+    pub retries: u32,
+    pub backoff: SignedDuration,
+    pub lock: SignedDuration,
+    /// `Some`: armed locked for a worker ([`sutra_store::TakenBy`]).
+    pub taken: Option<TakenTask<'a>>,
+}
+
+/// The lock a task is armed with when a worker took it in the step that arms it.
+pub struct TakenTask<'a> {
+    pub worker: &'a str,
+    /// The lock's length asked for.
+    pub lock: SignedDuration,
+    /// Random: the proof of the lock, as a poll's.
+    pub lock_token: String,
+    /// When the lock runs out as answered to the worker: the lock's length from a moment before
+    /// the transaction's writes, on this process's clock. The row's own expiry is never earlier
+    /// (see each backend).
+    pub expires_at: Timestamp,
+}
+
+/// A step's own rows: its instance row (the fenced settle, or a start's insert), its history,
+/// the waits and deliveries of the parks it resolves, and the tasks it arms — what every step
+/// writes, which a backend may write in one statement ([`StepStatements::write_rows`]).
+pub struct StepRows<'a> {
+    /// The claim the step settles under; `None` inserts a new, unowned instance.
+    pub claim: Option<&'a ClaimToken>,
+    pub snapshot: &'a Snapshot,
+    /// [`sutra_store::StepCommit::held_by`].
+    pub held_by: Option<&'a str>,
+    pub history: &'a [HistoryEvent],
+    /// Parks whose wait and pending deliveries are deleted (their tasks are resolved before).
+    pub cleared: &'a [Disarm],
+    pub tasks: &'a [TaskArm<'a>],
+    /// A start's message: its inbox row is inserted before anything else, unless an instance
+    /// waits on its correlation key (the message is a relay) or another start consumed it
+    /// already; either way nothing is written.
+    pub message: Option<&'a InboxEntry>,
+}
+
+/// What [`StepStatements::write_rows`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wrote {
+    /// Every row.
+    Rows,
+    /// Nothing: the settle's claim no longer holds.
+    ClaimLost,
+    /// Nothing: an instance waits on the start message's key.
+    Waited,
+    /// Nothing: another start consumed the message (its inbox row is there).
+    Consumed,
+}
+
+/// The statements of a step's commit (`commit`).
+pub trait StepStatements: Statements {
+    /// Tells the other processes on the store, once this transaction commits, that `instances`
+    /// ended ([`sutra_store::Steps::end_notice`]). Sent once per transaction, for every step
+    /// in it that announces one.
+    fn announce_ended(&mut self, instances: &[String]) -> impl Future<Output = Result<()>> + Send;
+
+    /// Writes `rows`, or nothing at all when the settle's claim no longer holds or a start's
+    /// message is not its to consume.
+    fn write_rows(&mut self, rows: &StepRows<'_>) -> impl Future<Output = Result<Wrote>> + Send;
+
+    /// Cancels the park's task if a worker may still take it (available or locked).
+    fn cancel_task(
+        &mut self,
+        instance: &str,
+        park: ParkId,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Inserts a correlation alias unless the key is taken; whether this insert made it.
+    fn insert_wait(&mut self, wait: &WaitArm<'_>) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Deletes and returns the oldest live buffered message on the key, if any.
+    fn take_buffered(
+        &mut self,
+        on: Correlation<'_>,
+    ) -> impl Future<Output = Result<Option<Value>>> + Send;
+
+    fn insert_outbox(
+        &mut self,
+        instance: &InstanceInfo,
+        entries: &[OutboxEntry],
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Deletes the delivery the step applied.
+    fn take_delivery(
+        &mut self,
+        instance: &str,
+        delivery: DeliveryId,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Writes the answer to a consumed message over whatever inbox row it had.
+    fn record_consumed(
+        &mut self,
+        tenant: &str,
+        entry: &InboxEntry,
+    ) -> impl Future<Output = Result<()>> + Send;
 }

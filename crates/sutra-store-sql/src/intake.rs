@@ -1,10 +1,12 @@
 //! Intake's script: keeping an early message (`buffer`) until a `receive` parks on its key.
 
+use std::future::Future;
+
 use sutra_store::{BufferedMessage, DeliveryKind, InboxAnswer, InboxEntry, Intake, Lookup, Result};
 
 use crate::commit::insert_inbox_unless_consumed;
 use crate::statements::{
-    Backend, Correlation, InboxKey, IntakeStatements, LockOn, NewDeliveryRow, Scope, Statements,
+    Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements,
 };
 use crate::store::SqlStore;
 
@@ -125,4 +127,13 @@ impl<B: Backend> Intake for SqlStore<B> {
         tx.commit().await?;
         Ok(None)
     }
+}
+
+/// The statement of intake's script (`intake`).
+pub trait IntakeStatements: Statements {
+    fn insert_buffered(
+        &mut self,
+        tenant: &str,
+        message: &BufferedMessage,
+    ) -> impl Future<Output = Result<()>> + Send;
 }

@@ -40,11 +40,17 @@ pub mod statements;
 mod store;
 mod tasks;
 
+pub use claim::{ClaimStatements, NewClaim};
+pub use commit::{StepRows, StepStatements, TakenTask, TaskArm, WaitArm, Wrote};
+pub use deliveries::DeliveryStatements;
+pub use deployments::{DeploymentStatements, NewVersion};
 pub use error::driver_error;
-pub use statements::{
-    Backend, ClaimStatements, Correlation, DeliveryStatements, DeploymentStatements, InboxKey,
-    IntakeStatements, LeaseStatements, LockOn, NewClaim, NewDeliveryRow, NewLease, NewVersion,
-    OutboxStatements, PurgeStatements, ReadStatements, ScalingStatements, Scope, Statements,
-    StepRows, StepStatements, TakenTask, TaskArm, TaskStatements, WaitArm, Wrote,
-};
+pub use intake::IntakeStatements;
+pub use leases::{LeaseStatements, NewLease};
+pub use outbox::OutboxStatements;
+pub use purge::PurgeStatements;
+pub use reads::ReadStatements;
+pub use scaling::ScalingStatements;
+pub use statements::{Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements};
 pub use store::SqlStore;
+pub use tasks::TaskStatements;

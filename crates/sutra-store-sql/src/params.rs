@@ -14,7 +14,7 @@ use sutra_store::{
     OutboxRetry, Result, TaskState,
 };
 
-use crate::statements::{Correlation, InboxKey, NewDeliveryRow, NewVersion, TaskArm, WaitArm};
+use crate::{Correlation, InboxKey, NewDeliveryRow, NewVersion, TaskArm, WaitArm};
 
 /// Binding the kinds of value the store's statements take, on any of sqlx's query types.
 pub trait Bind<'q>: Sized {
