@@ -3,17 +3,16 @@
 //! free.
 
 use sqlx::postgres::PgArguments;
+use sqlx::types::Json;
 use sqlx::{AssertSqlSafe, PgConnection, PgPool};
 use sutra_store::{DeliveryId, EndNotice, InboxAnswer, InboxEntry, Result, WaitTarget};
 use sutra_store_sql::rows::{InboxRow, WaitRow};
-use sutra_store_sql::{
-    Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements, params,
-};
+use sutra_store_sql::{Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements};
 use tracing::warn;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::Postgres;
-use crate::codec::{db, micros};
+use crate::codec::{db, micros, park};
 use crate::notices::{self, Heard};
 use crate::scope::{Flush, SYSTEM, Tx, begin, declare};
 
@@ -143,7 +142,13 @@ impl Statements for Scoped {
              VALUES ($1, $2, $3, $4, $5, COALESCE($6, sutra_now()), sutra_now())
              RETURNING id",
         );
-        let id = params::delivery(query, &row)?
+        let (kind, payload) = row.kind.encode();
+        let id = query
+            .bind(row.tenant)
+            .bind(row.instance)
+            .bind(park(row.park)?)
+            .bind(kind)
+            .bind(Json(payload))
             .bind(row.due_at.map(micros))
             .fetch_one(self.connection())
             .await
@@ -160,7 +165,12 @@ impl Statements for Scoped {
              VALUES ($1, $2, $3, $4, $5, sutra_now())
              ON CONFLICT DO NOTHING",
         );
-        let query = params::inbox(query, tenant, entry);
+        let query = query
+            .bind(tenant)
+            .bind(&entry.channel)
+            .bind(&entry.event_id)
+            .bind(entry.answer.instance.as_deref())
+            .bind(&entry.answer.status);
         Ok(self.execute(query).await? == 1)
     }
 
@@ -168,7 +178,10 @@ impl Statements for Scoped {
         let query = sqlx::query_as::<_, InboxRow>(
             "SELECT instance, status FROM inbox WHERE tenant = $1 AND channel = $2 AND event_id = $3",
         );
-        let row = params::inbox_key(query, key)
+        let row = query
+            .bind(key.tenant)
+            .bind(key.channel)
+            .bind(key.event_id)
             .fetch_optional(self.connection())
             .await
             .map_err(db)?;
@@ -179,7 +192,10 @@ impl Statements for Scoped {
         let query = sqlx::query_as::<_, WaitRow>(
             "SELECT instance, park FROM waits WHERE tenant = $1 AND channel = $2 AND key = $3",
         );
-        params::correlation(query, on)
+        query
+            .bind(on.tenant)
+            .bind(on.channel)
+            .bind(on.key)
             .fetch_optional(self.connection())
             .await
             .map_err(db)?

@@ -16,8 +16,8 @@ use sutra_core::snapshot::{InstanceInfo, ParkId, ParkSort, Snapshot};
 use sutra_core::step::{Disarm, HistoryEvent, Message};
 use sutra_store::codec::corrupt;
 use sutra_store::{
-    Arm, ClaimToken, Committed, DeliveryId, DeliveryKind, EndNotice, Error, InboxAnswer,
-    InboxEntry, LockedTask, OutboxEntry, Result, StepCommit, Steps, task_id,
+    Arm, ClaimKind, ClaimToken, Committed, DeliveryId, DeliveryKind, EndNotice, Error, InboxAnswer,
+    InboxEntry, LockedTask, OutboxEntry, Result, StepCommit, Steps, TaskState, task_id,
 };
 use uuid::Uuid;
 
@@ -378,6 +378,26 @@ pub struct TaskArm<'a> {
     pub lock: SignedDuration,
     /// `Some`: armed locked for a worker ([`sutra_store::TakenBy`]).
     pub taken: Option<TakenTask<'a>>,
+}
+
+impl TaskArm<'_> {
+    /// Available, or locked when a worker took it.
+    pub fn state(&self) -> TaskState {
+        match self.taken {
+            Some(_) => TaskState::Locked,
+            None => TaskState::Available,
+        }
+    }
+}
+
+/// What a settle's fenced update checks and adds, by its claim's kind: the owner a durable
+/// claim wrote (none for a locked claim, which wrote nothing), and what the settle adds to the
+/// fence the claim read (a durable claim grew it already; a locked one's step grows it here).
+pub fn settle_fence(token: &ClaimToken) -> (Option<&str>, i64) {
+    match token.kind {
+        ClaimKind::Durable => (Some(token.owner.0.as_str()), 0),
+        ClaimKind::Locked => (None, 1),
+    }
 }
 
 /// The lock a task is armed with when a worker took it in the step that arms it.

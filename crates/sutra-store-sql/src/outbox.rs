@@ -6,6 +6,7 @@
 use std::future::Future;
 
 use jiff::SignedDuration;
+use sutra_store::codec::micros;
 use sutra_store::{Outbox, OutboxId, OutboxRetry, OutboxRow, Result};
 
 use crate::rows::ClaimedOutboxRow;
@@ -43,8 +44,17 @@ impl<B: Backend> Outbox for SqlStore<B> {
     }
 }
 
+/// A failed send's next attempt as the row keeps it: when (`None`: never), and whether the row
+/// is poisoned.
+pub fn next_attempt(retry: OutboxRetry) -> (Option<i64>, bool) {
+    match retry {
+        OutboxRetry::At(at) => (Some(micros(at)), false),
+        OutboxRetry::Poison => (None, true),
+    }
+}
+
 /// The statements of the outbox worker's side (`outbox`); steps write the rows
-/// ([`StepStatements::insert_outbox`]).
+/// ([`crate::StepStatements::insert_outbox`]).
 pub trait OutboxStatements: Statements {
     /// Stamps up to `batch` rows due for sending whose claim is missing or older than
     /// `stale_after`; returns them in the order they are handed out: oldest due first, then in

@@ -1,7 +1,11 @@
-//! The statement layer: each method one statement (or, where a dialect needs several, one
-//! step of a script), its SQL text the backend's. A backend implements these traits once, on its
-//! unit of work ([`Backend::Tx`]); the scripts of this crate decide the order the statements run
-//! in and check what each returns, so that order and those checks exist once. How a statement
+//! The core of the statement layer that every area shares: the [`Backend`], its unit of work
+//! ([`Backend::Tx`]) and the statements more than one area runs ([`Statements`]). Each area's
+//! own statements are a trait in that area's module, beside the script that runs them
+//! ([`crate::ClaimStatements`] in `claim`, …). Each method is one statement (or, where a dialect
+//! needs several, one step of a script), its SQL text and its parameters' binding the backend's.
+//! A backend implements these traits once, on its unit of work; the scripts of this crate decide
+//! the order the statements run in and check what each returns, so that order and those checks
+//! exist once. How a statement
 //! runs is the backend's: on PostgreSQL every unit of work is a transaction scoped to its tenant;
 //! on SQLite a statement that writes begins the write transaction, and one atomic on its own (a
 //! claim, a read) runs alone unless the write transaction is already begun.

@@ -6,12 +6,12 @@ use serde_json::Value;
 use sqlx::types::Json;
 use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot};
 use sutra_core::step::HistoryEvent;
-use sutra_store::{ClaimToken, DeliveryId, InboxEntry, OutboxEntry, Result};
+use sutra_store::{ClaimToken, DeliveryId, InboxEntry, OutboxEntry, Result, TaskState};
 use sutra_store_sql::{
-    Correlation, Statements, StepRows, StepStatements, TaskArm, WaitArm, Wrote, params,
+    Correlation, Statements, StepRows, StepStatements, TaskArm, WaitArm, Wrote, settle_fence,
 };
 
-use crate::codec::{db, history_kind, micros, park, signed};
+use crate::codec::{db, duration_micros, history_kind, micros, park, signed};
 use crate::statements::Session;
 
 impl StepStatements for Session {
@@ -64,7 +64,13 @@ impl StepStatements for Session {
             "UPDATE tasks SET state = ?3, updated_at = ?6
              WHERE instance = ?1 AND park = ?2 AND state IN (?4, ?5)",
         );
-        let query = params::cancel_task(query, instance, park_id)?.bind(micros(tx.now()));
+        let query = query
+            .bind(instance)
+            .bind(park(park_id)?)
+            .bind(TaskState::Cancelled.as_str())
+            .bind(TaskState::Available.as_str())
+            .bind(TaskState::Locked.as_str())
+            .bind(micros(tx.now()));
         tx.execute(query).await.map(drop)
     }
 
@@ -74,7 +80,12 @@ impl StepStatements for Session {
             "INSERT INTO waits (tenant, channel, key, instance, park) VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT DO NOTHING",
         );
-        let query = params::wait(query, wait)?;
+        let query = query
+            .bind(wait.on.tenant)
+            .bind(wait.on.channel)
+            .bind(wait.on.key)
+            .bind(&wait.instance.id)
+            .bind(park(wait.park)?);
         Ok(tx.execute(query).await? == 1)
     }
 
@@ -88,7 +99,10 @@ impl StepStatements for Session {
                  ORDER BY id LIMIT 1)
              RETURNING message",
         );
-        let early: Option<Json<Value>> = params::correlation(query, on)
+        let early: Option<Json<Value>> = query
+            .bind(on.tenant)
+            .bind(on.channel)
+            .bind(on.key)
             .bind(now)
             .fetch_optional(tx.connection())
             .await
@@ -109,7 +123,16 @@ impl StepStatements for Session {
                                      message_key, idempotency_key, next_attempt_at, created_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
             );
-            let query = params::outbox(query, instance, entry).bind(micros(tx.now()));
+            let query = query
+                .bind(&instance.tenant)
+                .bind(&instance.id)
+                .bind(&instance.deployment)
+                .bind(i64::from(instance.version))
+                .bind(&entry.channel)
+                .bind(Json(&entry.payload))
+                .bind(entry.message_key.as_deref())
+                .bind(&entry.idempotency_key)
+                .bind(micros(tx.now()));
             tx.execute(query).await?;
         }
         Ok(())
@@ -131,7 +154,13 @@ impl StepStatements for Session {
              ON CONFLICT (tenant, channel, event_id)
              DO UPDATE SET instance = excluded.instance, status = excluded.status",
         );
-        let query = params::inbox(query, tenant, entry).bind(micros(tx.now()));
+        let query = query
+            .bind(tenant)
+            .bind(&entry.channel)
+            .bind(&entry.event_id)
+            .bind(entry.answer.instance.as_deref())
+            .bind(&entry.answer.status)
+            .bind(micros(tx.now()));
         tx.execute(query).await.map(drop)
     }
 }
@@ -152,7 +181,18 @@ impl Session {
                  updated_at = ?10
              WHERE tenant = ?3 AND id = ?4 AND (?5 IS NULL OR owner = ?5) AND fence = ?6",
         );
-        let query = params::settle(query, token, snapshot, held_by).bind(micros(tx.now()));
+        let (owner, growth) = settle_fence(token);
+        let query = query
+            .bind(Json(snapshot.to_json()))
+            .bind(snapshot.status.as_str())
+            .bind(&snapshot.instance.tenant)
+            .bind(&snapshot.instance.id)
+            .bind(owner)
+            .bind(token.fence)
+            .bind(growth)
+            .bind(held_by)
+            .bind(i64::from(snapshot.instance.version))
+            .bind(micros(tx.now()));
         Ok(tx.execute(query).await? == 1)
     }
 
@@ -163,7 +203,17 @@ impl Session {
                                     held_by, created_at, updated_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
         );
-        let query = params::instance(query, snapshot, held_by).bind(micros(tx.now()));
+        let instance = &snapshot.instance;
+        let query = query
+            .bind(&instance.id)
+            .bind(&instance.tenant)
+            .bind(&instance.deployment)
+            .bind(i64::from(instance.version))
+            .bind(&instance.flow)
+            .bind(snapshot.status.as_str())
+            .bind(Json(snapshot.to_json()))
+            .bind(held_by)
+            .bind(micros(tx.now()));
         tx.execute(query).await.map(drop)
     }
 
@@ -225,7 +275,22 @@ impl Session {
         );
         // A taken task's lock runs out when its worker was told: this process's clock is the
         // store's.
-        let query = params::task(query, task)?.bind(micros(tx.now()));
+        let taken = task.taken.as_ref();
+        let query = query
+            .bind(&task.id)
+            .bind(&task.instance.tenant)
+            .bind(&task.instance.id)
+            .bind(park(task.park)?)
+            .bind(task.topic)
+            .bind(Json(task.input))
+            .bind(task.state().as_str())
+            .bind(i64::from(task.retries))
+            .bind(duration_micros(task.backoff))
+            .bind(duration_micros(task.lock))
+            .bind(taken.map(|taken| taken.lock_token.as_str()))
+            .bind(taken.map(|taken| micros(taken.expires_at)))
+            .bind(taken.map(|taken| taken.worker))
+            .bind(micros(tx.now()));
         tx.execute(query).await.map(drop)
     }
 }

@@ -4,15 +4,14 @@
 use jiff::Timestamp;
 use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{SqliteArguments, SqlitePool, SqliteRow};
+use sqlx::types::Json;
 use sqlx::{FromRow, SqliteConnection, Transaction};
 use sutra_store::{DeliveryId, InboxAnswer, InboxEntry, Result, WaitTarget};
 use sutra_store_sql::rows::{InboxRow, WaitRow};
-use sutra_store_sql::{
-    Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements, params,
-};
+use sutra_store_sql::{Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements};
 
 use crate::Sqlite;
-use crate::codec::{db, micros, now};
+use crate::codec::{db, micros, now, park};
 
 pub type Query<'q> = sqlx::query::Query<'q, sqlx::Sqlite, SqliteArguments>;
 pub type QueryAs<'q, O> = sqlx::query::QueryAs<'q, sqlx::Sqlite, O, SqliteArguments>;
@@ -166,7 +165,13 @@ impl Statements for Session {
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
              RETURNING id",
         );
-        let id = params::delivery(query, &delivery)?
+        let (kind, payload) = delivery.kind.encode();
+        let id = query
+            .bind(delivery.tenant)
+            .bind(delivery.instance)
+            .bind(park(delivery.park)?)
+            .bind(kind)
+            .bind(Json(payload))
             .bind(micros(delivery.due_at.unwrap_or(now)))
             .bind(micros(now))
             .fetch_one(self.connection().await?)
@@ -182,7 +187,13 @@ impl Statements for Session {
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)
              ON CONFLICT DO NOTHING",
         );
-        let query = params::inbox(query, tenant, entry).bind(micros(tx.now()));
+        let query = query
+            .bind(tenant)
+            .bind(&entry.channel)
+            .bind(&entry.event_id)
+            .bind(entry.answer.instance.as_deref())
+            .bind(&entry.answer.status)
+            .bind(micros(tx.now()));
         Ok(tx.execute(query).await? == 1)
     }
 
@@ -190,7 +201,10 @@ impl Statements for Session {
         let query = sqlx::query_as::<_, InboxRow>(
             "SELECT instance, status FROM inbox WHERE tenant = ?1 AND channel = ?2 AND event_id = ?3",
         );
-        let row = params::inbox_key(query, key)
+        let row = query
+            .bind(key.tenant)
+            .bind(key.channel)
+            .bind(key.event_id)
             .fetch_optional(self.connection().await?)
             .await
             .map_err(db)?;
@@ -201,7 +215,10 @@ impl Statements for Session {
         let query = sqlx::query_as::<_, WaitRow>(
             "SELECT instance, park FROM waits WHERE tenant = ?1 AND channel = ?2 AND key = ?3",
         );
-        params::correlation(query, on)
+        query
+            .bind(on.tenant)
+            .bind(on.channel)
+            .bind(on.key)
             .fetch_optional(self.connection().await?)
             .await
             .map_err(db)?
