@@ -23,7 +23,7 @@ use sutra_store_sql::{
 
 use crate::codec::{db, duration_micros, history_kind, micros, park, signed};
 use crate::notices;
-use crate::statements::{Query, Scoped};
+use crate::statements::{INBOX_CONSUMED, Query, Scoped};
 use crate::test_switches;
 
 impl StepStatements for Scoped {
@@ -188,19 +188,9 @@ impl StepStatements for Scoped {
     }
 
     async fn record_consumed(&mut self, tenant: &str, entry: &InboxEntry) -> Result<()> {
-        let query = sqlx::query(
-            "INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
-             VALUES ($1, $2, $3, $4, $5, sutra_now())
-             ON CONFLICT (tenant, channel, event_id)
-             DO UPDATE SET instance = excluded.instance, status = excluded.status",
-        );
-        let query = query
-            .bind(tenant)
-            .bind(&entry.channel)
-            .bind(&entry.event_id)
-            .bind(entry.answer.instance.as_deref())
-            .bind(&entry.answer.status);
-        self.execute(query).await.map(drop)
+        self.write_inbox(INBOX_CONSUMED, tenant, entry)
+            .await
+            .map(drop)
     }
 }
 

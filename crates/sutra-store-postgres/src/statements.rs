@@ -47,6 +47,39 @@ impl Scoped {
     }
 }
 
+/// A message's inbox row unless it has one ([`Statements::insert_inbox`]).
+const INBOX_UNLESS_THERE: &str =
+    "INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
+     VALUES ($1, $2, $3, $4, $5, sutra_now())
+     ON CONFLICT DO NOTHING";
+
+/// A consumed message's inbox row, over whatever row it had
+/// ([`sutra_store_sql::StepStatements::record_consumed`]).
+pub const INBOX_CONSUMED: &str =
+    "INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
+     VALUES ($1, $2, $3, $4, $5, sutra_now())
+     ON CONFLICT (tenant, channel, event_id)
+     DO UPDATE SET instance = excluded.instance, status = excluded.status";
+
+impl Scoped {
+    /// Writes a message's inbox row by `sql` ([`INBOX_UNLESS_THERE`] or [`INBOX_CONSUMED`]):
+    /// tenant, channel, event id, the answer's instance and status. How many rows it wrote.
+    pub async fn write_inbox(
+        &mut self,
+        sql: &'static str,
+        tenant: &str,
+        entry: &InboxEntry,
+    ) -> Result<u64> {
+        let query = sqlx::query(sql)
+            .bind(tenant)
+            .bind(&entry.channel)
+            .bind(&entry.event_id)
+            .bind(entry.answer.instance.as_deref())
+            .bind(&entry.answer.status);
+        self.execute(query).await
+    }
+}
+
 impl Postgres {
     /// The pool a scope's transactions run in: the system's work as the system's role, which
     /// alone `'*'` shows rows to (migration 0011).
@@ -160,18 +193,7 @@ impl Statements for Scoped {
     /// do nothing; the lookup that follows is a new statement, so (READ COMMITTED) it sees the
     /// row the racer committed.
     async fn insert_inbox(&mut self, tenant: &str, entry: &InboxEntry) -> Result<bool> {
-        let query = sqlx::query(
-            "INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
-             VALUES ($1, $2, $3, $4, $5, sutra_now())
-             ON CONFLICT DO NOTHING",
-        );
-        let query = query
-            .bind(tenant)
-            .bind(&entry.channel)
-            .bind(&entry.event_id)
-            .bind(entry.answer.instance.as_deref())
-            .bind(&entry.answer.status);
-        Ok(self.execute(query).await? == 1)
+        Ok(self.write_inbox(INBOX_UNLESS_THERE, tenant, entry).await? == 1)
     }
 
     async fn inbox_answer(&mut self, key: InboxKey<'_>) -> Result<Option<InboxAnswer>> {

@@ -12,7 +12,7 @@ use sutra_store_sql::{
 };
 
 use crate::codec::{db, duration_micros, history_kind, micros, park, signed};
-use crate::statements::Session;
+use crate::statements::{INBOX_CONSUMED, Session};
 
 impl StepStatements for Session {
     /// One statement per row, in order: nothing else writes while the step holds the write
@@ -147,21 +147,9 @@ impl StepStatements for Session {
     }
 
     async fn record_consumed(&mut self, tenant: &str, entry: &InboxEntry) -> Result<()> {
-        let tx = self.write().await?;
-        let query = sqlx::query(
-            "INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT (tenant, channel, event_id)
-             DO UPDATE SET instance = excluded.instance, status = excluded.status",
-        );
-        let query = query
-            .bind(tenant)
-            .bind(&entry.channel)
-            .bind(&entry.event_id)
-            .bind(entry.answer.instance.as_deref())
-            .bind(&entry.answer.status)
-            .bind(micros(tx.now()));
-        tx.execute(query).await.map(drop)
+        self.write_inbox(INBOX_CONSUMED, tenant, entry)
+            .await
+            .map(drop)
     }
 }
 

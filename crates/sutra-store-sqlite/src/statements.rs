@@ -114,6 +114,42 @@ impl Write {
     }
 }
 
+/// A message's inbox row unless it has one ([`Statements::insert_inbox`]).
+const INBOX_UNLESS_THERE: &str =
+    "INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+     ON CONFLICT DO NOTHING";
+
+/// A consumed message's inbox row, over whatever row it had
+/// ([`sutra_store_sql::StepStatements::record_consumed`]).
+pub const INBOX_CONSUMED: &str =
+    "INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+     ON CONFLICT (tenant, channel, event_id)
+     DO UPDATE SET instance = excluded.instance, status = excluded.status";
+
+impl Session {
+    /// Writes a message's inbox row by `sql` ([`INBOX_UNLESS_THERE`] or [`INBOX_CONSUMED`]):
+    /// tenant, channel, event id, the answer's instance and status, received now. How many rows
+    /// it wrote.
+    pub async fn write_inbox(
+        &mut self,
+        sql: &'static str,
+        tenant: &str,
+        entry: &InboxEntry,
+    ) -> Result<u64> {
+        let tx = self.write().await?;
+        let query = sqlx::query(sql)
+            .bind(tenant)
+            .bind(&entry.channel)
+            .bind(&entry.event_id)
+            .bind(entry.answer.instance.as_deref())
+            .bind(&entry.answer.status)
+            .bind(micros(tx.now()));
+        tx.execute(query).await
+    }
+}
+
 /// SQLite keeps no tenants apart, so the scope is the scripts' business only.
 impl Backend for Sqlite {
     type Tx = Session;
@@ -181,20 +217,7 @@ impl Statements for Session {
     }
 
     async fn insert_inbox(&mut self, tenant: &str, entry: &InboxEntry) -> Result<bool> {
-        let tx = self.write().await?;
-        let query = sqlx::query(
-            "INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT DO NOTHING",
-        );
-        let query = query
-            .bind(tenant)
-            .bind(&entry.channel)
-            .bind(&entry.event_id)
-            .bind(entry.answer.instance.as_deref())
-            .bind(&entry.answer.status)
-            .bind(micros(tx.now()));
-        Ok(tx.execute(query).await? == 1)
+        Ok(self.write_inbox(INBOX_UNLESS_THERE, tenant, entry).await? == 1)
     }
 
     async fn inbox_answer(&mut self, key: InboxKey<'_>) -> Result<Option<InboxAnswer>> {
