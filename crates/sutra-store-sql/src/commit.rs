@@ -49,8 +49,9 @@ impl<B: Backend> Steps for SqlStore<B> {
 /// Every row of a step, in the caller's transaction (its own, or a group's). `resolved` is the
 /// park whose task this transaction completed already: there is no task of it left to cancel.
 ///
-/// A taken alias refuses first, before any write; then come the cancels of every task a worker
-/// may still hold, then the step's own rows ([`StepStatements::write_rows`]) — the settle
+/// A taken alias refuses first, before any write; then come the cancels of the tasks of the
+/// task parks it resolves, which a worker may still hold (a `receive`'s or a timer's park has
+/// none to look for), then the step's own rows ([`StepStatements::write_rows`]) — the settle
 /// guarded by the claim's fence, or the start's insert led by its message's inbox row, either of
 /// which may refuse having written nothing — and last the rows a park arms that another
 /// transaction may race for.
