@@ -35,7 +35,7 @@ use crate::snapshot::{
     Failure, Park, ParkId, ParkKind, Snapshot, Status, Token, TokenId, TokenState,
 };
 use crate::step::{
-    Effect, Event, HistoryEvent, HistoryKind, Message, Rejection, Reply, Step, StepContext,
+    Disarm, Effect, Event, HistoryEvent, HistoryKind, Message, Rejection, Reply, Step, StepContext,
     TaskError,
 };
 
@@ -85,7 +85,7 @@ pub fn fail(
     let mut failed = snapshot.clone();
     let effects = snapshot
         .parks()
-        .map(|park| Effect::Disarm { park: park.id })
+        .map(|park| Effect::Disarm(Disarm::of(park)))
         .collect();
     failed.status = Status::Failed;
     failed.audit_seq += 1;
@@ -533,10 +533,11 @@ impl<'a> Run<'a> {
     /// made in this step loses its `Arm`, so a park made and resolved in one step leaves no trace
     /// among the effects.
     fn tear_down_parks(&mut self) {
-        let parks: Vec<ParkId> = self.snap.parks().map(|park| park.id).collect();
-        for park in parks {
+        let parks: Vec<Disarm> = self.snap.parks().map(Disarm::of).collect();
+        for disarm in parks {
+            let park = disarm.park;
             if self.was_armed(park) {
-                self.effects.push(Effect::Disarm { park });
+                self.effects.push(Effect::Disarm(disarm));
             } else {
                 self.effects.retain(
                     |effect| !matches!(effect, Effect::Arm { park: p, .. } if p.id == park),

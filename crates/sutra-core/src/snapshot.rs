@@ -227,7 +227,24 @@ pub enum ParkKind {
     },
 }
 
+/// Which of the kinds of [`ParkKind`] a park is, without its details: what a disarm must know
+/// of the rows behind it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParkSort {
+    Receive,
+    Wait,
+    Task,
+}
+
 impl ParkKind {
+    pub fn sort(&self) -> ParkSort {
+        match self {
+            ParkKind::Receive { .. } => ParkSort::Receive,
+            ParkKind::Wait { .. } => ParkSort::Wait,
+            ParkKind::Task { .. } => ParkSort::Task,
+        }
+    }
+
     /// When the store must fire a timer for this park, if ever.
     pub fn due(&self) -> Option<Timestamp> {
         match self {

@@ -8,7 +8,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::snapshot::{Park, ParkId, Snapshot, Status, TokenId};
+use crate::snapshot::{Park, ParkId, ParkSort, Snapshot, Status, TokenId};
 
 /// Node visits allowed in one step before it fails with `SUTRA.RUNTIME.STEP.BUDGET_EXCEEDED`.
 pub const TRANSITIONS_PER_STEP_DEFAULT: u32 = 10_000;
@@ -131,7 +131,7 @@ pub enum Effect {
     /// Resolve the rows behind a park that existed before this step. Never emitted for the park
     /// the step's event answered: the delivery consumes that park's rows itself, all of them (a
     /// `receive`'s correlation wait and its timeout timer are one park, answered by either).
-    Disarm { park: ParkId },
+    Disarm(Disarm),
     /// An outbox row, sent after the commit (SPEC §5.4).
     Emit {
         channel: String,
@@ -141,6 +141,23 @@ pub enum Effect {
         /// `{instance}:{audit seq}:{node}`: stable across retries of the send.
         idempotency_key: String,
     },
+}
+
+/// A park whose rows are resolved, and which rows those are: only a task's has a task a worker
+/// may still hold, to cancel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Disarm {
+    pub park: ParkId,
+    pub sort: ParkSort,
+}
+
+impl Disarm {
+    pub fn of(park: &Park) -> Disarm {
+        Disarm {
+            park: park.id,
+            sort: park.kind.sort(),
+        }
+    }
 }
 
 /// The answer for a caller held by `ack: complete`, produced when the instance stops for good

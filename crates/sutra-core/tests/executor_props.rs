@@ -15,7 +15,7 @@ use support::*;
 use sutra_core::exec::apply;
 use sutra_core::model::Flow;
 use sutra_core::snapshot::{Park, ParkId, ParkKind, Snapshot, Status, TokenState};
-use sutra_core::step::{Effect, Event, Rejection, Reply, Step, StepContext};
+use sutra_core::step::{Disarm, Effect, Event, Rejection, Reply, Step, StepContext};
 
 /// A budget no random flow needs unless it loops without parking.
 const BUDGET_LARGE: u32 = 400;
@@ -358,11 +358,11 @@ fn check_step(before: &Snapshot, step: &Step) -> Result<(), TestCaseError> {
                 );
                 prop_assert!(park.id.0 >= before.next_park, "an armed park id is fresh");
             }
-            Effect::Disarm { park } => {
+            Effect::Disarm(disarm) => {
                 prop_assert!(
-                    before.parks().any(|p| p.id == *park),
-                    "disarmed park {:?} was not held",
-                    park
+                    before.parks().any(|p| Disarm::of(p) == *disarm),
+                    "disarmed park {:?} was not held, or not of that kind",
+                    disarm
                 );
                 prop_assert_eq!(
                     before.status,

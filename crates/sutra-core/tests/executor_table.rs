@@ -535,7 +535,7 @@ fn disarms(step: &Step) -> Vec<ParkId> {
     step.effects
         .iter()
         .filter_map(|e| match e {
-            Effect::Disarm { park } => Some(*park),
+            Effect::Disarm(disarm) => Some(disarm.park),
             _ => None,
         })
         .collect()

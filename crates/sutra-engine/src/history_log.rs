@@ -169,8 +169,8 @@ impl Commit {
             took: rows.taken.map(|delivery| delivery.0),
             asked: asked.collect(),
             disarmed: (rows.disarms.iter())
-                .filter(|park| Some(**park) != answered)
-                .map(|park| park.0)
+                .filter(|disarm| Some(disarm.park) != answered)
+                .map(|disarm| disarm.park.0)
                 .collect(),
             outbox: (rows.outbox.iter())
                 .map(|entry| entry.idempotency_key.clone())

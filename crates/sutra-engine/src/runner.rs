@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use sutra_core::codes;
 use sutra_core::exec;
 use sutra_core::snapshot::{InstanceInfo, Park, ParkId, ParkKind, Snapshot};
-use sutra_core::step::{Effect, Event, Message, Rejection, Step, StepContext};
+use sutra_core::step::{Disarm, Effect, Event, Message, Rejection, Step, StepContext};
 use sutra_store::{
     Arm, ClaimToken, Claimed, CompletingClaim, DeliveryId, Group, InboxAnswer, InboxEntry,
     InstanceKey, OutboxEntry, Owner, StepCommit, TakenBy,
@@ -331,7 +331,9 @@ impl Stepper<'_> {
             .live
             .pinned(info)
             .ok_or_else(|| Error::Unpinned(describe(info)))?;
-        let answered = event.park();
+        let answered = (event.park())
+            .and_then(|park| claimed.snapshot.parks().find(|held| held.id == park))
+            .map(Disarm::of);
         let ctx = StepContext::at(self.shared.clock.now());
         let step = exec::apply(flow, &claimed.snapshot, event, ctx).map_err(rejected)?;
         let pending = PendingCommit {
@@ -375,8 +377,14 @@ impl Stepper<'_> {
             rows = to_commit(&step, &pending, me, &takers.locks);
             result = group.commit_step(&rows).await;
         }
-        let record = history_log::enabled()
-            .then(|| history_log::Commit::of(&self.owner.0, pending.kind, &rows, pending.answered));
+        let record = history_log::enabled().then(|| {
+            history_log::Commit::of(
+                &self.owner.0,
+                pending.kind,
+                &rows,
+                pending.answered.map(|d| d.park),
+            )
+        });
         if let (Err(sutra_store::Error::ClaimLost), Some(token)) = (&result, &pending.claim) {
             let tenant = &step.snapshot.instance.tenant;
             history_log::claim_lost(me, &self.owner.0, tenant, &instance, token.fence);
@@ -469,7 +477,8 @@ struct PendingCommit {
     claim: Option<ClaimToken>,
     /// Who held a caller on the instance before this step, as its claim read it.
     held_by: Option<String>,
-    answered: Option<ParkId>,
+    /// The park the step's event answered: a step that runs holds it.
+    answered: Option<Disarm>,
     taken: Option<DeliveryId>,
     consumed: Option<Consumed>,
     hold: bool,
@@ -526,12 +535,12 @@ fn to_commit(
     locks: &[(ParkId, TakenBy)],
 ) -> StepCommit {
     let mut arms = Vec::new();
-    let mut disarms: Vec<ParkId> = pending.answered.into_iter().collect();
+    let mut disarms: Vec<Disarm> = pending.answered.into_iter().collect();
     let mut outbox = Vec::new();
     for effect in &step.effects {
         match effect {
             Effect::Arm { park, .. } => arms.extend(arms_for(park)),
-            Effect::Disarm { park } => disarms.push(*park),
+            Effect::Disarm(disarm) => disarms.push(*disarm),
             Effect::Emit {
                 channel,
                 data,

@@ -16,12 +16,14 @@ use sqlx::Row;
 use sqlx::types::Json;
 use sutra_core::snapshot::{InstanceInfo, ParkId};
 use sutra_core::step::HistoryEvent;
-use sutra_store::{DeliveryId, InboxEntry, OutboxEntry, Result};
-use sutra_store_sql::{Correlation, StepRows, StepStatements, TaskArm, WaitArm, Wrote, params};
+use sutra_store::{DeliveryId, InboxEntry, OutboxEntry, Result, TaskState};
+use sutra_store_sql::{
+    Correlation, StepRows, StepStatements, TaskArm, WaitArm, Wrote, settle_fence,
+};
 
 use crate::codec::{db, duration_micros, history_kind, micros, park, signed};
 use crate::notices;
-use crate::statements::{Query, Scoped};
+use crate::statements::{INBOX_CONSUMED, Query, Scoped};
 use crate::test_switches;
 
 impl StepStatements for Scoped {
@@ -44,15 +46,38 @@ impl StepStatements for Scoped {
             (None, None) => ROWS_AFTER_INSERT.as_str(),
             (None, Some(_)) => ROWS_OF_A_MESSAGE.as_str(),
         };
+        let (snapshot, instance) = (rows.snapshot, &rows.snapshot.instance);
         let query = match rows.claim {
-            Some(token) => params::settle(sqlx::query(sql), token, rows.snapshot, rows.held_by),
-            None => params::instance(sqlx::query(sql), rows.snapshot, rows.held_by),
+            // `$1`–`$9` of [`ROWS_AFTER_SETTLE`].
+            Some(token) => {
+                let (owner, growth) = settle_fence(token);
+                sqlx::query(sql)
+                    .bind(Json(snapshot.to_json()))
+                    .bind(snapshot.status.as_str())
+                    .bind(&instance.tenant)
+                    .bind(&instance.id)
+                    .bind(owner)
+                    .bind(token.fence)
+                    .bind(growth)
+                    .bind(rows.held_by)
+                    .bind(i64::from(instance.version))
+            }
+            // `$1`–`$8` of [`insert_instance`].
+            None => sqlx::query(sql)
+                .bind(&instance.id)
+                .bind(&instance.tenant)
+                .bind(&instance.deployment)
+                .bind(i64::from(instance.version))
+                .bind(&instance.flow)
+                .bind(snapshot.status.as_str())
+                .bind(Json(snapshot.to_json()))
+                .bind(rows.held_by),
         };
         let query = HistoryColumns::of(rows.history)?.bind(query);
         let cleared = rows
             .cleared
             .iter()
-            .map(|cleared| park(*cleared))
+            .map(|cleared| park(cleared.park))
             .collect::<Result<Vec<_>>>()?;
         let query = TaskColumns::of(rows.tasks)?.bind(query.bind(cleared));
         let Some(entry) = message else {
@@ -89,7 +114,12 @@ impl StepStatements for Scoped {
             "UPDATE tasks SET state = $3, updated_at = sutra_now()
              WHERE instance = $1 AND park = $2 AND state IN ($4, $5)",
         );
-        let query = params::cancel_task(query, instance, park_id)?;
+        let query = query
+            .bind(instance)
+            .bind(park(park_id)?)
+            .bind(TaskState::Cancelled.as_str())
+            .bind(TaskState::Available.as_str())
+            .bind(TaskState::Locked.as_str());
         self.execute(query).await.map(drop)
     }
 
@@ -98,7 +128,12 @@ impl StepStatements for Scoped {
             "INSERT INTO waits (tenant, channel, key, instance, park) VALUES ($1, $2, $3, $4, $5)
              ON CONFLICT DO NOTHING",
         );
-        let query = params::wait(query, wait)?;
+        let query = query
+            .bind(wait.on.tenant)
+            .bind(wait.on.channel)
+            .bind(wait.on.key)
+            .bind(&wait.instance.id)
+            .bind(park(wait.park)?);
         Ok(self.execute(query).await? == 1)
     }
 
@@ -110,7 +145,10 @@ impl StepStatements for Scoped {
                  ORDER BY id LIMIT 1)
              RETURNING message",
         );
-        let early: Option<Json<Value>> = params::correlation(query, on)
+        let early: Option<Json<Value>> = query
+            .bind(on.tenant)
+            .bind(on.channel)
+            .bind(on.key)
             .fetch_optional(self.connection())
             .await
             .map_err(db)?;
@@ -128,7 +166,15 @@ impl StepStatements for Scoped {
                                      message_key, idempotency_key, next_attempt_at, created_at)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, sutra_now(), sutra_now())",
             );
-            let query = params::outbox(query, instance, entry);
+            let query = query
+                .bind(&instance.tenant)
+                .bind(&instance.id)
+                .bind(&instance.deployment)
+                .bind(i64::from(instance.version))
+                .bind(&entry.channel)
+                .bind(Json(&entry.payload))
+                .bind(entry.message_key.as_deref())
+                .bind(&entry.idempotency_key);
             self.execute(query).await?;
         }
         Ok(())
@@ -142,18 +188,14 @@ impl StepStatements for Scoped {
     }
 
     async fn record_consumed(&mut self, tenant: &str, entry: &InboxEntry) -> Result<()> {
-        let query = sqlx::query(
-            "INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
-             VALUES ($1, $2, $3, $4, $5, sutra_now())
-             ON CONFLICT (tenant, channel, event_id)
-             DO UPDATE SET instance = excluded.instance, status = excluded.status",
-        );
-        let query = params::inbox(query, tenant, entry);
-        self.execute(query).await.map(drop)
+        self.write_inbox(INBOX_CONSUMED, tenant, entry)
+            .await
+            .map(drop)
     }
 }
 
-/// A step's rows after a settle: the settle's parameters ([`params::settle`]) are `$1`–`$9`.
+/// A step's rows after a settle: the settle's parameters are `$1`–`$9` (bound in
+/// [`StepStatements::write_rows`]).
 static ROWS_AFTER_SETTLE: LazyLock<String> = LazyLock::new(|| {
     let rows = step_rows(
         "",
@@ -169,12 +211,12 @@ static ROWS_AFTER_SETTLE: LazyLock<String> = LazyLock::new(|| {
     test_switches::settle(rows)
 });
 
-/// A start's rows: the insert's parameters ([`params::instance`]) are `$1`–`$8`.
+/// A start's rows: the insert's parameters are `$1`–`$8` ([`insert_instance`]).
 static ROWS_AFTER_INSERT: LazyLock<String> =
     LazyLock::new(|| step_rows("", &insert_instance(""), 9, WRITTEN));
 
-/// A start's insert of its new, unowned instance (`$1`–`$8`, [`params::instance`]), if `guard`
-/// holds.
+/// A start's insert of its new, unowned instance, if `guard` holds: its id, tenant, deployment,
+/// version, flow, status, snapshot and who holds a caller are `$1`–`$8`.
 fn insert_instance(guard: &str) -> String {
     format!(
         "INSERT INTO instances (id, tenant, deployment, version, flow, status, snapshot,

@@ -3,10 +3,11 @@
 //! version to every replica (see [`crate::notices`]).
 
 use jiff::SignedDuration;
-use sutra_store::Result;
+use sutra_core::snapshot::Status;
 use sutra_store::codec::duration_micros;
+use sutra_store::{DeploymentStatus, Result, TaskState};
 use sutra_store_sql::rows::DeploymentRow;
-use sutra_store_sql::{DeploymentStatements, NewVersion, params};
+use sutra_store_sql::{DeploymentStatements, NewVersion};
 
 use crate::codec::db;
 use crate::notices;
@@ -17,7 +18,11 @@ impl DeploymentStatements for Scoped {
         let query = sqlx::query(
             "UPDATE deployments SET status = $3 WHERE tenant = $1 AND name = $2 AND status = $4",
         );
-        let query = params::drain(query, tenant, name);
+        let query = query
+            .bind(tenant)
+            .bind(name)
+            .bind(DeploymentStatus::Draining.as_str())
+            .bind(DeploymentStatus::Active.as_str());
         self.execute(query).await.map(drop)
     }
 
@@ -28,7 +33,11 @@ impl DeploymentStatements for Scoped {
              FROM deployments WHERE tenant = $1 AND name = $2
              RETURNING tenant, name, version, status, source, created_at",
         );
-        params::version(query, version)
+        query
+            .bind(version.tenant)
+            .bind(version.name)
+            .bind(DeploymentStatus::Active.as_str())
+            .bind(version.source)
             .fetch_one(self.connection())
             .await
             .map_err(db)
@@ -71,7 +80,11 @@ impl DeploymentStatements for Scoped {
                   AND i.deployment = d.name AND i.version = d.version
                   JOIN tasks t ON t.instance = i.id AND t.state IN ($3, $4))",
         );
-        params::ended_and_live(query)
+        query
+            .bind(Status::Completed.as_str())
+            .bind(Status::Cancelled.as_str())
+            .bind(TaskState::Available.as_str())
+            .bind(TaskState::Locked.as_str())
             .bind(tenant)
             .bind(name)
             .bind(i64::from(version))
@@ -98,7 +111,13 @@ impl DeploymentStatements for Scoped {
                   AND i.version = d.version AND t.state IN ($3, $4))
              RETURNING tenant, name, version, status, source, created_at",
         );
-        params::retire(query)
+        query
+            .bind(Status::Completed.as_str())
+            .bind(Status::Cancelled.as_str())
+            .bind(TaskState::Available.as_str())
+            .bind(TaskState::Locked.as_str())
+            .bind(DeploymentStatus::Draining.as_str())
+            .bind(DeploymentStatus::Retired.as_str())
             .bind(duration_micros(grace))
             .fetch_all(self.connection())
             .await

@@ -12,7 +12,8 @@
 //! reasoning — concurrency, the clock, row-level security, timeouts — is in
 //! docs/decisions/0015-postgres-store.md.
 //!
-//! One file per area of the seam, each with the statements of its area: [`claim`] first, then
+//! One file per area of the seam, each with the statements of its area, each statement's SQL
+//! beside the binding of its parameters: [`claim`] first, then
 //! [`commit`], [`intake`], [`deliveries`], [`tasks`], [`outbox`], [`leases`], [`deployments`],
 //! [`reads`] and [`purge`]. Opening reads the URL's TLS settings as libpq's users know them
 //! ([`tls`]; docs/decisions/0034-tls-to-postgresql.md).

@@ -3,17 +3,16 @@
 //! free.
 
 use sqlx::postgres::PgArguments;
+use sqlx::types::Json;
 use sqlx::{AssertSqlSafe, PgConnection, PgPool};
 use sutra_store::{DeliveryId, EndNotice, InboxAnswer, InboxEntry, Result, WaitTarget};
 use sutra_store_sql::rows::{InboxRow, WaitRow};
-use sutra_store_sql::{
-    Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements, params,
-};
+use sutra_store_sql::{Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements};
 use tracing::warn;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::Postgres;
-use crate::codec::{db, micros};
+use crate::codec::{db, micros, park};
 use crate::notices::{self, Heard};
 use crate::scope::{Flush, SYSTEM, Tx, begin, declare};
 
@@ -45,6 +44,39 @@ impl Scoped {
 
     pub fn connection(&mut self) -> &mut PgConnection {
         &mut self.tx
+    }
+}
+
+/// A message's inbox row unless it has one ([`Statements::insert_inbox`]).
+const INBOX_UNLESS_THERE: &str =
+    "INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
+     VALUES ($1, $2, $3, $4, $5, sutra_now())
+     ON CONFLICT DO NOTHING";
+
+/// A consumed message's inbox row, over whatever row it had
+/// ([`sutra_store_sql::StepStatements::record_consumed`]).
+pub const INBOX_CONSUMED: &str =
+    "INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
+     VALUES ($1, $2, $3, $4, $5, sutra_now())
+     ON CONFLICT (tenant, channel, event_id)
+     DO UPDATE SET instance = excluded.instance, status = excluded.status";
+
+impl Scoped {
+    /// Writes a message's inbox row by `sql` ([`INBOX_UNLESS_THERE`] or [`INBOX_CONSUMED`]):
+    /// tenant, channel, event id, the answer's instance and status. How many rows it wrote.
+    pub async fn write_inbox(
+        &mut self,
+        sql: &'static str,
+        tenant: &str,
+        entry: &InboxEntry,
+    ) -> Result<u64> {
+        let query = sqlx::query(sql)
+            .bind(tenant)
+            .bind(&entry.channel)
+            .bind(&entry.event_id)
+            .bind(entry.answer.instance.as_deref())
+            .bind(&entry.answer.status);
+        self.execute(query).await
     }
 }
 
@@ -143,7 +175,13 @@ impl Statements for Scoped {
              VALUES ($1, $2, $3, $4, $5, COALESCE($6, sutra_now()), sutra_now())
              RETURNING id",
         );
-        let id = params::delivery(query, &row)?
+        let (kind, payload) = row.kind.encode();
+        let id = query
+            .bind(row.tenant)
+            .bind(row.instance)
+            .bind(park(row.park)?)
+            .bind(kind)
+            .bind(Json(payload))
             .bind(row.due_at.map(micros))
             .fetch_one(self.connection())
             .await
@@ -155,20 +193,17 @@ impl Statements for Scoped {
     /// do nothing; the lookup that follows is a new statement, so (READ COMMITTED) it sees the
     /// row the racer committed.
     async fn insert_inbox(&mut self, tenant: &str, entry: &InboxEntry) -> Result<bool> {
-        let query = sqlx::query(
-            "INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
-             VALUES ($1, $2, $3, $4, $5, sutra_now())
-             ON CONFLICT DO NOTHING",
-        );
-        let query = params::inbox(query, tenant, entry);
-        Ok(self.execute(query).await? == 1)
+        Ok(self.write_inbox(INBOX_UNLESS_THERE, tenant, entry).await? == 1)
     }
 
     async fn inbox_answer(&mut self, key: InboxKey<'_>) -> Result<Option<InboxAnswer>> {
         let query = sqlx::query_as::<_, InboxRow>(
             "SELECT instance, status FROM inbox WHERE tenant = $1 AND channel = $2 AND event_id = $3",
         );
-        let row = params::inbox_key(query, key)
+        let row = query
+            .bind(key.tenant)
+            .bind(key.channel)
+            .bind(key.event_id)
             .fetch_optional(self.connection())
             .await
             .map_err(db)?;
@@ -179,7 +214,10 @@ impl Statements for Scoped {
         let query = sqlx::query_as::<_, WaitRow>(
             "SELECT instance, park FROM waits WHERE tenant = $1 AND channel = $2 AND key = $3",
         );
-        params::correlation(query, on)
+        query
+            .bind(on.tenant)
+            .bind(on.channel)
+            .bind(on.key)
             .fetch_optional(self.connection())
             .await
             .map_err(db)?

@@ -1,15 +1,17 @@
 //! The claim (SPEC §5.2): claim, release and sweep, each one conditional statement compared
 //! against the store's clock.
 
+use std::future::Future;
+
 use jiff::SignedDuration;
 use sutra_store::{
     ClaimKind, ClaimToken, Claimed, Claims, Error, HeldTask, Owner, Result, SweepOutcome,
 };
 
-use crate::rows::{ClaimedRow, SweptRow};
-use crate::statements::{Backend, ClaimStatements, NewClaim, Scope, Statements, TaskStatements};
+use crate::rows::{ClaimedRow, CompletedRow, SweptRow};
+use crate::statements::{Backend, Scope, Statements};
 use crate::store::SqlStore;
-use crate::tasks::completed_or_why;
+use crate::tasks::{TaskStatements, completed_or_why};
 
 #[async_trait::async_trait]
 impl<B: Backend> Claims for SqlStore<B> {
@@ -94,4 +96,75 @@ async fn decode_or_refuse<T: ClaimStatements>(
         None if tx.instance_exists(claim.tenant, claim.instance).await? => Err(Error::ClaimHeld),
         None => Err(Error::InstanceNotFound(claim.instance.to_owned())),
     }
+}
+
+/// A claim to take: `owner`'s, on the instance, unless another owner's claim younger than
+/// `timeout` holds it.
+pub struct NewClaim<'a> {
+    pub tenant: &'a str,
+    pub instance: &'a str,
+    pub owner: &'a Owner,
+    pub timeout: SignedDuration,
+}
+
+/// The statements of the claim (`claim`).
+pub trait ClaimStatements: Statements {
+    /// Takes the instance's claim for its owner if it is free, already the owner's, or older than
+    /// the timeout by the store's clock, and grows the fence; `None`, having written
+    /// nothing, otherwise.
+    fn claim(
+        &mut self,
+        claim: &NewClaim<'_>,
+    ) -> impl Future<Output = Result<Option<ClaimedRow>>> + Send;
+
+    /// Locks the instance's row for this transaction if the claim predicate holds and no other
+    /// transaction holds the row (skipping it, never waiting); its fence, snapshot and holder,
+    /// or `None`, having written nothing. The claim of a group member ([`ClaimKind::Locked`]).
+    ///
+    /// [`ClaimKind::Locked`]: sutra_store::ClaimKind::Locked
+    fn lock_claimable(
+        &mut self,
+        claim: &NewClaim<'_>,
+    ) -> impl Future<Output = Result<Option<ClaimedRow>>> + Send;
+
+    /// [`ClaimStatements::lock_claimable`], then, if the row is claimed,
+    /// [`TaskStatements::complete_locked`] of the task: what each returned. By default the two
+    /// statements; a backend may make them one.
+    fn lock_claimable_completing(
+        &mut self,
+        claim: &NewClaim<'_>,
+        task: &str,
+        lock_token: &str,
+    ) -> impl Future<Output = Result<(Option<ClaimedRow>, Option<CompletedRow>)>> + Send
+    where
+        Self: TaskStatements,
+    {
+        async move {
+            let Some(claimed) = self.lock_claimable(claim).await? else {
+                return Ok((None, None));
+            };
+            let completed = self.complete_locked(claim.tenant, task, lock_token).await?;
+            Ok((Some(claimed), completed))
+        }
+    }
+
+    fn instance_exists(
+        &mut self,
+        tenant: &str,
+        instance: &str,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Clears the claim if `token` still holds it.
+    fn release(
+        &mut self,
+        tenant: &str,
+        instance: &str,
+        token: &ClaimToken,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Clears every claim older than `claim_timeout`, counting a recovery on each; returns them.
+    fn sweep(
+        &mut self,
+        claim_timeout: SignedDuration,
+    ) -> impl Future<Output = Result<Vec<SweptRow>>> + Send;
 }

@@ -8,19 +8,21 @@
 //! the one race left between transactions on different rows — a park and an early message on the
 //! same correlation key — is ordered by [`Statements::serialize`] (see [`lock_waits`]).
 
+use std::future::Future;
+
 use jiff::{SignedDuration, Timestamp};
-use sutra_core::snapshot::{InstanceInfo, ParkId};
-use sutra_core::step::Message;
+use serde_json::Value;
+use sutra_core::snapshot::{InstanceInfo, ParkId, ParkSort, Snapshot};
+use sutra_core::step::{Disarm, HistoryEvent, Message};
 use sutra_store::codec::corrupt;
 use sutra_store::{
-    Arm, Committed, DeliveryId, DeliveryKind, EndNotice, Error, InboxAnswer, InboxEntry,
-    LockedTask, Result, StepCommit, Steps, task_id,
+    Arm, ClaimKind, ClaimToken, Committed, DeliveryId, DeliveryKind, EndNotice, Error, InboxAnswer,
+    InboxEntry, LockedTask, OutboxEntry, Result, StepCommit, Steps, TaskState, task_id,
 };
 use uuid::Uuid;
 
 use crate::statements::{
-    Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements, StepRows,
-    StepStatements, TakenTask, TaskArm, WaitArm, Wrote,
+    Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements,
 };
 use crate::store::SqlStore;
 
@@ -48,8 +50,9 @@ impl<B: Backend> Steps for SqlStore<B> {
 /// park whose task this transaction completed already: there is no task of it left to cancel.
 /// `now` is when a task armed locked for a worker starts its lock, as the worker is told.
 ///
-/// A taken alias refuses first, before any write; then come the cancels of every task a worker
-/// may still hold, then the step's own rows ([`StepStatements::write_rows`]) — the settle
+/// A taken alias refuses first, before any write; then come the cancels of the tasks of the
+/// task parks it resolves, which a worker may still hold (a `receive`'s or a timer's park has
+/// none to look for), then the step's own rows ([`StepStatements::write_rows`]) — the settle
 /// guarded by the claim's fence, or the start's insert led by its message's inbox row, either of
 /// which may refuse having written nothing — and last the rows a park arms that another
 /// transaction may race for.
@@ -67,8 +70,12 @@ pub(crate) async fn write_step<T: StepStatements>(
         instance,
         now,
     };
-    for park in step.disarms.iter().filter(|park| Some(**park) != resolved) {
-        writer.cancel_task(*park).await?;
+    let tasks = step
+        .disarms
+        .iter()
+        .filter(|disarm| disarm.sort == ParkSort::Task);
+    for disarm in tasks.filter(|disarm| Some(disarm.park) != resolved) {
+        writer.cancel_task(disarm.park).await?;
     }
     let taken = writer.write_rows().await?;
     lock_waits(writer.tx, step).await?;
@@ -147,7 +154,8 @@ async fn refuse_taken_aliases<T: Statements>(tx: &mut T, step: &StepCommit) -> R
         let Some(holder) = tx.find_wait(on).await? else {
             continue;
         };
-        let disarmed = holder.instance == instance.id && step.disarms.contains(&holder.park);
+        let disarmed = holder.instance == instance.id
+            && step.disarms.iter().any(|disarm| disarm.park == holder.park);
         if !disarmed {
             return Err(Error::AliasTaken {
                 channel: channel.clone(),
@@ -356,4 +364,139 @@ fn locked_task(task: &TaskArm<'_>) -> Option<LockedTask> {
         lock_token: taken.lock_token.clone(),
         lock_expires_at: taken.expires_at,
     })
+}
+
+/// The fields of an [`sutra_store::Arm::Wait`]: the park's correlation alias.
+pub struct WaitArm<'a> {
+    pub instance: &'a InstanceInfo,
+    pub park: ParkId,
+    pub on: Correlation<'a>,
+}
+
+/// The fields of an [`sutra_store::Arm::Task`], and the id of its task.
+pub struct TaskArm<'a> {
+    pub instance: &'a InstanceInfo,
+    pub park: ParkId,
+    /// [`sutra_store::task_id`].
+    pub id: String,
+    pub topic: &'a str,
+    pub input: &'a Value,
+    pub retries: u32,
+    pub backoff: SignedDuration,
+    pub lock: SignedDuration,
+    /// `Some`: armed locked for a worker ([`sutra_store::TakenBy`]).
+    pub taken: Option<TakenTask<'a>>,
+}
+
+impl TaskArm<'_> {
+    /// Available, or locked when a worker took it.
+    pub fn state(&self) -> TaskState {
+        match self.taken {
+            Some(_) => TaskState::Locked,
+            None => TaskState::Available,
+        }
+    }
+}
+
+/// What a settle's fenced update checks and adds, by its claim's kind: the owner a durable
+/// claim wrote (none for a locked claim, which wrote nothing), and what the settle adds to the
+/// fence the claim read (a durable claim grew it already; a locked one's step grows it here).
+pub fn settle_fence(token: &ClaimToken) -> (Option<&str>, i64) {
+    match token.kind {
+        ClaimKind::Durable => (Some(token.owner.0.as_str()), 0),
+        ClaimKind::Locked => (None, 1),
+    }
+}
+
+/// The lock a task is armed with when a worker took it in the step that arms it.
+pub struct TakenTask<'a> {
+    pub worker: &'a str,
+    /// The lock's length asked for.
+    pub lock: SignedDuration,
+    /// Random: the proof of the lock, as a poll's.
+    pub lock_token: String,
+    /// When the lock runs out as answered to the worker: the lock's length from a moment before
+    /// the transaction's writes, on this process's clock. The row's own expiry is never earlier
+    /// (see each backend).
+    pub expires_at: Timestamp,
+}
+
+/// A step's own rows: its instance row (the fenced settle, or a start's insert), its history,
+/// the waits and deliveries of the parks it resolves, and the tasks it arms — what every step
+/// writes, which a backend may write in one statement ([`StepStatements::write_rows`]).
+pub struct StepRows<'a> {
+    /// The claim the step settles under; `None` inserts a new, unowned instance.
+    pub claim: Option<&'a ClaimToken>,
+    pub snapshot: &'a Snapshot,
+    /// [`sutra_store::StepCommit::held_by`].
+    pub held_by: Option<&'a str>,
+    pub history: &'a [HistoryEvent],
+    /// Parks whose wait and pending deliveries are deleted (their tasks are resolved before).
+    pub cleared: &'a [Disarm],
+    pub tasks: &'a [TaskArm<'a>],
+    /// A start's message: its inbox row is inserted before anything else, unless an instance
+    /// waits on its correlation key (the message is a relay) or another start consumed it
+    /// already; either way nothing is written.
+    pub message: Option<&'a InboxEntry>,
+}
+
+/// What [`StepStatements::write_rows`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wrote {
+    /// Every row.
+    Rows,
+    /// Nothing: the settle's claim no longer holds.
+    ClaimLost,
+    /// Nothing: an instance waits on the start message's key.
+    Waited,
+    /// Nothing: another start consumed the message (its inbox row is there).
+    Consumed,
+}
+
+/// The statements of a step's commit (`commit`).
+pub trait StepStatements: Statements {
+    /// Tells the other processes on the store, once this transaction commits, that `instances`
+    /// ended ([`sutra_store::Steps::end_notice`]). Sent once per transaction, for every step
+    /// in it that announces one.
+    fn announce_ended(&mut self, instances: &[String]) -> impl Future<Output = Result<()>> + Send;
+
+    /// Writes `rows`, or nothing at all when the settle's claim no longer holds or a start's
+    /// message is not its to consume.
+    fn write_rows(&mut self, rows: &StepRows<'_>) -> impl Future<Output = Result<Wrote>> + Send;
+
+    /// Cancels the park's task if a worker may still take it (available or locked).
+    fn cancel_task(
+        &mut self,
+        instance: &str,
+        park: ParkId,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Inserts a correlation alias unless the key is taken; whether this insert made it.
+    fn insert_wait(&mut self, wait: &WaitArm<'_>) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Deletes and returns the oldest live buffered message on the key, if any.
+    fn take_buffered(
+        &mut self,
+        on: Correlation<'_>,
+    ) -> impl Future<Output = Result<Option<Value>>> + Send;
+
+    fn insert_outbox(
+        &mut self,
+        instance: &InstanceInfo,
+        entries: &[OutboxEntry],
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Deletes the delivery the step applied.
+    fn take_delivery(
+        &mut self,
+        instance: &str,
+        delivery: DeliveryId,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Writes the answer to a consumed message over whatever inbox row it had.
+    fn record_consumed(
+        &mut self,
+        tenant: &str,
+        entry: &InboxEntry,
+    ) -> impl Future<Output = Result<()>> + Send;
 }

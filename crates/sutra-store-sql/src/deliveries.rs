@@ -2,12 +2,14 @@
 //! discarded in the system's (the dispatcher serves every tenant), due times against the store's
 //! clock.
 
+use std::future::Future;
+
 use jiff::{SignedDuration, Timestamp};
 use sutra_store::codec::timestamp;
 use sutra_store::{Deliveries, Delivery, DeliveryId, NewDelivery, Result};
 
 use crate::rows::DeliveryRow;
-use crate::statements::{Backend, DeliveryStatements, Scope, Statements};
+use crate::statements::{Backend, Scope, Statements};
 use crate::store::SqlStore;
 
 #[async_trait::async_trait]
@@ -32,6 +34,7 @@ impl<B: Backend> Deliveries for SqlStore<B> {
         rows.into_iter().map(DeliveryRow::decode).collect()
     }
 
+    #[cfg(feature = "conformance")]
     async fn delivery(&self, id: DeliveryId) -> Result<Option<Delivery>> {
         let row = self
             .once(Scope::System, async |tx| tx.delivery(id).await)
@@ -55,4 +58,36 @@ impl<B: Backend> Deliveries for SqlStore<B> {
             .await?;
         earliest.map(timestamp).transpose()
     }
+}
+
+/// The statements of the deliveries (`deliveries`); steps and the task scripts insert
+/// them ([`Statements::insert_delivery`]).
+pub trait DeliveryStatements: Statements {
+    /// Deliveries due by the store's clock, oldest due first, each marked as handed out: one
+    /// dispatch more, due again `redeliver_after` later. A row another dispatcher is marking is
+    /// skipped, never handed out twice. The rows read as they came due, their dispatches
+    /// counting this one.
+    fn due_deliveries(
+        &mut self,
+        limit: u32,
+        redeliver_after: SignedDuration,
+    ) -> impl Future<Output = Result<Vec<DeliveryRow>>> + Send;
+
+    fn delivery(
+        &mut self,
+        id: DeliveryId,
+    ) -> impl Future<Output = Result<Option<DeliveryRow>>> + Send;
+
+    /// Moves the delivery's due time to `until`, counting a refused attempt and clearing its
+    /// dispatches.
+    fn defer(
+        &mut self,
+        id: DeliveryId,
+        until: Timestamp,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    fn discard(&mut self, id: DeliveryId) -> impl Future<Output = Result<()>> + Send;
+
+    /// The earliest due time, in microseconds.
+    fn next_due(&mut self) -> impl Future<Output = Result<Option<i64>>> + Send;
 }

@@ -10,9 +10,9 @@ use sutra_store::{
     Claimed, Clock, Committed, CompletingClaim, Group, Groups, HeldTask, Owner, Result, StepCommit,
 };
 
-use crate::claim::{lock_claim, lock_claim_completing};
-use crate::commit::write_step;
-use crate::statements::{Backend, NewClaim, Scope, Statements, StepStatements};
+use crate::claim::{NewClaim, lock_claim, lock_claim_completing};
+use crate::commit::{StepStatements, write_step};
+use crate::statements::{Backend, Scope, Statements};
 use crate::store::SqlStore;
 use crate::tasks::{complete_locked, deliver_output};
 

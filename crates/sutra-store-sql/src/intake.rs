@@ -1,23 +1,24 @@
 //! Intake's script: keeping an early message (`buffer`) until a `receive` parks on its key.
 
-use sutra_store::{
-    BufferedMessage, DeliveryKind, InboxAnswer, InboxEntry, Intake, Lookup, Result, WaitTarget,
-};
+use std::future::Future;
+
+use sutra_store::{BufferedMessage, DeliveryKind, InboxAnswer, InboxEntry, Intake, Lookup, Result};
 
 use crate::commit::insert_inbox_unless_consumed;
 use crate::statements::{
-    Backend, Correlation, InboxKey, IntakeStatements, LockOn, NewDeliveryRow, Scope, Statements,
+    Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements,
 };
 use crate::store::SqlStore;
 
 #[async_trait::async_trait]
 impl<B: Backend> Intake for SqlStore<B> {
+    #[cfg(feature = "conformance")]
     async fn find_wait(
         &self,
         tenant: &str,
         channel: &str,
         key: &str,
-    ) -> Result<Option<WaitTarget>> {
+    ) -> Result<Option<sutra_store::WaitTarget>> {
         self.once(Scope::Tenant(tenant), async |tx| {
             tx.find_wait(Correlation {
                 tenant,
@@ -29,6 +30,7 @@ impl<B: Backend> Intake for SqlStore<B> {
         .await
     }
 
+    #[cfg(feature = "conformance")]
     async fn inbox_answer(
         &self,
         tenant: &str,
@@ -125,4 +127,13 @@ impl<B: Backend> Intake for SqlStore<B> {
         tx.commit().await?;
         Ok(None)
     }
+}
+
+/// The statement of intake's script (`intake`).
+pub trait IntakeStatements: Statements {
+    fn insert_buffered(
+        &mut self,
+        tenant: &str,
+        message: &BufferedMessage,
+    ) -> impl Future<Output = Result<()>> + Send;
 }

@@ -1,11 +1,13 @@
 //! Lease rows (SPEC §6): leader election for the singleton roles, by the store's clock. Leases
 //! are the fleet's, not a tenant's: every statement runs in the system scope.
 
+use std::future::Future;
+
 use jiff::SignedDuration;
 use sutra_store::{Lease, Leases, Result};
 
 use crate::rows::LeaseRow;
-use crate::statements::{Backend, LeaseStatements, NewLease, Scope};
+use crate::statements::{Backend, Scope, Statements};
 use crate::store::SqlStore;
 
 #[async_trait::async_trait]
@@ -41,4 +43,30 @@ impl<B: Backend> Leases for SqlStore<B> {
             .await?;
         rows.into_iter().map(LeaseRow::decode).collect()
     }
+}
+
+/// A lease to take: `role` for `holder`, until `ttl` from now.
+pub struct NewLease<'a> {
+    pub role: &'a str,
+    pub holder: &'a str,
+    pub ttl: SignedDuration,
+}
+
+/// The statements of the lease rows (`leases`).
+pub trait LeaseStatements: Statements {
+    /// Inserts or takes over the role's row for the holder, unless another holder's lease is
+    /// live; the row, or `None` having written nothing.
+    fn acquire_lease(
+        &mut self,
+        lease: &NewLease<'_>,
+    ) -> impl Future<Output = Result<Option<LeaseRow>>> + Send;
+
+    /// Ends `holder`'s lease on `role` now, unless it ended already.
+    fn release_lease(
+        &mut self,
+        role: &str,
+        holder: &str,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    fn leases(&mut self) -> impl Future<Output = Result<Vec<LeaseRow>>> + Send;
 }

@@ -1,11 +1,18 @@
 //! Sutra's SQL store, written once: [`SqlStore`] implements every area of the store seam over a
-//! backend's small statement layer ([`statements`]), which each backend implements on its unit
-//! of work, in its own dialect. Each area's scripts are in a module named after it: the claim
-//! (`claim`), the order of a step's writes (`commit`), intake and `buffer` (`intake`), the
-//! deliveries, the task poll, complete, fail and extend (`tasks`), the outbox, the leases, the
-//! deploy (`deployments`), the reads and the purge. Beside them: the row structs and their
-//! decoding into the store's records ([`rows`]), the parameters both dialects bind alike
-//! ([`params`]) and the API's listings ([`listings`]).
+//! backend's small statement layer, which each backend implements on its unit of work, in its
+//! own dialect. Each area's scripts are in a module named after it, beside the trait of the
+//! statements they run ([`ClaimStatements`] in `claim`, …): the claim (`claim`), the order of a
+//! step's writes (`commit`), intake and `buffer` (`intake`), the deliveries, the task poll,
+//! complete, fail and extend (`tasks`), the outbox, the leases, the deploy (`deployments`), the
+//! reads, the purge and the scaling counts. [`statements`] holds what every area shares: the
+//! [`Backend`], and the unit of work's own statements ([`Statements`]). Beside them: the row
+//! structs and their decoding into the store's records ([`rows`]) and the API's listings
+//! ([`listings`]). Each backend binds a statement's parameters next to its SQL; what both derive
+//! alike from a record is a function here ([`settle_fence`], [`next_attempt`],
+//! [`TaskArm::state`]).
+//!
+//! A new operation is a script and its trait method in the area's module here, and one statement
+//! per backend in that backend's file of the same area.
 //!
 //! A script decides which statements run, in what order, and what is checked between them; a
 //! statement is the backend's SQL. A reason that holds for every backend (why a park's task is
@@ -31,7 +38,6 @@ mod intake;
 mod leases;
 pub mod listings;
 mod outbox;
-pub mod params;
 mod purge;
 mod reads;
 pub mod rows;
@@ -40,11 +46,17 @@ pub mod statements;
 mod store;
 mod tasks;
 
+pub use claim::{ClaimStatements, NewClaim};
+pub use commit::{StepRows, StepStatements, TakenTask, TaskArm, WaitArm, Wrote, settle_fence};
+pub use deliveries::DeliveryStatements;
+pub use deployments::{DeploymentStatements, NewVersion};
 pub use error::driver_error;
-pub use statements::{
-    Backend, ClaimStatements, Correlation, DeliveryStatements, DeploymentStatements, InboxKey,
-    IntakeStatements, LeaseStatements, LockOn, NewClaim, NewDeliveryRow, NewLease, NewVersion,
-    OutboxStatements, PurgeStatements, ReadStatements, ScalingStatements, Scope, Statements,
-    StepRows, StepStatements, TakenTask, TaskArm, TaskStatements, WaitArm, Wrote,
-};
+pub use intake::IntakeStatements;
+pub use leases::{LeaseStatements, NewLease};
+pub use outbox::{OutboxStatements, next_attempt};
+pub use purge::PurgeStatements;
+pub use reads::ReadStatements;
+pub use scaling::ScalingStatements;
+pub use statements::{Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements};
 pub use store::SqlStore;
+pub use tasks::TaskStatements;

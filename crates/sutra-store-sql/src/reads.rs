@@ -1,13 +1,15 @@
 //! The API's reads, each one statement in the tenant's scope, so that a backend keeping tenants
 //! apart shows it only the tenant's rows. Listings are built once (see [`crate::listings`]).
 
+use std::future::Future;
+
 use sutra_core::step::HistoryEvent;
 use sutra_store::{
     InstanceFilter, InstanceRecord, OutboxRecord, Reads, Result, TaskFilter, TaskRecord,
 };
 
 use crate::rows::{HistoryRow, InstanceRow, OutboxRow, TaskRow};
-use crate::statements::{Backend, ReadStatements, Scope};
+use crate::statements::{Backend, Scope, Statements};
 use crate::store::SqlStore;
 
 #[async_trait::async_trait]
@@ -74,4 +76,51 @@ impl<B: Backend> Reads for SqlStore<B> {
     async fn ping(&self) -> Result<()> {
         self.once(Scope::System, async |tx| tx.ping().await).await
     }
+}
+
+/// The reads of the API (`reads`).
+pub trait ReadStatements: Statements {
+    fn instance_row(
+        &mut self,
+        tenant: &str,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<InstanceRow>>> + Send;
+
+    /// The listing [`crate::listings::instances`] builds.
+    fn instance_rows(
+        &mut self,
+        tenant: &str,
+        filter: &InstanceFilter,
+    ) -> impl Future<Output = Result<Vec<InstanceRow>>> + Send;
+
+    /// An instance's history, in sequence order.
+    fn history_rows(
+        &mut self,
+        tenant: &str,
+        instance: &str,
+    ) -> impl Future<Output = Result<Vec<HistoryRow>>> + Send;
+
+    /// An instance's tasks, in park order.
+    fn task_rows(
+        &mut self,
+        tenant: &str,
+        instance: &str,
+    ) -> impl Future<Output = Result<Vec<TaskRow>>> + Send;
+
+    /// The listing [`crate::listings::tasks`] builds.
+    fn listed_task_rows(
+        &mut self,
+        tenant: &str,
+        filter: &TaskFilter,
+    ) -> impl Future<Output = Result<Vec<TaskRow>>> + Send;
+
+    /// An instance's outbox rows, in the order they were written.
+    fn outbox_rows(
+        &mut self,
+        tenant: &str,
+        instance: &str,
+    ) -> impl Future<Output = Result<Vec<OutboxRow>>> + Send;
+
+    /// Fails unless the store would accept a commit now.
+    fn ping(&mut self) -> impl Future<Output = Result<()>> + Send;
 }

@@ -3,11 +3,13 @@
 //! as a parameter would keep PostgreSQL's generic plan off `tasks_available` and
 //! `outbox_pending`).
 
+use std::future::Future;
+
 use sutra_core::snapshot::Status;
 use sutra_store::codec::{corrupt, unsigned};
 use sutra_store::{Backlog, Result, Scaling};
 
-use crate::statements::{Backend, ScalingStatements, Scope};
+use crate::statements::{Backend, Scope, Statements};
 use crate::store::SqlStore;
 
 /// The inbox's backlog, the outbox's, and the tasks workers hold: what a KEDA `ScaledObject`
@@ -62,4 +64,12 @@ impl<B: Backend> Scaling for SqlStore<B> {
                 .collect::<Result<_>>()?,
         })
     }
+}
+
+/// The scaling signal's counts (`scaling`), each the statement of the same name there.
+pub trait ScalingStatements: Statements {
+    /// Buffered messages, pending outbox rows, locked tasks.
+    fn waiting(&mut self) -> impl Future<Output = Result<(i64, i64, i64)>> + Send;
+    fn tasks_available(&mut self) -> impl Future<Output = Result<Vec<(String, i64)>>> + Send;
+    fn instances_by_status(&mut self) -> impl Future<Output = Result<Vec<(String, i64)>>> + Send;
 }

@@ -5,17 +5,19 @@
 //! carries its outcome to the instance — a completion and its delivery are one fact. Steps write
 //! and cancel the task rows (`commit`).
 
+use std::future::Future;
+
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 use sutra_core::step::TaskError;
 use sutra_store::codec::{park_id, timestamp, unsigned};
 use sutra_store::{
-    DeliveryId, DeliveryKind, Error, HeldTask, Polled, Result, TaskFailure, TaskPoll, TaskState,
-    Tasks, after_failure, lock_expired, retry_backoff,
+    DeliveryId, DeliveryKind, Error, HeldTask, LockedTask, Polled, Result, TaskFailure, TaskPoll,
+    TaskState, Tasks, after_failure, lock_expired, retry_backoff,
 };
 
-use crate::rows::{CompletedRow, Held, HeldRow};
-use crate::statements::{Backend, NewDeliveryRow, Scope, Statements, TaskStatements};
+use crate::rows::{CompletedRow, ExpiredRow, Held, HeldRow};
+use crate::statements::{Backend, NewDeliveryRow, Scope, Statements};
 use crate::store::SqlStore;
 
 #[async_trait::async_trait]
@@ -43,6 +45,7 @@ impl<B: Backend> Tasks for SqlStore<B> {
         Ok(due_now)
     }
 
+    #[cfg(feature = "conformance")]
     async fn next_task_at(&self, tenant: &str, topics: &[String]) -> Result<Option<Timestamp>> {
         let earliest = self
             .once(Scope::Tenant(tenant), async |tx| {
@@ -225,4 +228,65 @@ async fn deliver<T: Statements>(
         due_at: None,
     };
     tx.insert_delivery(row).await
+}
+
+/// The statements of the pull surface's scripts (`tasks`).
+pub trait TaskStatements: Statements {
+    /// When the next task of the topics is available or its lock expires, in microseconds.
+    fn next_task_at(
+        &mut self,
+        tenant: &str,
+        topics: &[String],
+    ) -> impl Future<Output = Result<Option<i64>>> + Send;
+
+    /// Turns terminal every task of the tenant whose last attempt's lock expired; returns them.
+    fn exhaust_expired(
+        &mut self,
+        tenant: &str,
+    ) -> impl Future<Output = Result<Vec<ExpiredRow>>> + Send;
+
+    /// Locks up to `poll.max` available tasks and expired ones within their budget, oldest
+    /// first, each with a fresh token; and, when it locked fewer than that, [`Self::next_task_at`]
+    /// as it is after these locks (microseconds), so that the next poll knows how long it may
+    /// wait without looking.
+    fn lock_tasks(
+        &mut self,
+        poll: &TaskPoll,
+    ) -> impl Future<Output = Result<(Vec<LockedTask>, Option<i64>)>> + Send;
+
+    /// Reads the task, held until the transaction ends, and the store's clock to judge its lock
+    /// by.
+    fn held_task(
+        &mut self,
+        tenant: &str,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<(HeldRow, Timestamp)>>> + Send;
+
+    /// Completes the task if `lock_token` holds its lock now, by the store's clock; writes
+    /// nothing otherwise.
+    fn complete_locked(
+        &mut self,
+        tenant: &str,
+        id: &str,
+        lock_token: &str,
+    ) -> impl Future<Output = Result<Option<CompletedRow>>> + Send;
+
+    /// The lock ends: the task leaves `locked` for `state`.
+    fn end_lock(&mut self, id: &str, state: TaskState) -> impl Future<Output = Result<()>> + Send;
+
+    /// The lock ends and the task is available again once `after` has passed, `spent` attempts
+    /// later: one for a failed attempt within the budget, none for a task its worker handed back.
+    fn reopen_task(
+        &mut self,
+        id: &str,
+        spent: u32,
+        after: SignedDuration,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Moves the lock's deadline to `lock` from now; returns it.
+    fn extend_lock(
+        &mut self,
+        id: &str,
+        lock: SignedDuration,
+    ) -> impl Future<Output = Result<Timestamp>> + Send;
 }

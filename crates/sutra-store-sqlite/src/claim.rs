@@ -6,7 +6,7 @@
 use jiff::SignedDuration;
 use sutra_store::{ClaimToken, Result};
 use sutra_store_sql::rows::{ClaimedRow, SweptRow};
-use sutra_store_sql::{ClaimStatements, NewClaim, params};
+use sutra_store_sql::{ClaimStatements, NewClaim};
 
 use crate::codec::{db, micros, micros_before};
 use crate::statements::Session;
@@ -61,7 +61,11 @@ impl ClaimStatements for Session {
             "UPDATE instances SET owner = NULL, claimed_at = NULL
              WHERE tenant = ?1 AND id = ?2 AND owner = ?3 AND fence = ?4",
         );
-        let query = params::release(query, tenant, instance, token);
+        let query = query
+            .bind(tenant)
+            .bind(instance)
+            .bind(&token.owner.0)
+            .bind(token.fence);
         self.execute(query).await.map(drop)
     }
 

@@ -6,13 +6,13 @@ use serde_json::Value;
 use sqlx::types::Json;
 use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot};
 use sutra_core::step::HistoryEvent;
-use sutra_store::{ClaimToken, DeliveryId, InboxEntry, OutboxEntry, Result};
+use sutra_store::{ClaimToken, DeliveryId, InboxEntry, OutboxEntry, Result, TaskState};
 use sutra_store_sql::{
-    Correlation, Statements, StepRows, StepStatements, TaskArm, WaitArm, Wrote, params,
+    Correlation, Statements, StepRows, StepStatements, TaskArm, WaitArm, Wrote, settle_fence,
 };
 
-use crate::codec::{db, history_kind, micros, park, signed};
-use crate::statements::Session;
+use crate::codec::{db, duration_micros, history_kind, micros, park, signed};
+use crate::statements::{INBOX_CONSUMED, Session};
 
 impl StepStatements for Session {
     /// One statement per row, in order: nothing else writes while the step holds the write
@@ -44,8 +44,8 @@ impl StepStatements for Session {
         }
         let instance = &rows.snapshot.instance;
         self.insert_history(instance, rows.history).await?;
-        for park in rows.cleared {
-            self.delete_park_rows(&instance.id, *park).await?;
+        for cleared in rows.cleared {
+            self.delete_park_rows(&instance.id, cleared.park).await?;
         }
         for task in rows.tasks {
             self.insert_task(task).await?;
@@ -64,7 +64,13 @@ impl StepStatements for Session {
             "UPDATE tasks SET state = ?3, updated_at = ?6
              WHERE instance = ?1 AND park = ?2 AND state IN (?4, ?5)",
         );
-        let query = params::cancel_task(query, instance, park_id)?.bind(micros(tx.now()));
+        let query = query
+            .bind(instance)
+            .bind(park(park_id)?)
+            .bind(TaskState::Cancelled.as_str())
+            .bind(TaskState::Available.as_str())
+            .bind(TaskState::Locked.as_str())
+            .bind(micros(tx.now()));
         tx.execute(query).await.map(drop)
     }
 
@@ -74,7 +80,12 @@ impl StepStatements for Session {
             "INSERT INTO waits (tenant, channel, key, instance, park) VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT DO NOTHING",
         );
-        let query = params::wait(query, wait)?;
+        let query = query
+            .bind(wait.on.tenant)
+            .bind(wait.on.channel)
+            .bind(wait.on.key)
+            .bind(&wait.instance.id)
+            .bind(park(wait.park)?);
         Ok(tx.execute(query).await? == 1)
     }
 
@@ -88,7 +99,10 @@ impl StepStatements for Session {
                  ORDER BY id LIMIT 1)
              RETURNING message",
         );
-        let early: Option<Json<Value>> = params::correlation(query, on)
+        let early: Option<Json<Value>> = query
+            .bind(on.tenant)
+            .bind(on.channel)
+            .bind(on.key)
             .bind(now)
             .fetch_optional(tx.connection())
             .await
@@ -109,7 +123,16 @@ impl StepStatements for Session {
                                      message_key, idempotency_key, next_attempt_at, created_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
             );
-            let query = params::outbox(query, instance, entry).bind(micros(tx.now()));
+            let query = query
+                .bind(&instance.tenant)
+                .bind(&instance.id)
+                .bind(&instance.deployment)
+                .bind(i64::from(instance.version))
+                .bind(&entry.channel)
+                .bind(Json(&entry.payload))
+                .bind(entry.message_key.as_deref())
+                .bind(&entry.idempotency_key)
+                .bind(micros(tx.now()));
             tx.execute(query).await?;
         }
         Ok(())
@@ -124,15 +147,9 @@ impl StepStatements for Session {
     }
 
     async fn record_consumed(&mut self, tenant: &str, entry: &InboxEntry) -> Result<()> {
-        let tx = self.write().await?;
-        let query = sqlx::query(
-            "INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT (tenant, channel, event_id)
-             DO UPDATE SET instance = excluded.instance, status = excluded.status",
-        );
-        let query = params::inbox(query, tenant, entry).bind(micros(tx.now()));
-        tx.execute(query).await.map(drop)
+        self.write_inbox(INBOX_CONSUMED, tenant, entry)
+            .await
+            .map(drop)
     }
 }
 
@@ -152,7 +169,18 @@ impl Session {
                  updated_at = ?10
              WHERE tenant = ?3 AND id = ?4 AND (?5 IS NULL OR owner = ?5) AND fence = ?6",
         );
-        let query = params::settle(query, token, snapshot, held_by).bind(micros(tx.now()));
+        let (owner, growth) = settle_fence(token);
+        let query = query
+            .bind(Json(snapshot.to_json()))
+            .bind(snapshot.status.as_str())
+            .bind(&snapshot.instance.tenant)
+            .bind(&snapshot.instance.id)
+            .bind(owner)
+            .bind(token.fence)
+            .bind(growth)
+            .bind(held_by)
+            .bind(i64::from(snapshot.instance.version))
+            .bind(micros(tx.now()));
         Ok(tx.execute(query).await? == 1)
     }
 
@@ -163,7 +191,17 @@ impl Session {
                                     held_by, created_at, updated_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
         );
-        let query = params::instance(query, snapshot, held_by).bind(micros(tx.now()));
+        let instance = &snapshot.instance;
+        let query = query
+            .bind(&instance.id)
+            .bind(&instance.tenant)
+            .bind(&instance.deployment)
+            .bind(i64::from(instance.version))
+            .bind(&instance.flow)
+            .bind(snapshot.status.as_str())
+            .bind(Json(snapshot.to_json()))
+            .bind(held_by)
+            .bind(micros(tx.now()));
         tx.execute(query).await.map(drop)
     }
 
@@ -225,7 +263,22 @@ impl Session {
         );
         // A taken task's lock runs out when its worker was told: this process's clock is the
         // store's.
-        let query = params::task(query, task)?.bind(micros(tx.now()));
+        let taken = task.taken.as_ref();
+        let query = query
+            .bind(&task.id)
+            .bind(&task.instance.tenant)
+            .bind(&task.instance.id)
+            .bind(park(task.park)?)
+            .bind(task.topic)
+            .bind(Json(task.input))
+            .bind(task.state().as_str())
+            .bind(i64::from(task.retries))
+            .bind(duration_micros(task.backoff))
+            .bind(duration_micros(task.lock))
+            .bind(taken.map(|taken| taken.lock_token.as_str()))
+            .bind(taken.map(|taken| micros(taken.expires_at)))
+            .bind(taken.map(|taken| taken.worker))
+            .bind(micros(tx.now()));
         tx.execute(query).await.map(drop)
     }
 }

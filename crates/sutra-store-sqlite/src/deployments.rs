@@ -3,10 +3,11 @@
 //! every process on a file stored it or polls the revision.
 
 use jiff::SignedDuration;
-use sutra_store::Result;
+use sutra_core::snapshot::Status;
 use sutra_store::codec::duration_micros;
+use sutra_store::{DeploymentStatus, Result, TaskState};
 use sutra_store_sql::rows::DeploymentRow;
-use sutra_store_sql::{DeploymentStatements, NewVersion, params};
+use sutra_store_sql::{DeploymentStatements, NewVersion};
 
 use crate::codec::{db, micros};
 use crate::statements::Session;
@@ -17,7 +18,11 @@ impl DeploymentStatements for Session {
         let query = sqlx::query(
             "UPDATE deployments SET status = ?3 WHERE tenant = ?1 AND name = ?2 AND status = ?4",
         );
-        let query = params::drain(query, tenant, name);
+        let query = query
+            .bind(tenant)
+            .bind(name)
+            .bind(DeploymentStatus::Draining.as_str())
+            .bind(DeploymentStatus::Active.as_str());
         tx.execute(query).await.map(drop)
     }
 
@@ -30,7 +35,11 @@ impl DeploymentStatements for Session {
              FROM deployments WHERE tenant = ?1 AND name = ?2
              RETURNING tenant, name, version, status, source, created_at",
         );
-        params::version(query, version)
+        query
+            .bind(version.tenant)
+            .bind(version.name)
+            .bind(DeploymentStatus::Active.as_str())
+            .bind(version.source)
             .bind(now)
             .fetch_one(tx.connection())
             .await
@@ -69,7 +78,11 @@ impl DeploymentStatements for Session {
                   WHERE i.tenant = ?5 AND i.deployment = ?6 AND i.version = ?7
                   AND t.state IN (?3, ?4))",
         );
-        params::ended_and_live(query)
+        query
+            .bind(Status::Completed.as_str())
+            .bind(Status::Cancelled.as_str())
+            .bind(TaskState::Available.as_str())
+            .bind(TaskState::Locked.as_str())
             .bind(tenant)
             .bind(name)
             .bind(i64::from(version))
@@ -97,7 +110,13 @@ impl DeploymentStatements for Session {
                   AND i.version = d.version AND t.state IN (?3, ?4))
              RETURNING tenant, name, version, status, source, created_at",
         );
-        params::retire(query)
+        query
+            .bind(Status::Completed.as_str())
+            .bind(Status::Cancelled.as_str())
+            .bind(TaskState::Available.as_str())
+            .bind(TaskState::Locked.as_str())
+            .bind(DeploymentStatus::Draining.as_str())
+            .bind(DeploymentStatus::Retired.as_str())
             .bind(since)
             .fetch_all(tx.connection())
             .await

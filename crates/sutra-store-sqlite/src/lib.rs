@@ -10,7 +10,8 @@
 //! own, and run outside any transaction. Times are INTEGER microseconds and JSON is TEXT (see
 //! [`codec`]), as the PostgreSQL store keeps them.
 //!
-//! One file per area of the seam, each with the statements of its area: [`claim`] first, then
+//! One file per area of the seam, each with the statements of its area, each statement's SQL
+//! beside the binding of its parameters: [`claim`] first, then
 //! [`commit`], [`intake`], [`deliveries`], [`tasks`], [`outbox`], [`leases`], [`deployments`],
 //! [`reads`] and [`purge`].
 

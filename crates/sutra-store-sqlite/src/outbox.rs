@@ -9,7 +9,7 @@
 use jiff::SignedDuration;
 use sutra_store::{OutboxId, OutboxRetry, Result};
 use sutra_store_sql::rows::ClaimedOutboxRow;
-use sutra_store_sql::{OutboxStatements, params};
+use sutra_store_sql::{OutboxStatements, next_attempt};
 
 use crate::codec::{db, micros, micros_before};
 use crate::statements::Session;
@@ -62,7 +62,12 @@ impl OutboxStatements for Session {
                  next_attempt_at = COALESCE(?3, next_attempt_at), poisoned = ?4
              WHERE id = ?1 AND sent_at IS NULL AND poisoned = 0",
         );
-        let query = params::outbox_failure(query, id, error, retry);
+        let (next_attempt_at, poisoned) = next_attempt(retry);
+        let query = query
+            .bind(id.0)
+            .bind(error)
+            .bind(next_attempt_at)
+            .bind(poisoned);
         self.execute(query).await.map(drop)
     }
 }

@@ -4,15 +4,14 @@
 use jiff::Timestamp;
 use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{SqliteArguments, SqlitePool, SqliteRow};
+use sqlx::types::Json;
 use sqlx::{FromRow, SqliteConnection, Transaction};
 use sutra_store::{Clock, DeliveryId, InboxAnswer, InboxEntry, Result, WaitTarget};
 use sutra_store_sql::rows::{InboxRow, WaitRow};
-use sutra_store_sql::{
-    Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements, params,
-};
+use sutra_store_sql::{Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements};
 
 use crate::Sqlite;
-use crate::codec::{db, micros};
+use crate::codec::{db, micros, park};
 
 pub type Query<'q> = sqlx::query::Query<'q, sqlx::Sqlite, SqliteArguments>;
 pub type QueryAs<'q, O> = sqlx::query::QueryAs<'q, sqlx::Sqlite, O, SqliteArguments>;
@@ -120,6 +119,42 @@ impl Write {
     }
 }
 
+/// A message's inbox row unless it has one ([`Statements::insert_inbox`]).
+const INBOX_UNLESS_THERE: &str =
+    "INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+     ON CONFLICT DO NOTHING";
+
+/// A consumed message's inbox row, over whatever row it had
+/// ([`sutra_store_sql::StepStatements::record_consumed`]).
+pub const INBOX_CONSUMED: &str =
+    "INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+     ON CONFLICT (tenant, channel, event_id)
+     DO UPDATE SET instance = excluded.instance, status = excluded.status";
+
+impl Session {
+    /// Writes a message's inbox row by `sql` ([`INBOX_UNLESS_THERE`] or [`INBOX_CONSUMED`]):
+    /// tenant, channel, event id, the answer's instance and status, received now. How many rows
+    /// it wrote.
+    pub async fn write_inbox(
+        &mut self,
+        sql: &'static str,
+        tenant: &str,
+        entry: &InboxEntry,
+    ) -> Result<u64> {
+        let tx = self.write().await?;
+        let query = sqlx::query(sql)
+            .bind(tenant)
+            .bind(&entry.channel)
+            .bind(&entry.event_id)
+            .bind(entry.answer.instance.as_deref())
+            .bind(&entry.answer.status)
+            .bind(micros(tx.now()));
+        tx.execute(query).await
+    }
+}
+
 /// SQLite keeps no tenants apart, so the scope is the scripts' business only.
 impl Backend for Sqlite {
     type Tx = Session;
@@ -176,7 +211,13 @@ impl Statements for Session {
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
              RETURNING id",
         );
-        let id = params::delivery(query, &delivery)?
+        let (kind, payload) = delivery.kind.encode();
+        let id = query
+            .bind(delivery.tenant)
+            .bind(delivery.instance)
+            .bind(park(delivery.park)?)
+            .bind(kind)
+            .bind(Json(payload))
             .bind(micros(delivery.due_at.unwrap_or(now)))
             .bind(micros(now))
             .fetch_one(self.connection().await?)
@@ -186,21 +227,17 @@ impl Statements for Session {
     }
 
     async fn insert_inbox(&mut self, tenant: &str, entry: &InboxEntry) -> Result<bool> {
-        let tx = self.write().await?;
-        let query = sqlx::query(
-            "INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT DO NOTHING",
-        );
-        let query = params::inbox(query, tenant, entry).bind(micros(tx.now()));
-        Ok(tx.execute(query).await? == 1)
+        Ok(self.write_inbox(INBOX_UNLESS_THERE, tenant, entry).await? == 1)
     }
 
     async fn inbox_answer(&mut self, key: InboxKey<'_>) -> Result<Option<InboxAnswer>> {
         let query = sqlx::query_as::<_, InboxRow>(
             "SELECT instance, status FROM inbox WHERE tenant = ?1 AND channel = ?2 AND event_id = ?3",
         );
-        let row = params::inbox_key(query, key)
+        let row = query
+            .bind(key.tenant)
+            .bind(key.channel)
+            .bind(key.event_id)
             .fetch_optional(self.connection().await?)
             .await
             .map_err(db)?;
@@ -211,7 +248,10 @@ impl Statements for Session {
         let query = sqlx::query_as::<_, WaitRow>(
             "SELECT instance, park FROM waits WHERE tenant = ?1 AND channel = ?2 AND key = ?3",
         );
-        params::correlation(query, on)
+        query
+            .bind(on.tenant)
+            .bind(on.channel)
+            .bind(on.key)
             .fetch_optional(self.connection().await?)
             .await
             .map_err(db)?

@@ -112,6 +112,7 @@ macro_rules! conformance_tests {
             a_released_task_is_available_again_on_the_same_attempt,
             extend_moves_the_lock_deadline,
             a_disarmed_task_cannot_be_completed,
+            only_a_task_parks_disarm_cancels_its_task,
             next_task_at_is_when_a_poll_could_next_take_one,
             tasks_page_by_keyset_and_filter,
             tenants_never_see_each_others_tasks,

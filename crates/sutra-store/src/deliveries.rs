@@ -124,6 +124,8 @@ pub trait Deliveries: Send + Sync {
         redeliver_after: SignedDuration,
     ) -> Result<Vec<Delivery>>;
 
+    /// A delivery as it is stored: for the conformance suite, which checks what was asked.
+    #[cfg(feature = "conformance")]
     async fn delivery(&self, id: DeliveryId) -> Result<Option<Delivery>>;
 
     /// Schedules the next attempt of a delivery whose claimant was refused (or whose step

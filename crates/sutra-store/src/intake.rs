@@ -64,9 +64,15 @@ pub struct WaitTarget {
 /// What intake asks of the store before a step runs.
 #[async_trait::async_trait]
 pub trait Intake: Send + Sync {
+    /// The wait on a correlation key, read alone: for the conformance suite, which checks what
+    /// steps and intake left ([`Intake::look_up`] reads it for intake).
+    #[cfg(feature = "conformance")]
     async fn find_wait(&self, tenant: &str, channel: &str, key: &str)
     -> Result<Option<WaitTarget>>;
 
+    /// A message's inbox answer, read alone: for the conformance suite, like
+    /// [`Intake::find_wait`].
+    #[cfg(feature = "conformance")]
     async fn inbox_answer(
         &self,
         tenant: &str,
@@ -74,8 +80,8 @@ pub trait Intake: Send + Sync {
         event_id: &str,
     ) -> Result<Option<InboxAnswer>>;
 
-    /// [`Intake::inbox_answer`], then, unless the message was consumed, [`Intake::find_wait`]
-    /// for `key`: the two reads of a message's intake in one round of the store's.
+    /// The message's inbox answer, then, unless the message was consumed, the wait on its
+    /// correlation `key`: the two reads of a message's intake in one round of the store's.
     async fn look_up(
         &self,
         tenant: &str,

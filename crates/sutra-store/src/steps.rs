@@ -5,7 +5,7 @@
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 use sutra_core::snapshot::{ParkId, Snapshot};
-use sutra_core::step::HistoryEvent;
+use sutra_core::step::{Disarm, HistoryEvent};
 
 use crate::{ClaimToken, DeliveryId, InboxEntry, LockedTask, Result};
 
@@ -18,8 +18,9 @@ pub struct StepCommit {
     pub history: Vec<HistoryEvent>,
     pub arms: Vec<Arm>,
     /// Parks whose rows (wait, timer, task, pending deliveries) are resolved: those the step
-    /// disarmed and the one its event answered.
-    pub disarms: Vec<ParkId>,
+    /// disarmed and the one its event answered, each with its kind, so that only a task park's
+    /// task is cancelled.
+    pub disarms: Vec<Disarm>,
     pub outbox: Vec<OutboxEntry>,
     /// The delivery this step consumed ("taken").
     pub taken: Option<DeliveryId>,

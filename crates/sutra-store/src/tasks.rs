@@ -44,8 +44,8 @@ pub struct LockedTask {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Polled {
     pub tasks: Vec<LockedTask>,
-    /// When it locked fewer tasks than it asked for: [`Tasks::next_task_at`] for its topics,
-    /// read in the same transaction after its locks, so that a waiting poll (or the next poll
+    /// When it locked fewer tasks than it asked for: when a task of its topics next becomes
+    /// available to a poll (a retry's backoff ends, a lock expires), read in the same transaction after its locks, so that a waiting poll (or the next poll
     /// of the same topics) knows how long it may sleep without asking again. `None` when it
     /// locked as many as it asked for, or when no task of its topics will become available.
     pub next_at: Option<Timestamp>,
@@ -226,7 +226,9 @@ pub trait Tasks: Send + Sync {
     async fn exhaust_expired(&self, tenant: &str) -> Result<Vec<DeliveryId>>;
 
     /// When a task of `topics` next becomes available to a poll (a retry's backoff ends, a lock
-    /// expires), if any will. A time already past means one is available now.
+    /// expires), if any will. A time already past means one is available now. For the
+    /// conformance suite: a poll answers it with its tasks ([`Polled::next_at`]).
+    #[cfg(feature = "conformance")]
     async fn next_task_at(&self, tenant: &str, topics: &[String]) -> Result<Option<Timestamp>>;
 
     /// Completes a task `lock_token` holds ([`TaskLock::check`], else [`Error::LockLost`]) and

@@ -145,7 +145,7 @@ mod tests {
     use super::*;
     use crate::exec::apply;
     use crate::snapshot::{InstanceInfo, ParkKind};
-    use crate::step::{Effect, Event, Message};
+    use crate::step::{Disarm, Effect, Event, Message};
 
     const V1: &str = r#"
 name: shop
@@ -245,9 +245,9 @@ flows:
             matches!(&park.kind, ParkKind::Receive { key, .. } if key == "ref-o1"),
             "{park:?}"
         );
-        let old = before.tokens[0].park().unwrap().id;
+        let old = before.tokens[0].park().unwrap();
         assert!(
-            step.effects.contains(&Effect::Disarm { park: old }),
+            step.effects.contains(&Effect::Disarm(Disarm::of(old))),
             "{:?}",
             step.effects
         );

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use sqlx::{Connection, PgConnection};
-use sutra_core::snapshot::ParkId;
+use sutra_core::snapshot::{ParkId, ParkSort};
+use sutra_core::step::Disarm;
 use sutra_store::prelude::*;
 use sutra_store::{DeliveryKind, Error, StepCommit, TaskPoll};
 use sutra_store_postgres::{PostgresOptions, PostgresStore};
@@ -179,7 +180,10 @@ async fn an_early_message_is_never_lost_to_a_concurrent_park() {
     for n in 0..PAIRS {
         let again = claimed(&parker, TENANT, &id(n)).await;
         let repark = StepCommit {
-            disarms: vec![ParkId(1)],
+            disarms: vec![Disarm {
+                park: ParkId(1),
+                sort: ParkSort::Receive,
+            }],
             ..arming(&again, vec![wait(2, &format!("key-{n}"))])
         };
         let committed = parker.commit(&repark).await.unwrap();

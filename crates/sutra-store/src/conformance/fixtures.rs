@@ -6,8 +6,8 @@ pub(super) use std::time::Duration;
 
 pub(super) use jiff::{SignedDuration, Timestamp};
 pub(super) use serde_json::json;
-pub(super) use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot, Status, TokenId};
-pub(super) use sutra_core::step::{HistoryEvent, HistoryKind, Message};
+pub(super) use sutra_core::snapshot::{InstanceInfo, ParkId, ParkSort, Snapshot, Status, TokenId};
+pub(super) use sutra_core::step::{Disarm, HistoryEvent, HistoryKind, Message};
 
 pub(super) use crate::{
     Arm, BufferedMessage, ClaimKind, Claimed, Delivery, DeliveryId, DeliveryKind, DeploymentRecord,
@@ -220,6 +220,11 @@ pub(super) fn wait(park: ParkId, key: &str) -> Arm {
         channel: REPLIES.to_owned(),
         key: key.to_owned(),
     }
+}
+
+/// The disarm of a park of kind `sort`.
+pub(super) fn disarm(park: ParkId, sort: ParkSort) -> Disarm {
+    Disarm { park, sort }
 }
 
 pub(super) fn task(park: ParkId) -> Arm {

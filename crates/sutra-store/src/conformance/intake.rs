@@ -68,7 +68,7 @@ pub async fn buffered_message_is_matched_in_the_parks_own_transaction<S: Store>(
 
     let claim = claimed(store, &id, LANE_A).await;
     let repark = StepCommit {
-        disarms: vec![ParkId(1)],
+        disarms: vec![disarm(ParkId(1), ParkSort::Receive)],
         ..arming(&claim, vec![wait(ParkId(3), "t-1")])
     };
     let committed = store.commit(&repark).await.unwrap();
@@ -110,7 +110,7 @@ pub async fn buffer_relays_to_a_wait_armed_since_the_intake_looked<S: Store>(sto
     );
     let claim = claimed(store, &id, LANE_A).await;
     let repark = StepCommit {
-        disarms: vec![ParkId(1)],
+        disarms: vec![disarm(ParkId(1), ParkSort::Receive)],
         ..arming(&claim, vec![wait(ParkId(2), "t-1")])
     };
     assert!(

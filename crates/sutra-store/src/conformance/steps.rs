@@ -154,7 +154,10 @@ pub async fn disarm_resolves_waits_timers_tasks_and_pending_deliveries<S: Store>
     let claim = claimed(store, &disarmed, LANE_A).await;
 
     let disarm = StepCommit {
-        disarms: vec![ParkId(1), ParkId(2)],
+        disarms: vec![
+            disarm(ParkId(1), ParkSort::Receive),
+            disarm(ParkId(2), ParkSort::Task),
+        ],
         ..step(&claim)
     };
     store.commit(&disarm).await.unwrap();

@@ -10,12 +10,12 @@ use std::collections::HashSet;
 use jiff::{SignedDuration, Timestamp};
 use serde_json::json;
 use sutra_core::codes;
-use sutra_core::snapshot::ParkId;
+use sutra_core::snapshot::{ParkId, ParkSort};
 use sutra_core::step::TaskError;
 
 use super::fixtures::{
-    HOUR, LANE_A, LANE_B, LAPSE, OTHER_TENANT, REDELIVER_AT_ONCE, TENANT, arming, claimed, id,
-    lapse, now, owner, owner_of, started, step, task,
+    HOUR, LANE_A, LANE_B, LAPSE, OTHER_TENANT, REDELIVER_AT_ONCE, TENANT, arming, claimed, disarm,
+    id, lapse, now, owner, owner_of, started, step, task,
 };
 use crate::{
     Arm, CompletingClaim, Delivery, DeliveryKind, Error, LockedTask, Polled, Result, StepCommit,
@@ -496,7 +496,7 @@ pub async fn completion_is_recorded_with_the_task_update<S: Store>(store: &S) {
     let claim = claimed(store, &instance, LANE_A).await;
     let taking = StepCommit {
         taken: Some(delivery.id),
-        disarms: vec![PARK],
+        disarms: vec![disarm(PARK, ParkSort::Task)],
         ..step(&claim)
     };
     store.commit(&taking).await.unwrap();
@@ -699,7 +699,7 @@ pub async fn a_disarmed_task_cannot_be_completed<S: Store>(store: &S) {
     for instance in [&polled_first, &never_polled] {
         let claim = claimed(store, instance, LANE_A).await;
         let disarm = StepCommit {
-            disarms: vec![PARK],
+            disarms: vec![disarm(PARK, ParkSort::Task)],
             ..step(&claim)
         };
         store.commit(&disarm).await.unwrap();
@@ -715,6 +715,29 @@ pub async fn a_disarmed_task_cannot_be_completed<S: Store>(store: &S) {
     );
     for instance in [&polled_first, &never_polled] {
         assert_eq!(record(store, instance).await.state, TaskState::Cancelled);
+    }
+}
+
+/// A disarm cancels a task only when its park is a task's: the kind is the executor's word, and
+/// a `receive`'s or a timer's disarm has no task to look for. Shown on a task at a park whose
+/// disarm says otherwise, which the store must leave as it was.
+pub async fn only_a_task_parks_disarm_cancels_its_task<S: Store>(store: &S) {
+    let sorts = [ParkSort::Receive, ParkSort::Wait, ParkSort::Task];
+    for (n, sort) in (1..).zip(sorts) {
+        let instance = id(n);
+        armed(store, TENANT, &instance, task(PARK)).await;
+        let claim = claimed(store, &instance, LANE_A).await;
+        let disarming = StepCommit {
+            disarms: vec![disarm(PARK, sort)],
+            ..step(&claim)
+        };
+        store.commit(&disarming).await.unwrap();
+
+        let expected = match sort {
+            ParkSort::Task => TaskState::Cancelled,
+            ParkSort::Receive | ParkSort::Wait => TaskState::Available,
+        };
+        assert_eq!(record(store, &instance).await.state, expected, "{sort:?}");
     }
 }
 
