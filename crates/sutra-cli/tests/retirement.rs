@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sutra_testkit::postgres::TestDatabase;
-use sutra_testkit::{PATIENCE, Receiver, Scratch, Server, ServerOptions};
+use sutra_testkit::{PATIENCE, Receiver, Scratch, Server, ServerOptions, serve};
 
 /// Version 1: each order does what its `kind` says — wait for a reply, park on a task, fail, or
 /// emit to a webhook that refuses its first tries — and version 2 is the same document again.
@@ -50,10 +50,10 @@ flows:
 }
 
 fn options(datasource: &str) -> ServerOptions {
-    ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), datasource)
+    serve!(datasource)
         .env("SUTRA_DEPLOYMENTS_RETIRE_INTERVAL", "PT0.2S")
         // A version retires no sooner than a claim timeout after its successor was stored.
-        .env("SUTRA_INSTANCE_CLAIM_TIMEOUT", "PT1S")
+        .claim_timeout(Duration::from_secs(1))
         // The webhook refuses three tries, two seconds apart and doubling: pending for ~14 s.
         .env("SUTRA_OUTBOX_BACKOFF", "PT2S")
 }
@@ -106,15 +106,13 @@ async fn until_every_replica_says(servers: &[&Server], status: &str, blockers: V
 async fn the_gate_opens_only_when_nothing_keeps_the_version(servers: &[&Server]) {
     let server = servers[0];
     let webhook = Receiver::start(&[500, 500, 500], 200);
-    let (status, body) = server.deploy(&shop(&webhook.url("/ledger"))).await;
-    assert_eq!(status, 201, "{body}");
+    server.deploy_accepted(&shop(&webhook.url("/ledger"))).await;
     start(server, "o-emit", "emit").await;
     let waiting = start(server, "o-wait", "wait").await;
     let tasked = start(server, "o-task", "task").await;
     let failed = start(server, "o-fail", "fail").await;
     server.wait_for_status(&failed, "failed").await;
-    let (status, body) = server.deploy(&shop(&webhook.url("/ledger"))).await;
-    assert_eq!(status, 201, "{body}");
+    let body = server.deploy_accepted(&shop(&webhook.url("/ledger"))).await;
     assert_eq!(body["version"], 2);
 
     let kept = |instances: u64, outbox: u64, tasks: u64| json!({"instances": instances, "outbox": outbox, "tasks": tasks});
@@ -162,9 +160,8 @@ async fn a_draining_version_retires_only_once_nothing_keeps_it_and_every_replica
     let replica = |id: &str| {
         Server::start(
             &options(database.url())
-                .env("SUTRA_REPLICA_ID", id)
-                .env("SUTRA_LEASE_TTL", "PT3S")
-                .env("SUTRA_LEASE_POLL", "PT0.5S"),
+                .replica(id)
+                .leases(Duration::from_secs(3), Duration::from_millis(500)),
         )
     };
     let (first, second) = (replica("a"), replica("b"));

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection};
 use sutra_testkit::postgres::TestDatabase;
-use sutra_testkit::{Bearer, PATIENCE, Server, ServerOptions};
+use sutra_testkit::{Bearer, PATIENCE, Server, serve};
 
 const ACME: &str = "acme-all-roles-0123456789abcdef";
 const GLOBEX: &str = "globex-all-roles-0123456789abcdef";
@@ -151,9 +151,9 @@ fn assert_not_found(answer: (u16, Value), code: &str, what: &str) {
 async fn no_api_call_and_no_raw_query_of_one_tenant_reads_or_changes_anothers_rows() {
     let database = TestDatabase::create().await;
     let tokens = format!("acme:admin,worker,sender:{ACME}; globex:admin,worker,sender:{GLOBEX}");
-    let options = ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), database.serving_url())
+    let options = serve!(database.serving_url())
         .env("SUTRA_STORE_SYSTEM_URL", database.system_url())
-        .env("SUTRA_AUTH_TOKENS", &tokens);
+        .tokens(&tokens);
     let server = Server::start(&options);
     let (acme, globex) = (server.bearer(ACME), server.bearer(GLOBEX));
     let rows = acme_with_every_kind_of_row(&acme).await;

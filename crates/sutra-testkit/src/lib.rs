@@ -59,7 +59,18 @@ impl Drop for Scratch {
     }
 }
 
-/// How to start a server.
+/// [`ServerOptions`] for the `sutra` binary on `datasource`. Cargo names that binary to the
+/// integration tests of its own package, at their compile time (`CARGO_BIN_EXE_sutra`), hence a
+/// macro: it expands in the test that calls it.
+#[macro_export]
+macro_rules! serve {
+    ($datasource:expr) => {
+        $crate::ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), $datasource)
+    };
+}
+
+/// How to start a server: [`serve!`] for the binary under test, then what a test needs
+/// besides the defaults, as options.
 #[derive(Clone)]
 pub struct ServerOptions {
     pub binary: PathBuf,
@@ -90,6 +101,79 @@ impl ServerOptions {
     pub fn listen(mut self, address: &str) -> ServerOptions {
         address.clone_into(&mut self.listen);
         self
+    }
+
+    /// Dies at the fault point `point` (`SUTRA_FAULT`), with a real SIGKILL of its own.
+    pub fn fault(self, point: &str) -> ServerOptions {
+        self.env("SUTRA_FAULT", point)
+    }
+
+    /// Its replica id: what lease rows, claims and its history log name it by.
+    pub fn replica(self, id: &str) -> ServerOptions {
+        self.env("SUTRA_REPLICA_ID", id)
+    }
+
+    /// Accepts the API tokens `tokens` (`tenant:role:secret; …`), and no request without one.
+    pub fn tokens(self, tokens: &str) -> ServerOptions {
+        self.env("SUTRA_AUTH_TOKENS", tokens)
+    }
+
+    /// Turns on the test build's switch `name` (a `SUTRA_TEST_…` variable).
+    pub fn switch(self, name: &str) -> ServerOptions {
+        self.env(name, "1")
+    }
+
+    /// Runs `lanes` engine lanes.
+    pub fn lanes(self, lanes: usize) -> ServerOptions {
+        self.env("SUTRA_ENGINE_LANES", &lanes.to_string())
+    }
+
+    /// A dead or frozen holder's claim lapses after `timeout`: recovery in seconds, not the
+    /// production default's minutes.
+    pub fn claim_timeout(self, timeout: Duration) -> ServerOptions {
+        self.env("SUTRA_INSTANCE_CLAIM_TIMEOUT", &iso(timeout))
+    }
+
+    /// The sweeper looks for lapsed claims every `interval`.
+    pub fn sweep_interval(self, interval: Duration) -> ServerOptions {
+        self.env("SUTRA_INSTANCE_SWEEP_INTERVAL", &iso(interval))
+    }
+
+    /// Leases last `ttl` and are renewed or taken every `poll`.
+    pub fn leases(self, ttl: Duration, poll: Duration) -> ServerOptions {
+        self.env("SUTRA_LEASE_TTL", &iso(ttl))
+            .env("SUTRA_LEASE_POLL", &iso(poll))
+    }
+
+    /// Reaches the machine's RabbitMQ: a deployment declaring an amqp channel needs it.
+    pub fn amqp(self) -> ServerOptions {
+        self.env("SUTRA_TRANSPORTS_AMQP_URL", &brokers::amqp_url())
+    }
+
+    /// Reaches the machine's NATS: a deployment declaring a nats channel needs it.
+    pub fn nats(self) -> ServerOptions {
+        self.env("SUTRA_TRANSPORTS_NATS_URL", &brokers::nats_url())
+    }
+
+    /// Starts the server and deploys `yaml` on it, failing the test unless it is accepted.
+    pub async fn deployed(&self, yaml: &str) -> Server {
+        let server = Server::start(self);
+        server.deploy_accepted(yaml).await;
+        server
+    }
+}
+
+/// `duration` as the server's configuration reads one: `PT0.5S`, `PT2S`.
+pub fn iso(duration: Duration) -> String {
+    format!("PT{}S", duration.as_secs_f64())
+}
+
+/// Polls `condition` until it holds, failing the test with `what` after [`PATIENCE`].
+pub async fn until(what: &str, mut condition: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !condition().await {
+        assert!(Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -270,6 +354,13 @@ impl Server {
         status_and_json(response).await
     }
 
+    /// Deploys `yaml`, failing the test unless it is accepted (201); the answer.
+    pub async fn deploy_accepted(&self, yaml: &str) -> Value {
+        let (status, body) = self.deploy(yaml).await;
+        assert_eq!(status, 201, "{body}");
+        body
+    }
+
     /// Sends a structured CloudEvent on an HTTP channel.
     pub async fn send(&self, channel: &str, id: &str, data: Value) -> (u16, Value) {
         self.post_raw(
@@ -433,6 +524,17 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Runs `command` to its end, failing the test with its stderr unless it succeeds; its stdout.
+pub fn stdout_of(command: &mut Command) -> String {
+    let output = (command.output()).unwrap_or_else(|error| panic!("run {command:?}: {error}"));
+    assert!(
+        output.status.success(),
+        "{command:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("UTF-8 on stdout")
 }
 
 /// Sends `signal` (a name such as `STOP`) to the process `pid`, with the `kill` command: this
