@@ -8,7 +8,7 @@ use sutra_testkit::postgres::TestDatabase;
 use sutra_testkit::{Server, serve, stdout_of};
 
 mod repair;
-use repair::{V1, V2};
+use repair::{ONTO_V2, V1, V2};
 
 const INSTANCES: usize = 1_000;
 
@@ -65,7 +65,7 @@ async fn a_thousand_failed_instances_are_migrated_and_restored_by_filter_and_aga
     assert!(sends.iter().all(|(status, _)| *status == 202));
     server.deploy_accepted(V2).await;
 
-    let migrate = [
+    let failed_on_v1 = [
         "migrate",
         "--status",
         "failed",
@@ -73,13 +73,8 @@ async fn a_thousand_failed_instances_are_migrated_and_restored_by_filter_and_aga
         "1",
         "--failure-code",
         "SUTRA.RUNTIME.EXPRESSION.ERROR",
-        "--to-version",
-        "2",
-        "--map",
-        "price=reprice",
-        "--map",
-        "wait=await-reply",
     ];
+    let migrate = [&failed_on_v1[..], &ONTO_V2].concat();
     let counted = sutra_bulk(&server, &[&migrate[..], &["--dry-run"]].concat());
     assert_eq!(
         counted["counts"],

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sutra_testkit::postgres::TestDatabase;
-use sutra_testkit::{Scratch, Server, ServerOptions, serve, stdout_of};
+use sutra_testkit::{Scratch, Server, ServerOptions, serve, stdout_of, until};
 
 /// Far above a healthy handover's scheduling, process start-up and HTTP round trips.
 const SLACK: Duration = Duration::from_secs(10);
@@ -150,17 +150,13 @@ async fn one_leader_per_role(servers: &[&Server]) -> Option<BTreeMap<String, Str
 
 /// Waits until every role has exactly one leader among `servers`; returns who holds what.
 async fn until_one_leader_per_role(servers: &[&Server]) -> BTreeMap<String, String> {
-    let deadline = Instant::now() + sutra_testkit::PATIENCE;
-    loop {
-        if let Some(holders) = one_leader_per_role(servers).await {
-            return holders;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the roles never had one leader each"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let mut holders = None;
+    until("the roles have one leader each", async || {
+        holders = one_leader_per_role(servers).await;
+        holders.is_some()
+    })
+    .await;
+    holders.unwrap()
 }
 
 /// Waits until `server` holds and leads every role; returns how long after `since` it did.

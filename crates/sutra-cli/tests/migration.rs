@@ -10,7 +10,7 @@ use sutra_testkit::postgres::TestDatabase;
 use sutra_testkit::{Scratch, Server, count_kind, serve, stdout_of};
 
 mod repair;
-use repair::{V1, V2};
+use repair::{ONTO_V2, V1, V2};
 
 fn map() -> Value {
     json!({"price": "reprice", "wait": "await-reply"})
@@ -47,14 +47,7 @@ async fn the_repair_story(server: &Server, migrate_by_cli: bool) {
         let answer = stdout_of(
             std::process::Command::new(env!("CARGO_BIN_EXE_sutra"))
                 .args(["--server", &server.url(""), "--json", "migrate", &instance])
-                .args([
-                    "--to-version",
-                    "2",
-                    "--map",
-                    "price=reprice",
-                    "--map",
-                    "wait=await-reply",
-                ]),
+                .args(ONTO_V2),
         );
         serde_json::from_str(&answer).unwrap()
     } else {

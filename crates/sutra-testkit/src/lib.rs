@@ -2,8 +2,10 @@
 //!
 //! A [`Server`] is a child process on a free loopback port with its own database file. Tests talk
 //! to it over HTTP only, kill it with a real SIGKILL (or freeze it with SIGSTOP), and start it
-//! again on the same file — or the same address. Waits are for conditions with a generous
-//! deadline, never fixed sleeps: a slow machine makes a test slower, not red.
+//! again on the same file — or the same address. A test starts one with [`serve!`] and what it
+//! needs besides as [`ServerOptions`] (a fault point, tokens, short leases, …), or has it
+//! [`ServerOptions::deployed`] at once. Waits are for conditions with a generous deadline
+//! ([`until`]), never fixed sleeps: a slow machine makes a test slower, not red.
 
 mod authority;
 mod bearer;
@@ -103,7 +105,8 @@ impl ServerOptions {
         self
     }
 
-    /// Dies at the fault point `point` (`SUTRA_FAULT`), with a real SIGKILL of its own.
+    /// Sets the fault `point` (`SUTRA_FAULT`, `point[@n][:panic|:stop]`): by default the
+    /// process kills itself with a real SIGKILL when it gets there.
     pub fn fault(self, point: &str) -> ServerOptions {
         self.env("SUTRA_FAULT", point)
     }

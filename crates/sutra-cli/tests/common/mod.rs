@@ -157,7 +157,41 @@ impl FleetOptions {
     /// deployments. Every replica records its history log (decision 0043) on stderr, which
     /// [`Fleet::histories`] collects.
     pub async fn start(self, datasource: &str, deployment: &str) -> Fleet {
-        Fleet::launch(self, datasource, deployment).await
+        let mut options = (self.timing)
+            .apply(serve!(datasource))
+            .env("SUTRA_LOG", history::LOG_FILTER);
+        for switch in &self.switches {
+            options = options.switch(switch);
+        }
+        let mut fleet = Fleet {
+            options,
+            name: self.name,
+            slots: Vec::new(),
+            retired: Vec::new(),
+        };
+        for slot in 0..self.size {
+            let (proxy, datasource) = if self.proxied {
+                let (proxy, url) = Proxy::in_front_of(datasource);
+                (Some(proxy), url)
+            } else {
+                (None, datasource.to_owned())
+            };
+            let options = fleet.options_for(slot, 0, "127.0.0.1:0", &datasource);
+            let server = Server::start(&options);
+            let listen = server.listen_address().to_owned();
+            fleet.slots.push(Slot {
+                url: server.url(""),
+                listen,
+                datasource,
+                proxy,
+                incarnation: 0,
+                server: Some(server),
+            });
+            if slot == 0 {
+                fleet.replica(0).deploy_accepted(deployment).await;
+            }
+        }
+        fleet
     }
 }
 
@@ -182,44 +216,6 @@ impl Fleet {
             switches: Vec::new(),
             proxied: false,
         }
-    }
-
-    async fn launch(how: FleetOptions, datasource: &str, deployment: &str) -> Fleet {
-        let mut options = (how.timing)
-            .apply(serve!(datasource))
-            .env("SUTRA_LOG", history::LOG_FILTER);
-        for switch in &how.switches {
-            options = options.switch(switch);
-        }
-        let mut fleet = Fleet {
-            options,
-            name: how.name,
-            slots: Vec::new(),
-            retired: Vec::new(),
-        };
-        for slot in 0..how.size {
-            let (proxy, datasource) = if how.proxied {
-                let (proxy, url) = Proxy::in_front_of(datasource);
-                (Some(proxy), url)
-            } else {
-                (None, datasource.to_owned())
-            };
-            let options = fleet.options_for(slot, 0, "127.0.0.1:0", &datasource);
-            let server = Server::start(&options);
-            let listen = server.listen_address().to_owned();
-            fleet.slots.push(Slot {
-                url: server.url(""),
-                listen,
-                datasource,
-                proxy,
-                incarnation: 0,
-                server: Some(server),
-            });
-            if slot == 0 {
-                fleet.replica(0).deploy_accepted(deployment).await;
-            }
-        }
-        fleet
     }
 
     /// Each incarnation's id, which also names its database sessions (`application_name`, set
