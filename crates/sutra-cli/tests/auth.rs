@@ -5,7 +5,7 @@
 use std::process::{Command, Output};
 
 use serde_json::{Value, json};
-use sutra_testkit::{Server, ServerOptions, serve};
+use sutra_testkit::{Server, ServerOptions, serve, until_ok};
 
 const ADMIN: &str = "acme-admin-0123456789abcdef";
 const WORKER: &str = "acme-worker-0123456789abcdef";
@@ -255,18 +255,13 @@ async fn the_cli_sends_the_token_from_its_flag_or_its_variable_and_explains_a_40
 
 /// Polls until `token` gets `status` on a call only an admin may make.
 async fn until_answered(server: &Server, token: &str, status: u16, why: &str) {
-    let deadline = std::time::Instant::now() + sutra_testkit::PATIENCE;
-    loop {
+    until_ok(async || {
         let (answered, body) = server.bearer(token).get("/v1/instances").await;
-        if answered == status {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{why}: still {answered} {body}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+        (answered == status)
+            .then_some(())
+            .ok_or_else(|| format!("{why}: still {answered} {body}"))
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sutra_testkit::{
-    Scratch, Server, ServerOptions, assert_audit_sequence_is_whole, count_kind, serve,
+    Scratch, Server, ServerOptions, assert_audit_sequence_is_whole, count_kind, serve, until_ok,
 };
 
 const FLOWS: &str = r#"
@@ -62,20 +62,16 @@ async fn start_order(server: &Server, id: &str, cool: bool) -> String {
 
 /// Sends until the answer is not a retry-safe refusal, checking that refusals are well-formed.
 async fn send_until_accepted(server: &Server, channel: &str, id: &str, data: Value) -> Value {
-    let deadline = Instant::now() + sutra_testkit::PATIENCE;
-    loop {
+    until_ok(async || {
         let (status, body) = server.send(channel, id, data.clone()).await;
         if status != 409 {
             assert_eq!(status, 202, "{body}");
-            return body;
+            return Ok(body);
         }
         assert_eq!(body["code"], "SUTRA.RUNTIME.RESUME.CLAIM_HELD", "{body}");
-        assert!(
-            Instant::now() < deadline,
-            "the dead holder's claim was never cleared"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        Err("the dead holder's claim was never cleared".to_owned())
+    })
+    .await
 }
 
 async fn assert_paid_exactly_once(server: &Server, instance: &str) {

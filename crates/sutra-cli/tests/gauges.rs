@@ -4,7 +4,7 @@
 use serde_json::json;
 use sutra_store_sql::scaling::SCALING_SIGNAL;
 use sutra_testkit::postgres::TestDatabase;
-use sutra_testkit::{Scratch, Server, ServerOptions, metric_value, serve};
+use sutra_testkit::{Scratch, Server, ServerOptions, metric_value, serve, until_ok};
 
 /// Each order does what its `kind` says: park on a task, fail, emit to a port nobody listens on,
 /// or wait for a reply (which may come before it parks: `buffer`).
@@ -87,15 +87,13 @@ async fn a_known_state_is_what_the_gauges_say(server: &Server) {
         "{locked}"
     );
     // The emit's one try failed: the row waits for its next.
-    let deadline = std::time::Instant::now() + sutra_testkit::PATIENCE;
-    loop {
+    until_ok(async || {
         let (_, scaling) = server.get("/v1/scaling").await;
-        if scaling["outbox_backlog"] == 1 {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{scaling}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+        (scaling["outbox_backlog"] == 1)
+            .then_some(())
+            .ok_or_else(|| scaling.to_string())
+    })
+    .await;
 
     let (status, scaling) = server.get("/v1/scaling").await;
     assert_eq!(status, 200, "{scaling}");

@@ -3,11 +3,11 @@
 //! blocker is resolved, and the version retires only once all three are zero; on PostgreSQL
 //! every replica gives the same answer.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use sutra_testkit::postgres::TestDatabase;
-use sutra_testkit::{PATIENCE, Receiver, Scratch, Server, ServerOptions, serve};
+use sutra_testkit::{Receiver, Scratch, Server, ServerOptions, serve, until_ok};
 
 /// Version 1: each order does what its `kind` says — wait for a reply, park on a task, fail, or
 /// emit to a webhook that refuses its first tries — and version 2 is the same document again.
@@ -82,24 +82,17 @@ async fn version_1(server: &Server) -> (String, Value) {
 
 /// Polls until every server says version 1 is kept by exactly `blockers`, or is `status`.
 async fn until_every_replica_says(servers: &[&Server], status: &str, blockers: Value) {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
+    until_ok(async || {
         let mut answers = Vec::new();
         for server in servers {
             answers.push(version_1(server).await);
         }
-        if answers
-            .iter()
-            .all(|answer| answer.0 == status && answer.1 == blockers)
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "version 1 is not {status} kept by {blockers}: {answers:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        let said = |answer: &(String, Value)| answer.0 == status && answer.1 == blockers;
+        (answers.iter().all(said))
+            .then_some(())
+            .ok_or_else(|| format!("version 1 is not {status} kept by {blockers}: {answers:?}"))
+    })
+    .await;
 }
 
 /// Drives the gate's story on `servers` (one store): the first is where requests go.

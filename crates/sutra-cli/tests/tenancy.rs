@@ -5,12 +5,10 @@
 //! `sutra.tenant` declared as B, or as the system's `'*'` — is answered as if A's rows did not
 //! exist, and changes none of them.
 
-use std::time::{Duration, Instant};
-
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection};
 use sutra_testkit::postgres::TestDatabase;
-use sutra_testkit::{Bearer, PATIENCE, Server, serve};
+use sutra_testkit::{Bearer, Server, serve, until_ok};
 
 const ACME: &str = "acme-all-roles-0123456789abcdef";
 const GLOBEX: &str = "globex-all-roles-0123456789abcdef";
@@ -92,18 +90,13 @@ async fn started(holder: &Bearer, event: &str, data: Value) -> String {
 
 /// Waits until instance `id` waits on its payment: intake answers before the first step is done.
 async fn parked_on_payment(holder: &Bearer, id: &str) {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
+    until_ok(async || {
         let (_, instance) = holder.get(&format!("/v1/instances/{id}")).await;
-        if instance["tokens"][0]["node"] == "pay" {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{id} never waited on pay: {instance}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+        (instance["tokens"][0]["node"] == "pay")
+            .then_some(())
+            .ok_or_else(|| format!("{id} never waited on pay: {instance}"))
+    })
+    .await;
 }
 
 /// Everything tenant A can read about its rows, to compare before and after.

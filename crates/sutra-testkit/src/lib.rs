@@ -173,9 +173,24 @@ pub fn iso(duration: Duration) -> String {
 
 /// Polls `condition` until it holds, failing the test with `what` after [`PATIENCE`].
 pub async fn until(what: &str, mut condition: impl AsyncFnMut() -> bool) {
+    let held = async || {
+        condition()
+            .await
+            .then_some(())
+            .ok_or_else(|| format!("never: {what}"))
+    };
+    until_ok(held).await;
+}
+
+/// Polls `check` until it gives `Ok`, failing the test after [`PATIENCE`] with its last `Err`:
+/// what it saw instead.
+pub async fn until_ok<T>(mut check: impl AsyncFnMut() -> Result<T, String>) -> T {
     let deadline = Instant::now() + PATIENCE;
-    while !condition().await {
-        assert!(Instant::now() < deadline, "never: {what}");
+    loop {
+        match check().await {
+            Ok(done) => return done,
+            Err(seen) => assert!(Instant::now() < deadline, "{seen}"),
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
