@@ -263,7 +263,8 @@ async fn a_step_that_keeps_killing_its_replica_is_poisoned() {
     let scratch = Scratch::new("poison");
     let doomed_options = options(&scratch)
         .fault("after-claim")
-        .env("SUTRA_INSTANCE_MAX_RECOVERIES", "2");
+        .env("SUTRA_INSTANCE_MAX_RECOVERIES", "2")
+        .env("SUTRA_LOG", HISTORY_LOG);
     let mut server = Server::start(&doomed_options);
     // A longer cool-off, so that the start is answered before the first claim kills the process
     // even on a loaded machine.
@@ -284,6 +285,7 @@ async fn a_step_that_keeps_killing_its_replica_is_poisoned() {
     );
     let history = server.history(&instance).await;
     assert_audit_sequence_is_whole(&history);
+    assert_poisoning_recorded(&mut server, &instance);
 }
 
 #[tokio::test]
@@ -294,7 +296,8 @@ async fn a_delivery_that_keeps_killing_its_replica_poisons_its_instance() {
     let scratch = Scratch::new("poison-delivery");
     let doomed_options = options(&scratch)
         .fault("timer-fire")
-        .env("SUTRA_INSTANCE_MAX_RECOVERIES", "2");
+        .env("SUTRA_INSTANCE_MAX_RECOVERIES", "2")
+        .env("SUTRA_LOG", HISTORY_LOG);
     let mut server = Server::start(&doomed_options);
     // A longer cool-off, so that the start is answered before the timer kills the process even
     // on a loaded machine.
@@ -322,5 +325,19 @@ async fn a_delivery_that_keeps_killing_its_replica_poisons_its_instance() {
         count_kind(&history, "timer_fired"),
         0,
         "the timer never ran: {history:?}"
+    );
+    assert_poisoning_recorded(&mut server, &instance);
+}
+
+/// The history log (decision 0043) on, besides the warnings.
+const HISTORY_LOG: &str = "warn,sutra::history=info";
+
+/// The replica that poisoned `instance` — the one up once it failed: every other died before —
+/// recorded the poisoning in its history log as a commit of kind `poison`, like any step's.
+fn assert_poisoning_recorded(server: &mut Server, instance: &str) {
+    let line = server.wait_for_stderr(r#""kind":"poison""#);
+    assert!(
+        line.contains(r#""ev":"commit""#) && line.contains(instance),
+        "{line}"
     );
 }

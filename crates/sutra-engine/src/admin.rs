@@ -1,22 +1,21 @@
 //! The administrative executor: cancel, restore and migrate (SPEC §7.4) and the poisoning of an instance
 //! whose steps keep dying (SPEC §5.2), each one step under the replica's one admin owner,
-//! `{replica}/admin` ([`Shared::admin_owner`]), which no lane can produce.
+//! `{replica}/admin` ([`Shared::admin_owner`]), which no lane can produce: a group of one, the
+//! path every lane step takes ([`group::one`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use sutra_core::step::{Effect, Event, Step, StepContext};
-use sutra_core::{codes, exec};
-use sutra_store::{Claimed, DeliveryKind, InstanceKey, NewDelivery, RESTORE_PARK, StepCommit};
+use sutra_core::step::Event;
+use sutra_store::{DeliveryKind, InstanceKey, NewDelivery, RESTORE_PARK};
 
 use crate::error::Error;
 use crate::group;
-use crate::history_log;
 use crate::metrics;
 use crate::registry::Current;
-use crate::runner::{StepOutcome, StepRequest, Stepper, Work};
-use crate::settle;
+use crate::request::{StepOutcome, StepRequest, Work};
+use crate::runner::Stepper;
 use crate::shared::Shared;
 
 /// What came of a restore.
@@ -130,82 +129,16 @@ impl Admin {
         resumed
     }
 
-    /// Fails an instance whose steps keep dying (SPEC §5.2, `SUTRA.RUNTIME.STEP.POISONED`);
-    /// `detail` says how that was seen: by the sweep's recoveries, or a delivery's dispatches.
+    /// Fails an instance whose steps keep dying (SPEC §5.2, `SUTRA.RUNTIME.STEP.POISONED`), as
+    /// one administrative step; `detail` says how that was seen: by the sweep's recoveries, or a
+    /// delivery's dispatches. An instance that ended or failed meanwhile has nothing to poison.
     pub(crate) async fn poison(&self, key: &InstanceKey, detail: &str) -> Result<(), Error> {
-        let _one_at_a_time = self.administering.lock().await;
-        let owner = self.shared.admin_owner();
-        let claimed = self
-            .shared
-            .store
-            .claim(
-                &key.tenant,
-                &key.id,
-                &owner,
-                self.shared.config.claim_timeout,
-            )
-            .await;
-        let claimed = match claimed {
-            Ok(claimed) => claimed,
-            Err(sutra_store::Error::ClaimHeld) => {
-                metrics::claim_bounce(metrics::BouncePath::Admin);
-                return Err(Error::Busy);
-            }
-            Err(other) => return Err(other.into()),
+        let work = Work::Poison {
+            detail: detail.to_owned(),
         };
-        let ctx = StepContext::at(Timestamp::now());
-        let token = claimed.token.clone();
-        match exec::fail(&claimed.snapshot, codes::STEP_POISONED.code, detail, ctx) {
-            Ok(step) => {
-                let reply = step.reply.clone();
-                let me = &self.shared.config.replica_id;
-                let rows = poisoned_commit(claimed, step, me);
-                self.shared.store.commit(&rows).await?;
-                if history_log::enabled() {
-                    let record =
-                        history_log::Commit::of(&owner.0, history_log::POISON, &rows, None);
-                    history_log::commit(me, &record, 0, 0);
-                }
-                // Its callers, here and (through the commit's announcement) elsewhere, are
-                // answered with the failure like those of any step that fails an instance.
-                if let Some(reply) = &reply {
-                    self.shared.settle.settle(&key.id, reply);
-                }
-            }
-            // It ended or failed meanwhile: nothing to poison.
-            Err(_) => {
-                self.shared
-                    .store
-                    .release(&key.tenant, &key.id, &token)
-                    .await?
-            }
+        match self.run(&key.tenant, &key.id, work).await {
+            Ok(_) | Err(Error::InvalidState(_)) => Ok(()),
+            Err(other) => Err(other),
         }
-        Ok(())
-    }
-}
-
-/// The poisoning step's rows, committed by replica `me`.
-fn poisoned_commit(claimed: Claimed, step: Step, me: &str) -> StepCommit {
-    let disarms = step
-        .effects
-        .iter()
-        .filter_map(|effect| match effect {
-            Effect::Disarm { park } => Some(*park),
-            _ => None,
-        })
-        .collect();
-    let announce_end =
-        step.reply.is_some() && settle::held_elsewhere(claimed.held_by.as_deref(), me);
-    StepCommit {
-        claim: Some(claimed.token),
-        snapshot: step.snapshot,
-        history: step.history,
-        arms: Vec::new(),
-        disarms,
-        outbox: Vec::new(),
-        taken: None,
-        inbox: None,
-        held_by: None,
-        announce_end,
     }
 }

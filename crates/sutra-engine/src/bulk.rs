@@ -17,7 +17,7 @@ use sutra_store::InstanceFilter;
 
 use crate::admin::Admin;
 use crate::error::Error;
-use crate::runner::StepOutcome;
+use crate::request::StepOutcome;
 use crate::shared::Shared;
 
 /// Which instances a bulk call acts on; every field narrows it.

@@ -1,5 +1,5 @@
 //! The engine's configuration: what the server reads from `sutra.*` keys and hands to
-//! [`crate::Engine::start`].
+//! `Engine::start`.
 
 use jiff::SignedDuration;
 use sutra_core::model::Transport;
@@ -26,7 +26,7 @@ pub struct EngineConfig {
     /// after `claim_timeout`, when another sender takes it over.
     pub outbox_batch: u32,
     /// The delay before a failed send's first retry (`sutra.outbox.backoff`); it doubles per
-    /// failure, up to [`crate::outbox::BACKOFF_CAP`].
+    /// failure, up to the outbox's `BACKOFF_CAP`.
     pub outbox_backoff: SignedDuration,
     /// The longest the outbox worker sleeps between passes when no commit wakes it: the backstop
     /// for rows written by another replica.

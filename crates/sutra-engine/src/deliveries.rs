@@ -6,7 +6,7 @@
 //! the step that takes it deletes it in its commit. The dispatcher hands due rows to their
 //! lanes. A claimant refused as busy does not drop the row: it defers it with backoff, never
 //! later than one claim timeout, by which time a dead holder's claim has lapsed (look-again). The
-//! dispatcher's first pass in each term is `recover`, and every sweep ([`crate::sweep`]) wakes it
+//! dispatcher's first pass in each term is `recover`, and every sweep (`sweep`) wakes it
 //! again, so a row asked of a process that died is taken by whoever leads `timers` next. A
 //! replica that does not lead `timers` leaves the rows it asks to the leader's passes, every
 //! `deliveries_poll` at most.
@@ -34,7 +34,7 @@ use crate::fault;
 use crate::lane::Lanes;
 use crate::leadership::{RoleLoops, TIMERS};
 use crate::metrics::{self, BouncePath};
-use crate::runner::{StepRequest, Work};
+use crate::request::{StepRequest, Work};
 use crate::shared::Shared;
 
 /// The first look-again delay after a refusal; it doubles per refusal up to the claim timeout.

@@ -1,6 +1,6 @@
 //! Deployments on this replica (SPEC §6, §7.1): checking and storing a new version, and the
 //! one activation path every version takes — made here or through another replica
-//! ([`crate::converge`]) — which flips every lane before intake routes by it.
+//! (`converge`) — which flips every lane before intake routes by it.
 
 use std::sync::Arc;
 

@@ -23,7 +23,7 @@ use crate::lane::Lanes;
 use crate::leadership::{self, Leadership, RoleLoops};
 use crate::outbox::Sender;
 use crate::registry::{Current, Live};
-use crate::runner::{Completion, StepOutcome};
+use crate::request::{Completion, StepOutcome};
 use crate::shared::Shared;
 use crate::tasks::{self, PollRequest, Take};
 use crate::{answers, bulk, converge, deliveries, history, metrics, outbox, retirement, sweep};

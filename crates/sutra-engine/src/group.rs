@@ -20,7 +20,9 @@ use tokio::sync::oneshot;
 use tracing::warn;
 
 use crate::error::Error;
-use crate::runner::{Completion, StepOutcome, StepRequest, Stepper, Written, fails_clean};
+use crate::request::{Completion, StepOutcome, StepRequest};
+use crate::runner::{Stepper, fails_clean};
+use crate::written::Written;
 use crate::{fault, history_log, metrics, test_switches};
 
 /// One member of a group, and where its answer goes.

@@ -20,11 +20,11 @@
 //!   `poison`), `fence` (the instance's fence once this commit landed, as the committer computed
 //!   it from the fence its claim read: 0 for a start), `claimed` (the fence the claim read; null
 //!   for a start), `seq_first`/`seq_last` (the audit sequence of the history rows it wrote;
-//!   null when it wrote none), `group` (a number per group in this process; 0 outside a lane's
-//!   group), `member` (its index in the group), `channel`/`event_id` (the message it consumed,
-//!   if any), `park` (the park it answered), `took` (the delivery it took), `asked` (the parks it
-//!   armed as tasks or timers), `disarmed` (other parks it disarmed), `outbox` (the keys of the
-//!   outbox rows it wrote), `status` (the instance's, once it landed).
+//!   null when it wrote none), `group` (a number per group in this process), `member` (its index
+//!   in the group), `channel`/`event_id` (the message it consumed, if any), `park` (the park it
+//!   answered), `took` (the delivery it took), `asked` (the parks it armed as tasks or timers),
+//!   `disarmed` (other parks it disarmed), `outbox` (the keys of the outbox rows it wrote),
+//!   `status` (the instance's, once it landed).
 //! - `claim_refused`: a claim met a holder. `lane`, `tenant`, `instance`.
 //! - `claim_lost`: a commit's fenced update matched nothing. `lane`, `tenant`, `instance`,
 //!   `claimed`.
@@ -97,7 +97,7 @@ pub(crate) const RESUME: &str = "resume";
 /// A worker's completion that resumed the instance in its own transaction (decision 0024).
 pub(crate) const COMPLETE: &str = "complete";
 pub(crate) const MIGRATE: &str = "migrate";
-/// An instance failed because its steps keep dying (SPEC §5.2), outside any lane's group.
+/// An instance failed because its steps keep dying (SPEC §5.2): an administrative step.
 pub(crate) const POISON: &str = "poison";
 
 /// A committed step, as [`commit`] records it. Built only when recording.

@@ -19,7 +19,7 @@ use crate::history_log;
 use crate::lane::Lanes;
 use crate::metrics::{self, BouncePath};
 use crate::registry::{ChannelRoute, Live};
-use crate::runner::{Consumed, StepOutcome, StepRequest, Work};
+use crate::request::{Consumed, StepOutcome, StepRequest, Work};
 use crate::shared::Shared;
 
 /// A decoded message on a channel, and the transport it arrived by.

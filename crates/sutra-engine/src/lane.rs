@@ -20,7 +20,8 @@ use tokio::sync::{mpsc, oneshot};
 use crate::error::Error;
 use crate::group::{self, Member};
 use crate::registry::Live;
-use crate::runner::{Completion, StepOutcome, StepRequest, Stepper};
+use crate::request::{Completion, StepOutcome, StepRequest};
+use crate::runner::Stepper;
 use crate::shared::Shared;
 use crate::test_switches;
 

@@ -1,39 +1,48 @@
 //! Sutra's runtime: it turns the pure executor into a durable engine over a [`Store`].
 //!
 //! Architecture invariant: this crate knows the store only as the `sutra_store::Store` trait and
-//! knows no transport; HTTP and brokers live in the server. It is built in floors, each importing
-//! only the floors below it:
+//! knows no transport; HTTP and brokers live in the server. It is built in floors: each module
+//! names (`crate::…`, in code and in docs alike) only modules on floors below its own, so no two
+//! modules lean on each other. `tests/floors.rs` holds the floor table, which ARCHITECTURE.md
+//! draws; from the ground up:
 //!
-//! - The ground: `config` ([`EngineConfig`]), `error` ([`Error`]), `shared` (what every part
-//!   shares, and the owner ids `{replica}/lane-{i}` and `{replica}/admin`), with the small
-//!   pieces they stand on: [`settle`], [`registry`], [`metrics`], [`fault`] and `test_switches`.
-//! - The parts, each a unit that knows the shared state and what stands below it, never the
-//!   engine:
-//!   - `lane`: execution lanes, each a loop on a dedicated thread, and the routing of each
-//!     instance to the lane that owns it (SPEC §6).
-//!   - [`runner`]: the claim-guarded step (SPEC §5.2), one member of a group transaction.
-//!   - `group`: group commit (decision 0024) — a lane's queued steps as the members of one
-//!     transaction, each on its own claim, all answered after its commit.
-//!   - [`intake`]: a message on a channel → dedup, relay, start or buffer (SPEC §5.1).
-//!   - `deliveries`: the delivery dispatcher — timers and every other asked row, with
-//!     look-again and `recover` (SPEC §5.6), and the dispatch mark, which poisons the instance
-//!     of a delivery that keeps dying with its dispatcher.
-//!   - `sweep`: the stuck-instance sweep, and the poisoning of instances whose durable claims
-//!     it keeps clearing.
-//!   - `admin`: the administrative executor — cancel, restore and poisoning, one at a time
-//!     under the admin owner.
-//!   - [`leadership`]: who runs each singleton role (SPEC §6): every process on the embedded
-//!     store, one replica at a time by lease on a shared one. The dispatcher (`timers`), the
-//!     sweep (`instance-sweeper`) and `history`'s purger (`history-purger`) run only while
-//!     leading.
-//!   - `deploy`: checking and storing deployments, and the one activation path that flips every
-//!     lane before intake routes by a version; `converge`: deployments made through another
-//!     replica, loaded and activated here.
-//!   - [`outbox`]: the outbox worker, and the [`outbox::Sender`] seam the server's transports
-//!     implement (SPEC §5.4).
-//!   - [`tasks`]: the pull surface: long-polls, completions, failures and extensions of external
-//!     tasks (SPEC §5.5).
-//! - The top: [`Engine`], the facade that composes the parts and hands each call on.
+//! 0. The ground, naming no other module: `config` ([`EngineConfig`]), `error` ([`Error`]),
+//!    [`settle`], [`registry`], [`metrics`], [`history_log`], [`fault`], `test_switches`, and
+//!    `waiting`: the polls waiting on this replica, which a step arming a task of their topics
+//!    reserves (decision 0039), and the announcement that a task may have become available.
+//! 1. `shared` (what every part shares, and the owner ids `{replica}/lane-{i}` and
+//!    `{replica}/admin`) and [`leadership`]: who runs each singleton role (SPEC §6) — every
+//!    process on the embedded store, one replica at a time by lease on a shared one.
+//! 2. `handoff`: who takes each task a step arms, locked for it in the step's transaction — the
+//!    completing worker that asked ([`tasks::Take`], decision 0038), else a waiting poll. Beside
+//!    it the loops that need only the shared state and the roles: `answers` (callers held here
+//!    whose instance another replica ended), `history` (the purger), `retirement` (the
+//!    retirement gate) and [`outbox`] (the outbox worker, and the [`outbox::Sender`] seam the
+//!    server's transports implement, SPEC §5.4).
+//! 3. `request`: what a lane is asked to run — a step on an instance, a worker's completion of a
+//!    task — and what its caller learns ([`runner::StepOutcome`]).
+//! 4. `written`: a step written in its group and not yet committed, and its landing once the
+//!    group committed.
+//! 5. [`runner`]: the claim-guarded step (SPEC §5.2), one member of a group transaction.
+//! 6. `group`: group commit (decision 0024) — a lane's queued steps as the members of one
+//!    transaction, each on its own claim, all answered after its commit.
+//! 7. `lane` (execution lanes, each a loop on a dedicated thread, and the routing of each
+//!    instance to the lane that owns it, SPEC §6) and `admin` (the administrative executor:
+//!    cancel, restore, migrate and poisoning, each a group of one, one at a time under the admin
+//!    owner).
+//! 8. The parts on top of them, each a unit that never sees the engine: [`intake`] (a message on
+//!    a channel → dedup, relay, start or buffer, SPEC §5.1), [`tasks`] (the pull surface:
+//!    long-polls, completions, failures and extensions of external tasks, SPEC §5.5), `deploy`
+//!    (checking and storing deployments, and the one activation path that flips every lane before
+//!    intake routes by a version), `deliveries` (the delivery dispatcher: timers and every other
+//!    asked row, with look-again and `recover`, SPEC §5.6, and the dispatch mark, which poisons
+//!    the instance of a delivery that keeps dying with its dispatcher), `sweep` (the
+//!    stuck-instance sweep, which poisons instances whose durable claims it keeps clearing) and
+//!    [`bulk`] (bulk repair). The dispatcher (`timers`), the sweep (`instance-sweeper`),
+//!    `history`'s purger (`history-purger`) and the retirement gate (`retirement-gate`) run only
+//!    while this replica leads their role.
+//! 9. `converge`: deployments made through another replica, loaded and activated here.
+//! 10. The top: [`Engine`], the facade that composes the parts and hands each call on.
 //!
 //! Feature `test-hooks` (off by default) compiles in the crash tests' fault points ([`fault`],
 //! `SUTRA_FAULT`) and the lane tests' switches (`test_switches`, `SUTRA_TEST_*`), which break
@@ -53,6 +62,7 @@ mod engine;
 mod error;
 pub mod fault;
 mod group;
+mod handoff;
 mod history;
 pub mod history_log;
 pub mod intake;
@@ -61,6 +71,7 @@ pub mod leadership;
 pub mod metrics;
 pub mod outbox;
 pub mod registry;
+mod request;
 mod retirement;
 pub mod runner;
 pub mod settle;
@@ -68,6 +79,8 @@ mod shared;
 mod sweep;
 pub mod tasks;
 mod test_switches;
+mod waiting;
+mod written;
 
 pub use admin::Restored;
 pub use config::EngineConfig;

@@ -4,7 +4,7 @@
 //! The names live here and nowhere else, so that docs/decisions/0020-metrics.md has one place to
 //! agree with. Counters and the histograms are recorded where the event happens; the gauges that
 //! mirror in-memory state (lane queue depth, lease leadership) are refreshed by
-//! [`crate::Engine::publish_gauges`] when `/metrics` is scraped.
+//! `Engine::publish_gauges` when `/metrics` is scraped.
 
 use std::time::Instant;
 

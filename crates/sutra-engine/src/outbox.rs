@@ -10,8 +10,7 @@
 //! claimed; the claim goes stale after the claim timeout and whoever scans next sends the row
 //! again, with the same idempotency key, which is what receivers deduplicate on.
 //!
-//! The engine knows no transport: the server hands [`Engine::start`](crate::Engine::start) a
-//! [`Sender`].
+//! The engine knows no transport: the server hands `Engine::start` a [`Sender`].
 
 use std::sync::Arc;
 

@@ -3,8 +3,8 @@
 //!
 //! The claim is the member's first statement and refuses at once; the executor runs on the
 //! claimed snapshot in memory; the step's writes follow, guarded by the claim's fence and
-//! growing it. Nothing here commits: [`crate::group`] commits the group and only then lands each
-//! member ([`Written::land`]) — answers its caller, wakes whoever acts next. The claim is the
+//! growing it. Nothing here commits: `group` commits the group and only then lands each member
+//! ([`Written::land`]) — answers its caller, wakes whoever acts next. The claim is the
 //! row lock of the group's transaction and writes nothing, so a member refused or rejected
 //! leaves nothing to release or undo ([`fails_clean`]), and a process that dies mid-step leaves
 //! nothing at all.
@@ -12,82 +12,25 @@
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
-use serde_json::Value;
 use sutra_core::codes;
 use sutra_core::exec;
-use sutra_core::snapshot::{InstanceInfo, Park, ParkId, ParkKind, Snapshot, Status};
-use sutra_core::step::{Effect, Event, Message, Rejection, Reply, Step, StepContext};
+use sutra_core::snapshot::{InstanceInfo, Park, ParkId, ParkKind, Snapshot};
+use sutra_core::step::{Effect, Event, Message, Rejection, Step, StepContext};
 use sutra_store::{
     Arm, ClaimToken, Claimed, CompletingClaim, DeliveryId, Group, InboxAnswer, InboxEntry,
-    InstanceKey, LockedTask, OutboxEntry, Owner, StepCommit, TakenBy,
+    InstanceKey, OutboxEntry, Owner, StepCommit, TakenBy,
 };
 use tracing::debug;
 
 use crate::error::Error;
+use crate::handoff::{Take, arms_a_task, takers};
 use crate::registry::Live;
-use crate::settle::{self, Hold};
+pub use crate::request::StepOutcome;
+use crate::request::{Completion, Consumed, StepRequest, Work};
+use crate::settle;
 use crate::shared::Shared;
-use crate::tasks::{self, Reservation, Take, Waiting};
+use crate::written::Written;
 use crate::{fault, history_log, metrics};
-
-/// Work for one instance, handed to its lane.
-pub(crate) struct StepRequest {
-    pub key: InstanceKey,
-    pub work: Work,
-    /// Hold the caller until the instance ends (`ack: complete`): registered before the commit.
-    pub hold: bool,
-}
-
-pub(crate) enum Work {
-    Start {
-        info: InstanceInfo,
-        message: Message,
-        channel: String,
-        /// The message's correlation key: the start is refused if an instance waits on it.
-        key: Option<String>,
-    },
-    Resume {
-        event: Event,
-        taken: Option<DeliveryId>,
-        consumed: Option<Consumed>,
-    },
-    /// Moves the instance onto version `to_version` of its deployment (SPEC §7.4), each token's
-    /// node mapped by `map` (default: the same id).
-    Migrate {
-        to_version: u32,
-        map: BTreeMap<String, String>,
-    },
-}
-
-/// The message a step consumes, recorded in the inbox for dedup.
-#[derive(Clone)]
-pub(crate) struct Consumed {
-    pub channel: String,
-    pub event_id: String,
-    /// A start's correlation key ([`sutra_store::InboxEntry::key`]); `None` for other steps.
-    pub key: Option<String>,
-}
-
-/// A worker's completion of a task, handed to the lane of the task's instance, where it resumes
-/// the instance in the same transaction when the claim is free (SPEC §5.5, decision 0024).
-pub(crate) struct Completion {
-    pub tenant: String,
-    pub task: String,
-    pub lock_token: String,
-    pub output: Value,
-    /// The worker asks for its next task: one the resumed step arms, locked for it in the same
-    /// transaction (decision 0038).
-    pub take: Option<Take>,
-}
-
-/// What the caller learns once the step committed.
-#[derive(Debug)]
-pub struct StepOutcome {
-    pub instance: String,
-    pub status: Status,
-    pub reply: Option<Reply>,
-    pub hold: Option<Hold>,
-}
 
 /// Who runs a member's step: the replica's shared parts, the claim's owner, the deployments
 /// the lane sees.
@@ -95,97 +38,6 @@ pub(crate) struct Stepper<'a> {
     pub shared: &'a Shared,
     pub owner: &'a Owner,
     pub live: &'a Live,
-}
-
-/// A step written in its group and not yet committed: what to do once it is.
-pub(crate) struct Written {
-    step: Step,
-    due_now: Vec<DeliveryId>,
-    /// The tasks the step armed locked for a worker: the completing worker's, and the waiting
-    /// polls'.
-    taken: Vec<LockedTask>,
-    /// The park whose task the completing worker takes.
-    take: Option<ParkId>,
-    /// The waiting polls that take the tasks of these parks.
-    handoffs: Vec<(ParkId, Reservation)>,
-    /// Whether it armed a task nobody took, which the waiting polls are told of.
-    untaken_tasks: bool,
-    hold: Option<Hold>,
-    is_start: bool,
-    started: std::time::Instant,
-    /// What the history log records once the group committed; `None` when it records nothing.
-    pub(crate) record: Option<history_log::Commit>,
-}
-
-impl Written {
-    /// The group committed: the step is durable. Tells whoever acts next and answers the caller.
-    pub(crate) fn land(self, shared: &Shared) -> StepOutcome {
-        fault::point(if self.is_start {
-            "after-start-commit"
-        } else {
-            "after-commit"
-        });
-        let Written {
-            step,
-            due_now,
-            mut taken,
-            handoffs,
-            untaken_tasks,
-            hold,
-            started,
-            ..
-        } = self;
-        let instance = step.snapshot.instance.id.clone();
-        for (park, reservation) in handoffs {
-            // A reservation whose task was not armed after all is dropped: its poll looks again.
-            let Some(task) = take_out(&mut taken, &instance, park) else {
-                continue;
-            };
-            if let Some(task) = reservation.hand(task) {
-                let tenant = &step.snapshot.instance.tenant;
-                tasks::release_unheard(&shared.store, &shared.tasks, tenant, task);
-            }
-        }
-        metrics::step(&step.snapshot.instance.flow, "committed", started);
-        if let Some(reply) = &step.reply {
-            shared.settle.settle(&instance, reply);
-        }
-        if !due_now.is_empty() {
-            shared.deliveries_due.notify_one();
-        }
-        if step
-            .effects
-            .iter()
-            .any(|effect| matches!(effect, Effect::Emit { .. }))
-        {
-            shared.outbox_due.notify_one();
-        }
-        if untaken_tasks {
-            shared.tasks.announce();
-        }
-        StepOutcome {
-            instance,
-            status: step.snapshot.status,
-            reply: step.reply,
-            hold,
-        }
-    }
-
-    /// The task the step armed locked for its completion's worker, if it did: to be answered
-    /// once the group committed.
-    pub(crate) fn take_task(&mut self) -> Option<LockedTask> {
-        let park = self.take?;
-        take_out(&mut self.taken, &self.step.snapshot.instance.id, park)
-    }
-
-    /// The group did not commit: nobody waits for this step's end on its account.
-    pub(crate) fn abandon(self, shared: &Shared) {
-        if let Some(hold) = self.hold {
-            shared
-                .settle
-                .deregister(&self.step.snapshot.instance.id, hold.id);
-        }
-    }
 }
 
 impl Stepper<'_> {
@@ -227,6 +79,7 @@ impl Stepper<'_> {
                 self.resume(group, key, resumption).await
             }
             Work::Migrate { to_version, map } => self.migrate(group, key, *to_version, map).await,
+            Work::Poison { detail } => self.poison(group, key, detail).await,
         };
         // A resumed step that failed after its claim was counted by `resume`, under its flow. A
         // start refused because an instance waits for its message was no step: intake relays it.
@@ -398,16 +251,24 @@ impl Stepper<'_> {
         let ctx = StepContext::at(Timestamp::now());
         let step =
             exec::migrate(from, to, to_version, &claimed.snapshot, map, ctx).map_err(rejected)?;
-        let pending = PendingCommit {
-            kind: history_log::MIGRATE,
-            claim: Some(claimed.token),
-            held_by: claimed.held_by,
-            answered: None,
-            taken: None,
-            consumed: None,
-            hold: false,
-            take: None,
-        };
+        let pending = PendingCommit::of_claim(history_log::MIGRATE, claimed);
+        self.write(group, step, pending, ctx).await
+    }
+
+    /// Claims the instance and fails it as poisoned, the remedy for an instance whose steps keep
+    /// dying (SPEC §5.2). It passes no `after-claim` fault point: a death there, every time, is
+    /// what it ends.
+    async fn poison(
+        &self,
+        group: &mut dyn Group,
+        key: &InstanceKey,
+        detail: &str,
+    ) -> Result<Written, Error> {
+        let claimed = self.claim(group, key).await?;
+        let ctx = StepContext::at(Timestamp::now());
+        let step = exec::fail(&claimed.snapshot, codes::STEP_POISONED.code, detail, ctx)
+            .map_err(rejected)?;
+        let pending = PendingCommit::of_claim(history_log::POISON, claimed);
         self.write(group, step, pending, ctx).await
     }
 
@@ -537,13 +398,6 @@ impl Stepper<'_> {
     }
 }
 
-impl Written {
-    fn since(mut self, started: std::time::Instant) -> Written {
-        self.started = started;
-        self
-    }
-}
-
 /// An event for an existing instance, and what its step consumes.
 pub(crate) struct Resumption {
     /// [`history_log::RESUME`] or [`history_log::COMPLETE`].
@@ -613,6 +467,23 @@ struct PendingCommit {
     consumed: Option<Consumed>,
     hold: bool,
     take: Option<Take>,
+}
+
+impl PendingCommit {
+    /// The commit of an administrator's step on `claimed`: one that answers no park, takes no
+    /// delivery, consumes no message and holds no caller.
+    fn of_claim(kind: &'static str, claimed: Claimed) -> PendingCommit {
+        PendingCommit {
+            kind,
+            claim: Some(claimed.token),
+            held_by: claimed.held_by,
+            answered: None,
+            taken: None,
+            consumed: None,
+            hold: false,
+            take: None,
+        }
+    }
 }
 
 /// SPEC §7.2: a correlation alias already taken fails the instance that tried to park on it.
@@ -699,55 +570,6 @@ fn to_commit(
         announce_end: step.reply.is_some()
             && settle::held_elsewhere(pending.held_by.as_deref(), me),
     }
-}
-
-/// Whether the effect puts a task in front of pollers, who long-poll for exactly that.
-fn arms_a_task(effect: &Effect) -> bool {
-    matches!(effect, Effect::Arm { park, .. } if matches!(park.kind, ParkKind::Task { .. }))
-}
-
-/// Who the tasks a step arms are locked for as they are armed, each lock the taker's or the
-/// task's own: the completing worker that asked, for the first task of its topics — one task,
-/// for the slot its completion frees (decision 0038) — then the polls waiting on this replica,
-/// oldest first (decision 0039). The rest are armed available, for the polls to come.
-#[derive(Default)]
-struct Takers {
-    take: Option<ParkId>,
-    handoffs: Vec<(ParkId, Reservation)>,
-    locks: Vec<(ParkId, TakenBy)>,
-}
-
-fn takers(step: &Step, take: Option<&Take>, waiting: &Waiting) -> Takers {
-    let tenant = &step.snapshot.instance.tenant;
-    let mut takers = Takers::default();
-    for effect in &step.effects {
-        let Effect::Arm { park, .. } = effect else {
-            continue;
-        };
-        let ParkKind::Task { topic, lock, .. } = &park.kind else {
-            continue;
-        };
-        let asked = take.filter(|take| takers.take.is_none() && take.topics.contains(topic));
-        if let Some(take) = asked {
-            takers.take = Some(park.id);
-            let by = TakenBy {
-                worker: take.worker.clone(),
-                lock: take.lock.unwrap_or(*lock),
-            };
-            takers.locks.push((park.id, by));
-        } else if let Some(reservation) = waiting.reserve(tenant, topic, *lock) {
-            takers.locks.push((park.id, reservation.taken_by.clone()));
-            takers.handoffs.push((park.id, reservation));
-        }
-    }
-    takers
-}
-
-/// The task of `instance`'s `park` among `taken`, removed from it.
-fn take_out(taken: &mut Vec<LockedTask>, instance: &str, park: ParkId) -> Option<LockedTask> {
-    let id = sutra_store::task_id(instance, park);
-    let at = taken.iter().position(|task| task.id == id)?;
-    Some(taken.swap_remove(at))
 }
 
 /// The durable rows behind a park.

@@ -9,7 +9,7 @@
 //! The registry is this process's. The step that registers a caller also records on the instance
 //! which replica holds it ([`holder_after`]); a step that ends the instance on another replica
 //! announces the end ([`held_elsewhere`]), and this replica answers its callers from the stored
-//! outcome ([`crate::answers`]).
+//! outcome (`answers`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -8,8 +8,8 @@ use tokio::sync::Notify;
 
 use crate::config::EngineConfig;
 use crate::settle::SettleRegistry;
-use crate::tasks::{Availability, Waiting};
 use crate::test_switches;
+use crate::waiting::{Availability, Waiting};
 
 /// What the background loops, the lanes and the callers share.
 pub(crate) struct Shared {
@@ -48,7 +48,7 @@ impl Shared {
 
     /// `{replica_id}/admin`: no lane can produce it, so an administrative claim never re-enters
     /// past a step in flight on this replica. Administrative steps run one at a time
-    /// (`Admin::administering`, in [`crate::admin`]), so *same owner ⇒ serialized* holds for it as for a lane.
+    /// (`Admin::administering`), so *same owner ⇒ serialized* holds for it as for a lane.
     pub fn admin_owner(&self) -> Owner {
         Owner(format!("{}/admin", self.config.replica_id))
     }

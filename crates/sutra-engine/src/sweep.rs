@@ -4,7 +4,7 @@
 //! A claim whose holder died is cleared once it has lapsed (one claim timeout); an instance
 //! cleared `max_recoveries` sweeps in a row is failed as poisoned through the administrative
 //! executor ([`crate::admin`]), instead of crash-looping the fleet. Every sweep then wakes the
-//! delivery dispatcher ([`crate::deliveries`]), whose pass is `recover`: the rows the dead
+//! delivery dispatcher (`deliveries`), whose pass is `recover`: the rows the dead
 //! holders were asked are taken now. The sweep is owner-blind, judges by the store's clock and is
 //! idempotent: one cut short simply runs again (SPEC §5.2).
 

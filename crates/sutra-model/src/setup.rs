@@ -5,10 +5,11 @@
 //! inject (a crash, a stall, a failed step, a refusal) is counted, so every path ends in a state
 //! where nothing is left to do, and stateright checks `eventually` properties there.
 
-/// Which protocol the model runs. `Sutra` is the two-phase claim the engine keeps for durable
-/// claims (`Admin::poison`) and `OneTransaction` decision 0024's lane step, which the engine runs
-/// for every lane step since issue 11; every other variant is one plausible regression of one of
-/// them, each of which the checker must catch.
+/// Which protocol the model runs. `Sutra` is the two-phase durable claim, which the model's
+/// administrative executors keep and the engine's administrative steps no longer take (each is a
+/// group of one, the poisoning too), and `OneTransaction` decision 0024's lane step, which the
+/// engine runs for every lane step since issue 11; every other variant is one plausible
+/// regression of one of them, each of which the checker must catch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Protocol {
     /// The engine: lane-scoped owners, a commit conditional on owner and fence, look-again by a

@@ -1,0 +1,98 @@
+//! The hand-off of a task a step arms to whoever takes it as it is armed: the completing worker
+//! that asked for its next task ([`Take`], decision 0038), else the oldest poll waiting on this
+//! replica for its topics (decision 0039). The takers are chosen before the step's commit, which
+//! locks each task for its taker; once the group committed, each waiting poll is handed its task.
+
+use jiff::SignedDuration;
+use sutra_core::snapshot::{ParkId, ParkKind};
+use sutra_core::step::{Effect, Step};
+use sutra_store::{LockedTask, TakenBy};
+
+use crate::shared::Shared;
+use crate::waiting::{self, Reservation, Waiting};
+
+/// What a worker completing a task asks for besides: its next task, when the step the
+/// completion resumes arms one of `topics` — locked for `worker` in the same transaction and
+/// answered with the completion, so that no poll and no second write of the task's row stand
+/// between one task and the next (eager dispatch, decision 0038).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Take {
+    pub worker: String,
+    pub topics: Vec<String>,
+    /// How long the lock lasts; `None`: the task node's own `lock`.
+    pub lock: Option<SignedDuration>,
+}
+
+/// Whether the effect puts a task in front of pollers, who long-poll for exactly that.
+pub(crate) fn arms_a_task(effect: &Effect) -> bool {
+    matches!(effect, Effect::Arm { park, .. } if matches!(park.kind, ParkKind::Task { .. }))
+}
+
+/// Who the tasks a step arms are locked for as they are armed, each lock the taker's or the
+/// task's own: the completing worker that asked, for the first task of its topics — one task,
+/// for the slot its completion frees (decision 0038) — then the polls waiting on this replica,
+/// oldest first (decision 0039). The rest are armed available, for the polls to come.
+#[derive(Default)]
+pub(crate) struct Takers {
+    pub take: Option<ParkId>,
+    pub handoffs: Vec<(ParkId, Reservation)>,
+    pub locks: Vec<(ParkId, TakenBy)>,
+}
+
+pub(crate) fn takers(step: &Step, take: Option<&Take>, waiting: &Waiting) -> Takers {
+    let tenant = &step.snapshot.instance.tenant;
+    let mut takers = Takers::default();
+    for effect in &step.effects {
+        let Effect::Arm { park, .. } = effect else {
+            continue;
+        };
+        let ParkKind::Task { topic, lock, .. } = &park.kind else {
+            continue;
+        };
+        let asked = take.filter(|take| takers.take.is_none() && take.topics.contains(topic));
+        if let Some(take) = asked {
+            takers.take = Some(park.id);
+            let by = TakenBy {
+                worker: take.worker.clone(),
+                lock: take.lock.unwrap_or(*lock),
+            };
+            takers.locks.push((park.id, by));
+        } else if let Some(reservation) = waiting.reserve(tenant, topic, *lock) {
+            takers.locks.push((park.id, reservation.taken_by.clone()));
+            takers.handoffs.push((park.id, reservation));
+        }
+    }
+    takers
+}
+
+/// The task of `instance`'s `park` among `taken`, removed from it.
+pub(crate) fn take_out(
+    taken: &mut Vec<LockedTask>,
+    instance: &str,
+    park: ParkId,
+) -> Option<LockedTask> {
+    let id = sutra_store::task_id(instance, park);
+    let at = taken.iter().position(|task| task.id == id)?;
+    Some(taken.swap_remove(at))
+}
+
+/// Hands each task `step` armed and its group committed to the waiting poll reserved for it;
+/// a task whose poll went away meanwhile is handed back.
+pub(crate) fn hand_over(
+    shared: &Shared,
+    step: &Step,
+    taken: &mut Vec<LockedTask>,
+    handoffs: Vec<(ParkId, Reservation)>,
+) {
+    let instance = &step.snapshot.instance.id;
+    for (park, reservation) in handoffs {
+        // A reservation whose task was not armed after all is dropped: its poll looks again.
+        let Some(task) = take_out(taken, instance, park) else {
+            continue;
+        };
+        if let Some(task) = reservation.hand(task) {
+            let tenant = &step.snapshot.instance.tenant;
+            waiting::release_unheard(&shared.store, &shared.tasks, tenant, task);
+        }
+    }
+}
