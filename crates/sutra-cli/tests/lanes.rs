@@ -62,10 +62,9 @@ async fn serve(scratch: &Scratch, lanes: usize, switches: &[&str]) -> Server {
 }
 
 async fn serve_on(datasource: &str, lanes: usize, switches: &[&str]) -> Server {
-    let options = (switches.iter()).fold(serve!(datasource).lanes(lanes), |options, switch| {
-        options.switch(switch)
-    });
-    options.deployed(FLOWS).await
+    (serve!(datasource).lanes(lanes).switches(switches))
+        .deployed(FLOWS)
+        .await
 }
 
 const CLAIM_HELD: &str = "SUTRA.RUNTIME.RESUME.CLAIM_HELD";

@@ -121,9 +121,11 @@ impl ServerOptions {
         self.env("SUTRA_AUTH_TOKENS", tokens)
     }
 
-    /// Turns on the test build's switch `name` (a `SUTRA_TEST_…` variable).
-    pub fn switch(self, name: &str) -> ServerOptions {
-        self.env(name, "1")
+    /// Turns on the test build's switches `names` (`SUTRA_TEST_…` variables).
+    pub fn switches(self, names: &[impl AsRef<str>]) -> ServerOptions {
+        names
+            .iter()
+            .fold(self, |options, name| options.env(name.as_ref(), "1"))
     }
 
     /// Runs `lanes` engine lanes.

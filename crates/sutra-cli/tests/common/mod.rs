@@ -138,7 +138,7 @@ pub struct FleetOptions {
 }
 
 impl FleetOptions {
-    /// Every replica with the test build's `switches` on ([`ServerOptions::switch`]).
+    /// Every replica with the test build's `switches` on ([`ServerOptions::switches`]).
     pub fn switches(mut self, switches: &[&str]) -> FleetOptions {
         let switches = switches.iter().map(|switch| (*switch).to_owned());
         self.switches.extend(switches);
@@ -157,12 +157,11 @@ impl FleetOptions {
     /// deployments. Every replica records its history log (decision 0043) on stderr, which
     /// [`Fleet::histories`] collects.
     pub async fn start(self, datasource: &str, deployment: &str) -> Fleet {
-        let mut options = (self.timing)
+        let options = self
+            .timing
             .apply(serve!(datasource))
-            .env("SUTRA_LOG", history::LOG_FILTER);
-        for switch in &self.switches {
-            options = options.switch(switch);
-        }
+            .env("SUTRA_LOG", history::LOG_FILTER)
+            .switches(&self.switches);
         let mut fleet = Fleet {
             options,
             name: self.name,
