@@ -74,3 +74,229 @@ impl Default for EngineConfig {
         }
     }
 }
+
+/// A configuration the engine cannot run with: the key at fault, and what to do about it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{key}`: {reason}")]
+pub struct Refusal {
+    pub key: &'static str,
+    pub reason: String,
+}
+
+/// The longest `sutra.engine.group.window` may be: every member of a group waits for the window
+/// before it is answered, so a long one only adds latency — more than a second is a mistake,
+/// not a setting.
+const GROUP_WINDOW_MAX: SignedDuration = SignedDuration::from_secs(1);
+
+impl EngineConfig {
+    /// Refuses what the engine cannot run with, each key alone and the keys together
+    /// (docs/decisions/0044-what-the-configuration-refuses.md). The fields no key sets are the
+    /// engine's own and not checked.
+    pub fn validate(&self) -> Result<(), Refusal> {
+        at_least_one("sutra.engine.lanes", self.lanes)?;
+        at_least_one("sutra.engine.group.max", self.group_max)?;
+        at_least_one("sutra.instance.max-recoveries", self.max_recoveries)?;
+        at_least_one("sutra.timers.batch", self.deliveries_batch)?;
+        at_least_one("sutra.outbox.batch", self.outbox_batch)?;
+        for (key, duration) in [
+            ("sutra.instance.sweep-interval", self.sweep_interval),
+            ("sutra.outbox.backoff", self.outbox_backoff),
+            ("sutra.lease.ttl", self.lease_ttl),
+            ("sutra.lease.poll", self.lease_poll),
+            ("sutra.history.retention", self.history_retention),
+            ("sutra.history.purge-interval", self.purge_interval),
+            ("sutra.deployments.retire-interval", self.retire_interval),
+        ] {
+            positive(key, duration)?;
+        }
+        self.group_window_is_short()?;
+        self.claims_outlast_a_group()?;
+        self.leaders_renew_in_time()
+    }
+
+    fn group_window_is_short(&self) -> Result<(), Refusal> {
+        let window = self.group_window;
+        if window.is_negative() || window > GROUP_WINDOW_MAX {
+            return refuse(
+                "sutra.engine.group.window",
+                "expected a duration from PT0S to PT1S",
+            );
+        }
+        Ok(())
+    }
+
+    /// A lane holds a group's first member for up to the window, waiting for more, before the
+    /// group's transaction begins: a member handed over is committed no sooner than that. A
+    /// delivery handed out is due again one claim timeout later, so with a timeout no longer than
+    /// the window it would be dispatched anew — each dispatch counted towards poisoning its
+    /// instance — before its step could commit it.
+    fn claims_outlast_a_group(&self) -> Result<(), Refusal> {
+        let (timeout, window) = (self.claim_timeout, self.group_window);
+        if timeout <= window {
+            return refuse(
+                "sutra.instance.claim-timeout",
+                format!(
+                    "expected longer than sutra.engine.group.window ({window}), which a step can \
+                     last: lengthen the claim timeout or shorten the window"
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// A leader renews every poll and stops at four fifths of the TTL after a renewal it sent
+    /// (docs/decisions/0018): a poll of half the TTL or more would leave it no second try before
+    /// it stops, and one of four fifths or more would make it stop between any two renewals.
+    fn leaders_renew_in_time(&self) -> Result<(), Refusal> {
+        let ttl = self.lease_ttl;
+        if self.lease_poll >= ttl / 2 {
+            return refuse(
+                "sutra.lease.poll",
+                format!(
+                    "expected less than half of sutra.lease.ttl ({ttl}), so that a leader can \
+                     renew more than once before its lease runs out"
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
+fn refuse(key: &'static str, reason: impl Into<String>) -> Result<(), Refusal> {
+    Err(Refusal {
+        key,
+        reason: reason.into(),
+    })
+}
+
+fn at_least_one<T: PartialOrd + From<u8>>(key: &'static str, value: T) -> Result<(), Refusal> {
+    if value < T::from(1) {
+        return refuse(key, "expected a whole number greater than 0");
+    }
+    Ok(())
+}
+
+/// A zero interval would loop without pause; a zero backoff would resend a failing row in a
+/// tight loop; a zero TTL or retention would end what it bounds as it begins.
+fn positive(key: &'static str, duration: SignedDuration) -> Result<(), Refusal> {
+    if !duration.is_positive() {
+        return refuse(key, "expected a duration greater than zero");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One field of the default configuration changed.
+    type Change = fn(&mut EngineConfig);
+
+    /// The key the default configuration, changed by `change`, is refused for.
+    fn refused(change: impl FnOnce(&mut EngineConfig)) -> &'static str {
+        let mut config = EngineConfig::default();
+        change(&mut config);
+        config.validate().expect_err("refused").key
+    }
+
+    #[test]
+    fn the_default_configuration_runs() {
+        assert_eq!(EngineConfig::default().validate(), Ok(()));
+    }
+
+    #[test]
+    fn zero_lanes_are_refused() {
+        assert_eq!(refused(|c| c.lanes = 0), "sutra.engine.lanes");
+    }
+
+    #[test]
+    fn a_claim_timeout_no_longer_than_the_group_window_is_refused() {
+        let window = SignedDuration::from_millis(500);
+        let with = |claim_timeout| {
+            move |c: &mut EngineConfig| {
+                c.group_window = window;
+                c.claim_timeout = claim_timeout;
+            }
+        };
+        assert_eq!(refused(with(window)), "sutra.instance.claim-timeout");
+        assert_eq!(
+            refused(with(SignedDuration::ZERO)),
+            "sutra.instance.claim-timeout"
+        );
+        let mut config = EngineConfig::default();
+        with(SignedDuration::from_secs(1))(&mut config);
+        assert_eq!(config.validate(), Ok(()));
+    }
+
+    #[test]
+    fn a_lease_poll_of_half_the_ttl_or_more_is_refused() {
+        let with = |ttl: i64, poll: i64| {
+            move |c: &mut EngineConfig| {
+                c.lease_ttl = SignedDuration::from_secs(ttl);
+                c.lease_poll = SignedDuration::from_secs(poll);
+            }
+        };
+        assert_eq!(refused(with(10, 5)), "sutra.lease.poll");
+        assert_eq!(refused(with(10, 10)), "sutra.lease.poll");
+        let mut config = EngineConfig::default();
+        with(3, 1)(&mut config);
+        assert_eq!(config.validate(), Ok(()));
+    }
+
+    #[test]
+    fn a_group_window_past_a_second_or_before_zero_is_refused() {
+        for window in [
+            SignedDuration::from_millis(1001),
+            SignedDuration::from_nanos(-1),
+        ] {
+            assert_eq!(
+                refused(|c| c.group_window = window),
+                "sutra.engine.group.window"
+            );
+        }
+    }
+
+    #[test]
+    fn a_count_of_zero_is_refused() {
+        let zeroed: [(Change, &str); 4] = [
+            (|c| c.group_max = 0, "sutra.engine.group.max"),
+            (|c| c.max_recoveries = 0, "sutra.instance.max-recoveries"),
+            (|c| c.deliveries_batch = 0, "sutra.timers.batch"),
+            (|c| c.outbox_batch = 0, "sutra.outbox.batch"),
+        ];
+        for (change, key) in zeroed {
+            assert_eq!(refused(change), key);
+        }
+    }
+
+    #[test]
+    fn a_duration_of_zero_is_refused() {
+        let zeroed: [(Change, &str); 7] = [
+            (
+                |c| c.sweep_interval = SignedDuration::ZERO,
+                "sutra.instance.sweep-interval",
+            ),
+            (
+                |c| c.outbox_backoff = SignedDuration::ZERO,
+                "sutra.outbox.backoff",
+            ),
+            (|c| c.lease_ttl = SignedDuration::ZERO, "sutra.lease.ttl"),
+            (|c| c.lease_poll = SignedDuration::ZERO, "sutra.lease.poll"),
+            (
+                |c| c.history_retention = SignedDuration::ZERO,
+                "sutra.history.retention",
+            ),
+            (
+                |c| c.purge_interval = SignedDuration::ZERO,
+                "sutra.history.purge-interval",
+            ),
+            (
+                |c| c.retire_interval = SignedDuration::ZERO,
+                "sutra.deployments.retire-interval",
+            ),
+        ];
+        for (change, key) in zeroed {
+            assert_eq!(refused(change), key);
+        }
+    }
+}

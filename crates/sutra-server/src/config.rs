@@ -4,17 +4,23 @@
 //! Every key has one dotted name (`sutra.instance.claim-timeout`); its environment variable is
 //! derived from it (`SUTRA_INSTANCE_CLAIM_TIMEOUT`), so the two can never drift apart. Unknown keys
 //! in the file are errors, not silently ignored: a misspelt key that does nothing is the worst
-//! kind of configuration bug.
+//! kind of configuration bug. The engine's keys are read straight into its [`EngineConfig`],
+//! and what the engine cannot run with — a value out of range, or keys that do not fit together
+//! — is refused by [`EngineConfig::validate`], named with where its value came from
+//! (docs/decisions/0044-what-the-configuration-refuses.md).
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use jiff::SignedDuration;
 use sutra_core::duration::parse_duration;
+use sutra_engine::EngineConfig;
 use sutra_engine::settle::SEVERAL_HOLDERS;
 use sutra_transport::BrokerUrls;
 
+use crate::redacted;
 use crate::tokens::Tokens;
 
 /// Every key, with its default (`None`: unset).
@@ -59,7 +65,8 @@ const KEYS: &[(&str, Option<&str>)] = &[
     ("sutra.auth.tokens-file", None),
 ];
 
-#[derive(Debug, Clone)]
+/// What `sutra serve` runs with. `Debug` shows the datasource URLs without their passwords.
+#[derive(Clone)]
 pub struct Settings {
     pub datasource: String,
     pub store_pool_size: u32,
@@ -67,23 +74,11 @@ pub struct Settings {
     pub store_migrate_url: Option<String>,
     pub store_system_url: Option<String>,
     pub listen: SocketAddr,
-    pub replica_id: String,
-    pub lanes: usize,
-    pub group_max: usize,
-    pub group_window: SignedDuration,
-    pub claim_timeout: SignedDuration,
-    pub sweep_interval: SignedDuration,
-    pub max_recoveries: u32,
+    /// The engine's keys (`sutra.engine.*`, `sutra.instance.*`, leases, history, outbox, timers,
+    /// retirement) and the replica's id, read into the engine's own configuration and checked
+    /// by [`EngineConfig::validate`].
+    pub engine: EngineConfig,
     pub max_bytes: usize,
-    pub timers_batch: u32,
-    pub outbox_batch: u32,
-    pub outbox_backoff: SignedDuration,
-    pub lease_ttl: SignedDuration,
-    pub lease_poll: SignedDuration,
-    pub history_retention: SignedDuration,
-    pub purge_interval: SignedDuration,
-    /// How often the `retirement-gate` leader looks for draining versions to retire.
-    pub retire_interval: SignedDuration,
     /// `None`: no tokens, so every request acts for tenant `default` with every role, which
     /// only a loopback listener allows.
     pub auth_tokens: Option<Tokens>,
@@ -95,6 +90,26 @@ pub struct Settings {
     /// A PEM bundle of certificates `https://` webhooks are trusted by, beside the platform's
     /// roots (`sutra.transports.http.ca-file`).
     pub webhook_roots: Option<PathBuf>,
+}
+
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let url = |url: &Option<String>| url.as_deref().map(redacted);
+        f.debug_struct("Settings")
+            .field("datasource", &redacted(&self.datasource))
+            .field("store_pool_size", &self.store_pool_size)
+            .field("store_migrate", &self.store_migrate)
+            .field("store_migrate_url", &url(&self.store_migrate_url))
+            .field("store_system_url", &url(&self.store_system_url))
+            .field("listen", &self.listen)
+            .field("engine", &self.engine)
+            .field("max_bytes", &self.max_bytes)
+            .field("auth_tokens", &self.auth_tokens)
+            .field("auth_tokens_file", &self.auth_tokens_file)
+            .field("brokers", &self.brokers)
+            .field("webhook_roots", &self.webhook_roots)
+            .finish()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -193,6 +208,10 @@ impl Sources {
     }
 
     pub fn settings(&self) -> Result<Settings, ConfigError> {
+        let brokers = BrokerUrls {
+            amqp: self.broker_url("sutra.transports.amqp.url", &["amqp://"])?,
+            nats: self.broker_url("sutra.transports.nats.url", &["nats://"])?,
+        };
         Ok(Settings {
             datasource: self.text("sutra.datasource")?,
             store_pool_size: self.parsed("sutra.store.pool-size", positive)?,
@@ -202,35 +221,55 @@ impl Sources {
             listen: self.parsed("sutra.listen", |v| {
                 v.parse::<SocketAddr>().map_err(|e| e.to_string())
             })?,
-            replica_id: match self.values.get("sutra.replica-id") {
-                Some(_) => self.parsed("sutra.replica-id", replica_id)?,
-                None => default_replica_id(),
-            },
-            lanes: self.parsed("sutra.engine.lanes", positive)?,
-            group_max: self.parsed("sutra.engine.group.max", positive)?,
-            group_window: self.parsed("sutra.engine.group.window", group_window)?,
-            claim_timeout: self.parsed("sutra.instance.claim-timeout", duration)?,
-            sweep_interval: self.parsed("sutra.instance.sweep-interval", duration)?,
-            max_recoveries: self.parsed("sutra.instance.max-recoveries", positive)?,
+            engine: self.engine(&brokers)?,
             max_bytes: self.parsed("sutra.intake.max-bytes", positive)?,
-            timers_batch: self.parsed("sutra.timers.batch", positive)?,
-            outbox_batch: self.parsed("sutra.outbox.batch", positive)?,
-            outbox_backoff: self.parsed("sutra.outbox.backoff", positive_duration)?,
-            lease_ttl: self.parsed("sutra.lease.ttl", positive_duration)?,
-            lease_poll: self.lease_poll()?,
-            history_retention: self.parsed("sutra.history.retention", positive_duration)?,
-            purge_interval: self.parsed("sutra.history.purge-interval", positive_duration)?,
-            retire_interval: self.parsed("sutra.deployments.retire-interval", positive_duration)?,
             auth_tokens: self.auth_tokens()?,
             auth_tokens_file: self.optional("sutra.auth.tokens-file").map(PathBuf::from),
             webhook_roots: self
                 .optional("sutra.transports.http.ca-file")
                 .map(PathBuf::from),
-            brokers: BrokerUrls {
-                amqp: self.broker_url("sutra.transports.amqp.url", &["amqp://"])?,
-                nats: self.broker_url("sutra.transports.nats.url", &["nats://"])?,
-            },
+            brokers,
         })
+    }
+
+    /// The engine's configuration, each key read as what it is and the whole checked by the
+    /// engine's own rules; a refusal names its key and where the value came from.
+    fn engine(&self, brokers: &BrokerUrls) -> Result<EngineConfig, ConfigError> {
+        let engine = EngineConfig {
+            replica_id: match self.values.get("sutra.replica-id") {
+                Some(_) => self.parsed("sutra.replica-id", replica_id)?,
+                None => default_replica_id(),
+            },
+            lanes: self.parsed("sutra.engine.lanes", number)?,
+            group_max: self.parsed("sutra.engine.group.max", number)?,
+            group_window: self.parsed("sutra.engine.group.window", duration)?,
+            claim_timeout: self.parsed("sutra.instance.claim-timeout", duration)?,
+            sweep_interval: self.parsed("sutra.instance.sweep-interval", duration)?,
+            max_recoveries: self.parsed("sutra.instance.max-recoveries", number)?,
+            deliveries_batch: self.parsed("sutra.timers.batch", number)?,
+            outbox_batch: self.parsed("sutra.outbox.batch", number)?,
+            outbox_backoff: self.parsed("sutra.outbox.backoff", duration)?,
+            lease_ttl: self.parsed("sutra.lease.ttl", duration)?,
+            lease_poll: self.parsed("sutra.lease.poll", duration)?,
+            history_retention: self.parsed("sutra.history.retention", duration)?,
+            purge_interval: self.parsed("sutra.history.purge-interval", duration)?,
+            retire_interval: self.parsed("sutra.deployments.retire-interval", duration)?,
+            brokers: brokers.configured(),
+            ..EngineConfig::default()
+        };
+        engine.validate().map_err(|refusal| {
+            let (value, origin) = self
+                .values
+                .get(refusal.key)
+                .expect("every key the engine checks has a default");
+            ConfigError::Invalid {
+                key: refusal.key.to_owned(),
+                value: value.clone(),
+                origin: origin.clone(),
+                reason: refusal.reason,
+            }
+        })?;
+        Ok(engine)
     }
 
     /// A broker URL may hold a password, so a wrong one is refused without being repeated.
@@ -291,20 +330,6 @@ impl Sources {
             })
     }
 
-    /// A leader renews every poll and stops at four fifths of the TTL after a renewal it sent
-    /// (docs/decisions/0018): a poll of half the TTL or more would leave it no second try before
-    /// it stops, and one of four fifths or more would make it stop between any two renewals.
-    fn lease_poll(&self) -> Result<SignedDuration, ConfigError> {
-        let ttl = self.parsed("sutra.lease.ttl", positive_duration)?;
-        self.parsed("sutra.lease.poll", |value| match positive_duration(value)? {
-            poll if poll < ttl / 2 => Ok(poll),
-            _ => Err(format!(
-                "expected less than half of sutra.lease.ttl ({ttl}), so that a leader can renew \
-                 more than once before its lease runs out"
-            )),
-        })
-    }
-
     fn text(&self, key: &str) -> Result<String, ConfigError> {
         self.parsed(key, |value| Ok(value.to_owned()))
     }
@@ -334,6 +359,13 @@ fn positive<T: std::str::FromStr + PartialOrd + Default>(value: &str) -> Result<
     }
 }
 
+/// A whole number; what range it must lie in is the engine's rule ([`EngineConfig::validate`]).
+fn number<T: std::str::FromStr>(value: &str) -> Result<T, String> {
+    value
+        .parse()
+        .map_err(|_| "expected a whole number".to_owned())
+}
+
 fn boolean(value: &str) -> Result<bool, String> {
     value
         .parse()
@@ -342,25 +374,6 @@ fn boolean(value: &str) -> Result<bool, String> {
 
 fn duration(value: &str) -> Result<SignedDuration, String> {
     parse_duration(value).map_err(|e| e.to_string())
-}
-
-/// Every member of a group waits for the window before it is answered, so a long one only adds
-/// latency: more than a second is a mistake, not a setting.
-fn group_window(value: &str) -> Result<SignedDuration, String> {
-    match duration(value)? {
-        window if window >= SignedDuration::ZERO && window <= SignedDuration::from_secs(1) => {
-            Ok(window)
-        }
-        _ => Err("expected a duration from PT0S to PT1S".into()),
-    }
-}
-
-/// A zero backoff would resend a failing row in a tight loop.
-fn positive_duration(value: &str) -> Result<SignedDuration, String> {
-    match duration(value)? {
-        positive if positive.is_positive() => Ok(positive),
-        _ => Err("expected a duration greater than zero".into()),
-    }
 }
 
 fn known(key: &str, source: &str) -> Result<(), ConfigError> {
@@ -396,12 +409,12 @@ fn flatten(prefix: &str, value: &serde_json::Value, out: &mut BTreeMap<String, S
     }
 }
 
-/// `sutra.instance.claim-timeout` → `SUTRA_INSTANCE_CLAIM_TIMEOUT`.
 /// Every configuration key this version knows.
 pub fn known_keys() -> impl Iterator<Item = &'static str> {
     KEYS.iter().map(|(key, _)| *key)
 }
 
+/// `sutra.instance.claim-timeout` → `SUTRA_INSTANCE_CLAIM_TIMEOUT`.
 pub fn env_name(key: &str) -> String {
     key.replace(['.', '-'], "_").to_ascii_uppercase()
 }
@@ -432,157 +445,4 @@ fn default_replica_id() -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn environment_overrides_defaults_and_flags_override_environment() {
-        let env = vec![("SUTRA_INSTANCE_CLAIM_TIMEOUT".to_owned(), "PT2S".to_owned())];
-        let settings = Sources::defaults()
-            .environment(env.clone())
-            .settings()
-            .unwrap();
-        assert_eq!(settings.claim_timeout, SignedDuration::from_secs(2));
-        let settings = Sources::defaults()
-            .environment(env)
-            .flag("sutra.instance.claim-timeout", Some("PT3S"))
-            .settings()
-            .unwrap();
-        assert_eq!(settings.claim_timeout, SignedDuration::from_secs(3));
-    }
-
-    #[test]
-    fn a_bad_value_names_its_key_and_where_it_came_from() {
-        let env = vec![("SUTRA_ENGINE_LANES".to_owned(), "zero".to_owned())];
-        let error = Sources::defaults()
-            .environment(env)
-            .settings()
-            .unwrap_err()
-            .to_string();
-        assert!(
-            error.contains("sutra.engine.lanes") && error.contains("$SUTRA_ENGINE_LANES"),
-            "{error}"
-        );
-    }
-
-    #[test]
-    fn the_several_holders_marker_is_no_replicas_id() {
-        let error = Sources::defaults()
-            .flag("sutra.replica-id", Some("*"))
-            .settings()
-            .unwrap_err()
-            .to_string();
-        assert!(
-            error.contains("sutra.replica-id") && error.contains("several replicas"),
-            "{error}"
-        );
-        let named = Sources::defaults()
-            .flag("sutra.replica-id", Some("replica-a"))
-            .settings()
-            .unwrap();
-        assert_eq!(named.replica_id, "replica-a");
-    }
-
-    #[test]
-    fn env_names_derive_from_keys() {
-        assert_eq!(
-            env_name("sutra.instance.claim-timeout"),
-            "SUTRA_INSTANCE_CLAIM_TIMEOUT"
-        );
-    }
-
-    const TOKEN: &str = "acme-admin-0123456789abcdef";
-
-    #[test]
-    fn tokens_come_from_the_key_or_from_a_file_not_both() {
-        let env = vec![
-            (
-                "SUTRA_AUTH_TOKENS".to_owned(),
-                format!("acme:admin:{TOKEN}"),
-            ),
-            ("SUTRA_AUTH_TOKENS_FILE".to_owned(), "/nowhere".to_owned()),
-        ];
-        let error = Sources::defaults().environment(env).settings().unwrap_err();
-        let error = error.to_string();
-        assert!(error.contains("not both"), "{error}");
-        assert!(!error.contains(TOKEN), "{error}");
-    }
-
-    #[test]
-    fn tokens_mean_the_same_from_sutra_yaml_and_from_one_environment_variable() {
-        let file = std::env::temp_dir().join(format!("sutra-config-{}.yaml", std::process::id()));
-        let yaml = format!(
-            "sutra:\n  auth:\n    tokens:\n      - tenant: acme\n        roles: [admin, worker]\n        token: {TOKEN}\n"
-        );
-        std::fs::write(&file, yaml).unwrap();
-        let from_file = Sources::defaults().file(&file).unwrap().settings();
-        std::fs::remove_file(&file).unwrap();
-        let env = vec![(
-            "SUTRA_AUTH_TOKENS".to_owned(),
-            format!("acme:admin,worker:{TOKEN}"),
-        )];
-        let from_env = Sources::defaults().environment(env).settings();
-
-        let from_file = from_file
-            .unwrap()
-            .auth_tokens
-            .expect("tokens from the file");
-        assert_eq!(Some(from_file), from_env.unwrap().auth_tokens);
-    }
-
-    #[test]
-    fn a_bad_token_entry_is_named_and_the_value_is_not_shown() {
-        let env = vec![(
-            "SUTRA_AUTH_TOKENS".to_owned(),
-            format!("acme:admin:{TOKEN}; globex:janitor:{TOKEN}x"),
-        )];
-        let error = Sources::defaults()
-            .environment(env)
-            .settings()
-            .unwrap_err()
-            .to_string();
-        assert!(
-            error.contains("sutra.auth.tokens")
-                && error.contains("$SUTRA_AUTH_TOKENS")
-                && error.contains("entry 2 (tenant `globex`): unknown role `janitor`"),
-            "{error}"
-        );
-        assert!(!error.contains(TOKEN), "{error}");
-    }
-
-    #[test]
-    fn a_lease_poll_of_half_the_ttl_or_more_is_refused() {
-        let env = |ttl: &str, poll: &str| {
-            vec![
-                ("SUTRA_LEASE_TTL".to_owned(), ttl.to_owned()),
-                ("SUTRA_LEASE_POLL".to_owned(), poll.to_owned()),
-            ]
-        };
-        let error = Sources::defaults()
-            .environment(env("PT10S", "PT5S"))
-            .settings()
-            .unwrap_err()
-            .to_string();
-        assert!(error.contains("sutra.lease.poll"), "{error}");
-        let settings = Sources::defaults()
-            .environment(env("PT3S", "PT1S"))
-            .settings()
-            .unwrap();
-        assert_eq!(
-            (settings.lease_ttl, settings.lease_poll),
-            (SignedDuration::from_secs(3), SignedDuration::from_secs(1))
-        );
-    }
-
-    #[test]
-    fn a_zero_outbox_backoff_is_refused() {
-        let env = vec![("SUTRA_OUTBOX_BACKOFF".to_owned(), "PT0S".to_owned())];
-        let error = Sources::defaults().environment(env).settings().unwrap_err();
-        assert!(
-            error.to_string().contains("sutra.outbox.backoff"),
-            "{error}"
-        );
-        let settings = Sources::defaults().settings().unwrap();
-        assert_eq!(settings.outbox_backoff, SignedDuration::from_secs(1));
-    }
-}
+mod tests;

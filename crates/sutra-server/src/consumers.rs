@@ -33,7 +33,7 @@ use sutra_transport::consumer::{self, Health, Receiver, Source, Subscription, Ve
 use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinHandle};
 
-use crate::http::intake_problem;
+use crate::http::intake::intake_problem;
 
 /// How often the consumed channels are compared with the deployments.
 const RECONCILE_EVERY: Duration = Duration::from_secs(1);

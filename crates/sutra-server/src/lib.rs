@@ -12,18 +12,16 @@ pub mod console;
 pub mod consumers;
 mod graph;
 pub mod http;
-pub mod leases;
 pub mod metrics;
 pub mod openapi;
 pub mod problem;
 mod render;
-pub mod tasks;
 pub mod tokens;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use sutra_engine::{Engine, EngineConfig};
+use sutra_engine::Engine;
 use sutra_store::Store;
 use tracing::{info, warn};
 
@@ -247,31 +245,9 @@ pub fn redacted(url: &str) -> String {
     format!("{scheme}://{authority}{tail}")
 }
 
-pub fn engine_config(settings: &Settings) -> EngineConfig {
-    EngineConfig {
-        replica_id: settings.replica_id.clone(),
-        lanes: settings.lanes,
-        group_max: settings.group_max,
-        group_window: settings.group_window,
-        claim_timeout: settings.claim_timeout,
-        sweep_interval: settings.sweep_interval,
-        max_recoveries: settings.max_recoveries,
-        deliveries_batch: settings.timers_batch,
-        outbox_batch: settings.outbox_batch,
-        outbox_backoff: settings.outbox_backoff,
-        lease_ttl: settings.lease_ttl,
-        lease_poll: settings.lease_poll,
-        history_retention: settings.history_retention,
-        purge_interval: settings.purge_interval,
-        retire_interval: settings.retire_interval,
-        brokers: settings.brokers.configured(),
-        ..EngineConfig::default()
-    }
-}
-
 /// Serves until SIGINT or SIGTERM, announcing the bound address on stderr.
 pub async fn serve(settings: Settings) -> Result<(), ServeError> {
-    let replica = settings.replica_id.clone();
+    let replica = settings.engine.replica_id.clone();
     let store = redacted(&settings.datasource);
     serve_until(settings, shutdown_signal(), |bound| {
         // Tests and scripts wait for this exact line to learn the bound port.
@@ -299,7 +275,7 @@ pub async fn serve_until(
         settings.webhook_roots.as_deref(),
     )
     .map_err(ServeError::Transports)?;
-    let engine = Engine::start(store, engine_config(&settings), Arc::new(transports)).await?;
+    let engine = Engine::start(store, settings.engine.clone(), Arc::new(transports)).await?;
     let listen_error = |reason: std::io::Error| ServeError::Listen {
         addr: settings.listen,
         reason: reason.to_string(),

@@ -8,7 +8,10 @@
 //! every route it wraps is written down once for all of them: [`gated`] for a role's gate,
 //! [`document`] for the refusal of `%00` that `http::router` puts in front of every route. A
 //! refusal is one of the shared responses below, each naming the codes of its status from
-//! `sutra_core::codes`, the table the answers themselves take their status from.
+//! `sutra_core::codes`, the table the answers themselves take their status from; the 500 and 503
+//! that every route reaching the store or the engine answers are one [`ServerFailures`].
+
+use std::collections::BTreeMap;
 
 use axum::Extension;
 use axum::body::Bytes;
@@ -23,7 +26,7 @@ use utoipa::openapi::{
     Components, ContentBuilder, HeaderBuilder, InfoBuilder, LicenseBuilder, OpenApi,
     OpenApiBuilder, Ref, RefOr, Response, ResponseBuilder,
 };
-use utoipa::{PartialSchema, ToResponse, ToSchema};
+use utoipa::{IntoResponses, PartialSchema, ToResponse, ToSchema};
 
 use crate::tokens::Role;
 
@@ -138,7 +141,7 @@ pub fn document(parts: impl IntoIterator<Item = OpenApi>) -> Document {
     );
     describe_problem_members(components);
     for operation in operations(&mut document) {
-        // `%00` anywhere in the URL is refused before any route reads it (http.rs).
+        // `%00` anywhere in the URL is refused before any route reads it (`http::router`).
         operation
             .responses
             .responses
@@ -313,6 +316,20 @@ fn problem_response(status: u16, what: &str) -> Response {
         _ => {}
     }
     response.build()
+}
+
+/// The two answers of every route that reaches the store or the engine, referenced from its
+/// `responses(...)` as `ServerFailures`: 500, the server failed, and 503, the store or the engine
+/// is away for now.
+pub(crate) struct ServerFailures;
+
+impl IntoResponses for ServerFailures {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        BTreeMap::from([
+            ("500".to_owned(), refusal::<ServerError>()),
+            ("503".to_owned(), refusal::<Unavailable>()),
+        ])
+    }
 }
 
 /// Declares the shared refusals: one [`ToResponse`] each, referenced from a route's

@@ -113,6 +113,11 @@ impl Problem {
         }
     }
 
+    /// A read's store error: reads claim no instance, so no claim can be held against them.
+    pub fn read(error: StoreError) -> Problem {
+        Problem::store(error, codes::RESUME_CLAIM_HELD)
+    }
+
     /// An answer that could not be rendered as JSON: the records it was built from hold what
     /// JSON cannot carry, which is corrupt data as far as a caller can tell — never a plausible
     /// body with the part left out.

@@ -12,10 +12,17 @@ use axum::extract::{Extension, State};
 use sutra_wire::{Extra, Leases};
 
 use crate::auth::Caller;
-use crate::http::{Api, store_problem};
-use crate::openapi::{ServerError, Unavailable};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::Api;
+use crate::openapi::ServerFailures;
 use crate::problem::Problem;
 use crate::render;
+
+pub(super) fn routes() -> OpenApiRouter<Api> {
+    OpenApiRouter::new().routes(routes!(list))
+}
 
 /// Lists the leases
 ///
@@ -27,16 +34,15 @@ use crate::render;
     operation_id = "leases",
     responses(
         (status = 200, description = "The leases", body = Leases),
-        (status = 500, response = ServerError),
-        (status = 503, response = Unavailable),
+        ServerFailures,
     ),
 )]
-pub async fn list(
+async fn list(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
 ) -> Result<Json<Leases>, Problem> {
     let shown = |role: &str| shown_to(role, &caller.tenant);
-    let leases = api.engine.store().leases().await.map_err(store_problem)?;
+    let leases = api.engine.store().leases().await.map_err(Problem::read)?;
     let items = leases
         .iter()
         .filter(|lease| shown(&lease.role))

@@ -23,16 +23,13 @@ use utoipa::IntoParams;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::Api;
+use super::extract::{ApiPath, ApiQuery, Result, invalid, parse};
+use super::paging::{cursor, is_instance_id, next_cursor, page_limit};
 use crate::auth::Caller;
-use crate::http::{
-    Api, ApiPath, ApiQuery, cursor, invalid, is_instance_id, next_cursor, page_limit, parse,
-    store_problem,
-};
-use crate::openapi::{BadRequest, Conflict, NotFound, PayloadTooLarge, ServerError, Unavailable};
+use crate::openapi::{BadRequest, Conflict, NotFound, PayloadTooLarge, ServerFailures};
 use crate::problem::Problem;
 use crate::render;
-
-type Result<T, E = Problem> = std::result::Result<T, E>;
 
 /// A batch completes at most what one poll can lock. The wire publishes the same number, which
 /// clients size their batches by; this keeps the two one number.
@@ -48,7 +45,7 @@ struct TaskPath {
 }
 
 /// The worker routes, each described by its `#[utoipa::path]`.
-pub fn routes() -> OpenApiRouter<Api> {
+pub(super) fn routes() -> OpenApiRouter<Api> {
     OpenApiRouter::new()
         .routes(routes!(list))
         .routes(routes!(poll))
@@ -72,8 +69,7 @@ pub fn routes() -> OpenApiRouter<Api> {
         (status = 200, description = "The tasks locked for this worker", body = Vec<LockedTask>),
         (status = 400, response = BadRequest),
         (status = 413, response = PayloadTooLarge),
-        (status = 500, response = ServerError),
-        (status = 503, response = Unavailable),
+        ServerFailures,
     ),
 )]
 async fn poll(
@@ -124,8 +120,7 @@ async fn poll(
         (status = 404, response = NotFound),
         (status = 409, response = Conflict),
         (status = 413, response = PayloadTooLarge),
-        (status = 500, response = ServerError),
-        (status = 503, response = Unavailable),
+        ServerFailures,
     ),
 )]
 async fn complete(
@@ -222,8 +217,7 @@ fn take(take: &sutra_wire::Take) -> Result<Take> {
         (status = 404, response = NotFound),
         (status = 409, response = Conflict),
         (status = 413, response = PayloadTooLarge),
-        (status = 500, response = ServerError),
-        (status = 503, response = Unavailable),
+        ServerFailures,
     ),
 )]
 async fn fail(
@@ -274,8 +268,7 @@ fn task_state(id: String, state: TaskState) -> Json<sutra_wire::TaskState> {
         (status = 404, response = NotFound),
         (status = 409, response = Conflict),
         (status = 413, response = PayloadTooLarge),
-        (status = 500, response = ServerError),
-        (status = 503, response = Unavailable),
+        ServerFailures,
     ),
 )]
 async fn release(
@@ -305,8 +298,7 @@ async fn release(
         (status = 404, response = NotFound),
         (status = 409, response = Conflict),
         (status = 413, response = PayloadTooLarge),
-        (status = 500, response = ServerError),
-        (status = 503, response = Unavailable),
+        ServerFailures,
     ),
 )]
 async fn extend(
@@ -340,8 +332,7 @@ async fn extend(
     responses(
         (status = 200, description = "A page of tasks", body = Page<TaskSummary>),
         (status = 400, response = BadRequest),
-        (status = 500, response = ServerError),
-        (status = 503, response = Unavailable),
+        ServerFailures,
     ),
 )]
 async fn list(
@@ -362,7 +353,7 @@ async fn list(
         .store()
         .list_tasks(&caller.tenant, &filter)
         .await
-        .map_err(store_problem)?;
+        .map_err(Problem::read)?;
     let next = next_cursor(&records, limit, |record| &record.id);
     let items = records.iter().map(render::task_summary).collect();
     Ok(Json(Page { items, next }))
