@@ -50,7 +50,9 @@ flows:
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_caller_held_on_one_replica_is_answered_when_another_replica_ends_its_instance() {
     let database = TestDatabase::create().await;
-    let fleet = Fleet::start(database.url(), Timing::SHORT, "answers", 2, &quotes()).await;
+    let fleet = Fleet::of("answers", 2, Timing::SHORT)
+        .start(database.url(), &quotes())
+        .await;
     // Replica 1 started after replica 0 deployed, so it serves the flow from its first request:
     // the completion resumes the instance there, in place, and never as a delivery that the
     // `timers` leader (either replica) would take.

@@ -5,7 +5,7 @@
 use std::process::{Command, Output};
 
 use serde_json::{Value, json};
-use sutra_testkit::{Server, ServerOptions};
+use sutra_testkit::{Server, ServerOptions, serve, until_ok};
 
 const ADMIN: &str = "acme-admin-0123456789abcdef";
 const WORKER: &str = "acme-worker-0123456789abcdef";
@@ -32,9 +32,7 @@ fn tokens() -> String {
 }
 
 fn guarded(listen: &str) -> ServerOptions {
-    ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), "sqlite::memory:")
-        .env("SUTRA_AUTH_TOKENS", &tokens())
-        .listen(listen)
+    serve!("sqlite::memory:").tokens(&tokens()).listen(listen)
 }
 
 fn code(body: &Value) -> &str {
@@ -181,8 +179,7 @@ async fn no_token_appears_in_the_servers_logs_even_at_trace_level() {
 
 #[test]
 fn a_listener_beyond_loopback_is_refused_without_tokens() {
-    let options =
-        ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), "sqlite::memory:").listen("0.0.0.0:0");
+    let options = serve!("sqlite::memory:").listen("0.0.0.0:0");
 
     let refusal = Server::try_start(&options)
         .err()
@@ -258,18 +255,13 @@ async fn the_cli_sends_the_token_from_its_flag_or_its_variable_and_explains_a_40
 
 /// Polls until `token` gets `status` on a call only an admin may make.
 async fn until_answered(server: &Server, token: &str, status: u16, why: &str) {
-    let deadline = std::time::Instant::now() + sutra_testkit::PATIENCE;
-    loop {
+    until_ok(async || {
         let (answered, body) = server.bearer(token).get("/v1/instances").await;
-        if answered == status {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{why}: still {answered} {body}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+        (answered == status)
+            .then_some(())
+            .ok_or_else(|| format!("{why}: still {answered} {body}"))
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -280,7 +272,7 @@ async fn tokens_from_a_file_are_rotated_without_a_restart_and_never_logged() {
     let file = scratch.path().join("tokens");
     std::fs::write(&file, format!("acme:admin:{ADMIN}")).unwrap();
     let mut server = Server::start(
-        &ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), "sqlite::memory:")
+        &serve!("sqlite::memory:")
             .env("SUTRA_AUTH_TOKENS_FILE", file.to_str().unwrap())
             .env("SUTRA_LOG", "trace"),
     );

@@ -11,7 +11,7 @@ use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use serde_json::{Value, json};
 use sutra_testkit::postgres::TestDatabase;
-use sutra_testkit::{Scratch, Server, ServerOptions};
+use sutra_testkit::{Scratch, Server, serve};
 
 const DEPLOYMENT: &str = r#"
 name: hostile
@@ -265,18 +265,12 @@ impl Stores {
     async fn start() -> Stores {
         let scratch = Scratch::new("bad-input");
         let database = TestDatabase::create().await;
-        let binary = env!("CARGO_BIN_EXE_sutra");
-        let stores = Stores {
-            sqlite: Server::start(&ServerOptions::new(binary, scratch.database())),
-            postgres: Server::start(&ServerOptions::new(binary, database.url())),
+        Stores {
+            sqlite: serve!(scratch.database()).deployed(DEPLOYMENT).await,
+            postgres: serve!(database.url()).deployed(DEPLOYMENT).await,
             _scratch: scratch,
             _database: database,
-        };
-        for server in stores.both() {
-            let (status, body) = server.deploy(DEPLOYMENT).await;
-            assert_eq!(status, 201, "{body}");
         }
-        stores
     }
 
     fn both(&self) -> [&Server; 2] {

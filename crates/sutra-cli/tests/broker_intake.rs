@@ -8,13 +8,11 @@ use std::time::Duration;
 use futures_util::StreamExt;
 
 use serde_json::{Value, json};
-use sutra_testkit::brokers::{TestQueue, TestStream, TestVhost, amqp_url, nats_url};
-use sutra_testkit::{Scratch, Server, ServerOptions, event};
+use sutra_testkit::brokers::{TestQueue, TestStream, TestVhost};
+use sutra_testkit::{Scratch, Server, ServerOptions, event, serve, until};
 
 fn with_brokers(scratch: &Scratch) -> ServerOptions {
-    ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), scratch.database())
-        .env("SUTRA_TRANSPORTS_AMQP_URL", &amqp_url())
-        .env("SUTRA_TRANSPORTS_NATS_URL", &nats_url())
+    serve!(scratch.database()).amqp().nats()
 }
 
 async fn instances(server: &Server) -> Vec<Value> {
@@ -25,15 +23,17 @@ async fn instances(server: &Server) -> Vec<Value> {
 
 /// The one instance there is, once there is one.
 async fn only_instance(server: &Server) -> String {
-    for _ in 0..400 {
+    let mut only = None;
+    until("an instance starts", async || {
         let listed = instances(server).await;
-        if let [only] = listed.as_slice() {
-            return only["id"].as_str().unwrap().to_owned();
-        }
-        assert!(listed.is_empty(), "more than one instance: {listed:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("no instance started");
+        assert!(listed.len() <= 1, "more than one instance: {listed:?}");
+        only = listed
+            .first()
+            .map(|instance| instance["id"].as_str().unwrap().to_owned());
+        only.is_some()
+    })
+    .await;
+    only.unwrap()
 }
 
 /// A trade starts from an AMQP queue, waits for its confirmation on a NATS stream, and emits to
@@ -72,11 +72,9 @@ async fn an_instance_started_from_amqp_resumes_from_nats_and_emits_to_both() {
     let confirmations = TestStream::create("sutra-test-confirmations").await;
     let ledger = TestStream::create("sutra-test-ledger").await;
     let scratch = Scratch::new("broker-intake");
-    let server = Server::start(&with_brokers(&scratch));
-    let (status, body) = server
-        .deploy(&trade(&orders.name, &confirmations, &bus.name, &ledger))
+    let server = with_brokers(&scratch)
+        .deployed(&trade(&orders.name, &confirmations, &bus.name, &ledger))
         .await;
-    assert_eq!(status, 201, "{body}");
 
     orders
         .publish_event(&event("order-1", json!({"id": "o1"})))
@@ -179,9 +177,9 @@ flows:
 async fn ack_complete_over_amqp_acknowledges_only_once_the_instance_ended() {
     let requests = TestQueue::declare("sutra-test-requests").await;
     let scratch = Scratch::new("broker-ack-complete");
-    let server = Server::start(&with_brokers(&scratch));
-    let (status, body) = server.deploy(&approval(&requests.name)).await;
-    assert_eq!(status, 201, "{body}");
+    let server = with_brokers(&scratch)
+        .deployed(&approval(&requests.name))
+        .await;
 
     requests
         .publish_event(&event("request-1", json!({"id": "r1"})))
@@ -229,24 +227,23 @@ flows:
 #[tokio::test]
 async fn readiness_names_a_channel_whose_broker_cannot_be_reached_and_never_its_password() {
     let scratch = Scratch::new("broker-unreachable");
-    let options = ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), scratch.database()).env(
+    let options = serve!(scratch.database()).env(
         "SUTRA_TRANSPORTS_AMQP_URL",
         "amqp://guest:s3cret@127.0.0.1:1/%2f",
     );
     let server = Server::start(&options);
     let (status, body) = server.get("/readyz").await;
     assert_eq!(status, 200, "nothing to consume yet: {body}");
-    let (status, body) = server.deploy(&started_by("sutra-test-nowhere")).await;
-    assert_eq!(status, 201, "{body}");
+    server
+        .deploy_accepted(&started_by("sutra-test-nowhere"))
+        .await;
 
     let mut answer = (0, Value::Null);
-    for _ in 0..200 {
+    until("readiness says the broker is unreachable", async || {
         answer = server.get("/readyz").await;
-        if answer.0 == 503 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        answer.0 == 503
+    })
+    .await;
     let (status, body) = answer;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["code"], "SUTRA.RUNTIME.ENGINE.UNAVAILABLE");
@@ -260,10 +257,7 @@ async fn readiness_names_a_channel_whose_broker_cannot_be_reached_and_never_its_
 #[tokio::test]
 async fn a_deployment_declaring_a_broker_channel_is_refused_on_a_replica_without_its_broker() {
     let scratch = Scratch::new("broker-unconfigured");
-    let server = Server::start(&ServerOptions::new(
-        env!("CARGO_BIN_EXE_sutra"),
-        scratch.database(),
-    ));
+    let server = Server::start(&serve!(scratch.database()));
     let (status, body) = server.deploy(&started_by("sutra-test-nowhere")).await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["code"], "SUTRA.DEPLOY.INVALID");
@@ -282,9 +276,10 @@ async fn a_deployment_declaring_a_broker_channel_is_refused_on_a_replica_without
 async fn a_message_consumed_before_a_crash_is_a_dedup_hit_when_redelivered() {
     let jobs = TestQueue::declare("sutra-test-jobs").await;
     let scratch = Scratch::new("broker-crash-before-ack");
-    let mut doomed = Server::start(&with_brokers(&scratch).env("SUTRA_FAULT", "before-broker-ack"));
-    let (status, body) = doomed.deploy(&started_by(&jobs.name)).await;
-    assert_eq!(status, 201, "{body}");
+    let mut doomed = with_brokers(&scratch)
+        .fault("before-broker-ack")
+        .deployed(&started_by(&jobs.name))
+        .await;
     jobs.publish_event(&event("job-1", json!({}))).await;
     assert!(doomed.wait_for_death(), "killed at before-broker-ack");
     drop(doomed);
@@ -326,12 +321,10 @@ async fn a_consumer_whose_broker_dropped_its_connection_connects_again_and_loses
     let vhost = TestVhost::create("sutra-test-drop");
     let jobs = TestQueue::declare_in(&vhost, "jobs").await;
     let scratch = Scratch::new("broker-dropped");
-    let server = Server::start(
-        &ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), scratch.database())
-            .env("SUTRA_TRANSPORTS_AMQP_URL", &vhost.url),
-    );
-    let (status, body) = server.deploy(&started_by(&jobs.name)).await;
-    assert_eq!(status, 201, "{body}");
+    let server = serve!(scratch.database())
+        .env("SUTRA_TRANSPORTS_AMQP_URL", &vhost.url)
+        .deployed(&started_by(&jobs.name))
+        .await;
     jobs.publish_event(&event("job-1", json!({}))).await;
     jobs.wait_for_counts("be consumed", |c| c.consumers == 1 && c.ready == 0)
         .await;
@@ -343,16 +336,11 @@ async fn a_consumer_whose_broker_dropped_its_connection_connects_again_and_loses
         c.consumers == 1 && c.ready == 0 && c.unacknowledged == 0
     })
     .await;
-    let mut completed = 0;
-    for _ in 0..200 {
+    until("both jobs run", async || {
         let listed = instances(&server).await;
-        completed = listed.iter().filter(|i| i["status"] == "completed").count();
-        if completed == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(completed, 2, "both jobs ran");
+        listed.iter().filter(|i| i["status"] == "completed").count() == 2
+    })
+    .await;
     let (status, body) = server.get("/readyz").await;
     assert_eq!(status, 200, "consuming again: {body}");
 

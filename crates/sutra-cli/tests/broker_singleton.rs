@@ -7,9 +7,9 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use sutra_testkit::brokers::{QueueCounts, TestQueue, amqp_url};
+use sutra_testkit::brokers::{QueueCounts, TestQueue};
 use sutra_testkit::postgres::TestDatabase;
-use sutra_testkit::{Server, ServerOptions, event};
+use sutra_testkit::{Server, event, serve};
 
 /// How long a lease lasts, and how often replicas try for it.
 const TTL: Duration = Duration::from_secs(3);
@@ -40,14 +40,7 @@ flows:
 }
 
 fn replica(database: &TestDatabase, id: &str) -> Server {
-    let seconds = |d: Duration| format!("PT{}S", d.as_secs_f64());
-    Server::start(
-        &ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), database.url())
-            .env("SUTRA_TRANSPORTS_AMQP_URL", &amqp_url())
-            .env("SUTRA_REPLICA_ID", id)
-            .env("SUTRA_LEASE_TTL", &seconds(TTL))
-            .env("SUTRA_LEASE_POLL", &seconds(POLL)),
-    )
+    Server::start(&serve!(database.url()).amqp().replica(id).leases(TTL, POLL))
 }
 
 /// Whether `server` says it leads the channel's role.
@@ -93,8 +86,7 @@ async fn one_replica_at_a_time_consumes_a_singleton_channel_and_another_takes_ov
         .into_iter()
         .map(|id| replica(&database, id))
         .collect();
-    let (status, body) = replicas[0].deploy(&deployment(&queue.name)).await;
-    assert_eq!(status, 201, "{body}");
+    replicas[0].deploy_accepted(&deployment(&queue.name)).await;
     for n in 0..JOBS {
         queue
             .publish_event(&event(&format!("job-{n}"), json!({"id": format!("j{n}")})))

@@ -5,26 +5,21 @@
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use sutra_testkit::postgres::TestDatabase;
-use sutra_testkit::{Server, ServerOptions};
+use sutra_testkit::{Server, serve, stdout_of};
 
 mod repair;
-use repair::{V1, V2};
+use repair::{ONTO_V2, V1, V2};
 
 const INSTANCES: usize = 1_000;
 
 /// `sutra --json instances bulk …` against `server`: its report.
 fn sutra_bulk(server: &Server, args: &[&str]) -> Value {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sutra"))
-        .args(["--server", &server.url(""), "--json", "instances", "bulk"])
-        .args(args)
-        .output()
-        .expect("run sutra instances bulk");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    let report = stdout_of(
+        std::process::Command::new(env!("CARGO_BIN_EXE_sutra"))
+            .args(["--server", &server.url(""), "--json", "instances", "bulk"])
+            .args(args),
     );
-    serde_json::from_slice(&output.stdout).unwrap()
+    serde_json::from_str(&report).unwrap()
 }
 
 /// Every page of a bulk call through the API; the results of all of them.
@@ -55,12 +50,7 @@ fn outcomes(results: &[Value]) -> Vec<(String, usize)> {
 async fn a_thousand_failed_instances_are_migrated_and_restored_by_filter_and_again_touches_nothing()
 {
     let database = TestDatabase::create().await;
-    let server = Server::start(&ServerOptions::new(
-        env!("CARGO_BIN_EXE_sutra"),
-        database.url(),
-    ));
-    let (status, body) = server.deploy(V1).await;
-    assert_eq!(status, 201, "{body}");
+    let server = serve!(database.url()).deployed(V1).await;
     let sends = futures_util::stream::iter(0..INSTANCES)
         .map(|n| {
             let server = &server;
@@ -73,10 +63,9 @@ async fn a_thousand_failed_instances_are_migrated_and_restored_by_filter_and_aga
         .collect::<Vec<_>>()
         .await;
     assert!(sends.iter().all(|(status, _)| *status == 202));
-    let (status, body) = server.deploy(V2).await;
-    assert_eq!(status, 201, "{body}");
+    server.deploy_accepted(V2).await;
 
-    let migrate = [
+    let failed_on_v1 = [
         "migrate",
         "--status",
         "failed",
@@ -84,13 +73,8 @@ async fn a_thousand_failed_instances_are_migrated_and_restored_by_filter_and_aga
         "1",
         "--failure-code",
         "SUTRA.RUNTIME.EXPRESSION.ERROR",
-        "--to-version",
-        "2",
-        "--map",
-        "price=reprice",
-        "--map",
-        "wait=await-reply",
     ];
+    let migrate = [&failed_on_v1[..], &ONTO_V2].concat();
     let counted = sutra_bulk(&server, &[&migrate[..], &["--dry-run"]].concat());
     assert_eq!(
         counted["counts"],

@@ -99,7 +99,9 @@ async fn replicas_ride_through_kills_freezes_and_a_database_restart() {
     let cluster = DedicatedCluster::start().await;
     let receiver = Receiver::accepting();
     let deployment = transfers(&receiver.url("/ledger"));
-    let fleet = Fleet::start_proxied(cluster.url(), timing, "chaos", REPLICAS, &deployment).await;
+    let fleet = (Fleet::of("chaos", REPLICAS, timing).proxied())
+        .start(cluster.url(), &deployment)
+        .await;
     read_row_locks(cluster.admin_url()).await;
     let urls = fleet.urls();
     let workers = Workers::start(&urls, timing);

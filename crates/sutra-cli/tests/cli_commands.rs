@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use serde_json::Value;
-use sutra_testkit::{Scratch, Server, ServerOptions};
+use sutra_testkit::{Scratch, Server, serve};
 
 const SHOP: &str = r#"
 name: shop
@@ -98,10 +98,7 @@ fn sutra(server: &Server, args: &[&str]) -> Run {
 
 /// A server with `SHOP` deployed through `sutra deploy`.
 fn shop(scratch: &Scratch) -> Server {
-    let server = Server::start(&ServerOptions::new(
-        env!("CARGO_BIN_EXE_sutra"),
-        scratch.database(),
-    ));
+    let server = Server::start(&serve!(scratch.database()));
     let deployed = sutra(&server, &["deploy", &write(scratch, "shop.yaml", SHOP)]).succeeded();
     assert_eq!(deployed.stdout, "deployed shop version 1 (active)\n");
     server

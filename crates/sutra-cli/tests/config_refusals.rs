@@ -2,11 +2,11 @@
 //! cannot run with is refused before anything opens, naming the key, where its value came
 //! from, and what to do.
 
-use sutra_testkit::{Server, ServerOptions};
+use sutra_testkit::{Server, serve};
 
 #[test]
 fn a_claim_timeout_no_longer_than_the_group_window_refuses_the_start() {
-    let options = ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), "sqlite::memory:")
+    let options = serve!("sqlite::memory:")
         .env("SUTRA_ENGINE_GROUP_WINDOW", "PT0.5S")
         .env("SUTRA_INSTANCE_CLAIM_TIMEOUT", "PT0.5S");
 

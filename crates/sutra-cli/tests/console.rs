@@ -3,14 +3,7 @@
 //! API, probes, metrics and document never shadowed by it.
 
 use serde_json::{Value, json};
-use sutra_testkit::{Scratch, Server, ServerOptions};
-
-fn server(scratch: &Scratch) -> Server {
-    Server::start(&ServerOptions::new(
-        env!("CARGO_BIN_EXE_sutra"),
-        scratch.database(),
-    ))
-}
+use sutra_testkit::{Scratch, Server, serve};
 
 /// Status, content type and body of a GET.
 async fn fetch(server: &Server, path: &str) -> (u16, String, String) {
@@ -27,7 +20,7 @@ async fn fetch(server: &Server, path: &str) -> (u16, String, String) {
 #[tokio::test]
 async fn the_page_answers_at_the_root_and_every_history_path() {
     let scratch = Scratch::new("console-pages");
-    let server = server(&scratch);
+    let server = Server::start(&serve!(scratch.database()));
     for path in [
         "/",
         "/instances",
@@ -58,7 +51,7 @@ async fn the_page_answers_at_the_root_and_every_history_path() {
 #[tokio::test]
 async fn the_assets_answer_with_their_content_types_and_a_policy() {
     let scratch = Scratch::new("console-assets");
-    let server = server(&scratch);
+    let server = Server::start(&serve!(scratch.database()));
     for (path, expected) in [
         ("/console/app.js", "text/javascript"),
         ("/console/api.js", "text/javascript"),
@@ -86,7 +79,7 @@ async fn the_assets_answer_with_their_content_types_and_a_policy() {
 #[tokio::test]
 async fn the_api_probes_metrics_and_document_are_never_shadowed() {
     let scratch = Scratch::new("console-unshadowed");
-    let server = server(&scratch);
+    let server = Server::start(&serve!(scratch.database()));
     for path in [
         "/v1/instances/some-id/nowhere",
         "/v1/console",
@@ -141,12 +134,8 @@ async fn the_api_probes_metrics_and_document_are_never_shadowed() {
 
 #[tokio::test]
 async fn with_tokens_the_page_asks_for_one_and_the_api_reads_nothing_without_it() {
-    let server = Server::start(
-        &ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), "sqlite::memory:").env(
-            "SUTRA_AUTH_TOKENS",
-            "acme:admin:acme-admin-0123456789abcdef",
-        ),
-    );
+    let server =
+        Server::start(&serve!("sqlite::memory:").tokens("acme:admin:acme-admin-0123456789abcdef"));
     let (status, content_type, body) = fetch(&server, "/instances/some-id").await;
     assert_eq!(status, 200, "the page itself holds no data");
     assert!(content_type.starts_with("text/html"));
@@ -196,9 +185,7 @@ fn ids(page: &Value) -> Vec<&str> {
 #[tokio::test]
 async fn the_api_answers_what_the_console_reads_graphs_tasks_and_filtered_instances() {
     let scratch = Scratch::new("console-reads");
-    let server = server(&scratch);
-    let (status, body) = server.deploy(SHOP).await;
-    assert_eq!(status, 201, "{body}");
+    let server = serve!(scratch.database()).deployed(SHOP).await;
     let mut started = Vec::new();
     for (id, amount) in [("o1", json!(5)), ("o2", json!(500)), ("o3", json!("x"))] {
         let (status, body) = server

@@ -8,7 +8,9 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sutra_testkit::{Scratch, Server, ServerOptions, assert_audit_sequence_is_whole, count_kind};
+use sutra_testkit::{
+    Scratch, Server, ServerOptions, assert_audit_sequence_is_whole, count_kind, serve, until_ok,
+};
 
 const FLOWS: &str = r#"
 name: crash
@@ -41,17 +43,9 @@ const CLAIM_TIMEOUT: Duration = Duration::from_secs(1);
 const SWEEP_INTERVAL: Duration = Duration::from_millis(500);
 
 fn options(scratch: &Scratch) -> ServerOptions {
-    ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), scratch.database())
-        .env("SUTRA_INSTANCE_CLAIM_TIMEOUT", "PT1S")
-        .env("SUTRA_INSTANCE_SWEEP_INTERVAL", "PT0.5S")
-}
-
-/// Starts a server that will die at `fault`, with the flows deployed.
-async fn doomed(scratch: &Scratch, fault: &str) -> Server {
-    let server = Server::start(&options(scratch).env("SUTRA_FAULT", fault));
-    let (status, body) = server.deploy(FLOWS).await;
-    assert_eq!(status, 201, "{body}");
-    server
+    serve!(scratch.database())
+        .claim_timeout(CLAIM_TIMEOUT)
+        .sweep_interval(SWEEP_INTERVAL)
 }
 
 async fn start_order(server: &Server, id: &str, cool: bool) -> String {
@@ -68,20 +62,16 @@ async fn start_order(server: &Server, id: &str, cool: bool) -> String {
 
 /// Sends until the answer is not a retry-safe refusal, checking that refusals are well-formed.
 async fn send_until_accepted(server: &Server, channel: &str, id: &str, data: Value) -> Value {
-    let deadline = Instant::now() + sutra_testkit::PATIENCE;
-    loop {
+    until_ok(async || {
         let (status, body) = server.send(channel, id, data.clone()).await;
         if status != 409 {
             assert_eq!(status, 202, "{body}");
-            return body;
+            return Ok(body);
         }
         assert_eq!(body["code"], "SUTRA.RUNTIME.RESUME.CLAIM_HELD", "{body}");
-        assert!(
-            Instant::now() < deadline,
-            "the dead holder's claim was never cleared"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        Err("the dead holder's claim was never cleared".to_owned())
+    })
+    .await
 }
 
 async fn assert_paid_exactly_once(server: &Server, instance: &str) {
@@ -101,7 +91,7 @@ async fn assert_paid_exactly_once(server: &Server, instance: &str) {
 async fn a_holder_killed_after_its_claim_is_cleared_and_the_relay_is_taken_once() {
     for round in 0..3 {
         let scratch = Scratch::new("after-claim");
-        let mut server = doomed(&scratch, "after-claim").await;
+        let mut server = options(&scratch).fault("after-claim").deployed(FLOWS).await;
         let instance = start_order(&server, &format!("a{round}"), false).await;
         server
             .send_into_fault(
@@ -131,7 +121,10 @@ async fn a_holder_killed_after_its_claim_is_cleared_and_the_relay_is_taken_once(
 async fn a_reply_lost_after_the_commit_is_answered_as_a_duplicate() {
     for round in 0..3 {
         let scratch = Scratch::new("after-commit");
-        let mut server = doomed(&scratch, "after-commit").await;
+        let mut server = options(&scratch)
+            .fault("after-commit")
+            .deployed(FLOWS)
+            .await;
         let instance = start_order(&server, &format!("b{round}"), false).await;
         server
             .send_into_fault(
@@ -161,7 +154,10 @@ async fn a_reply_lost_after_the_commit_is_answered_as_a_duplicate() {
 #[tokio::test]
 async fn a_start_killed_before_its_reply_is_not_started_twice() {
     let scratch = Scratch::new("after-start-commit");
-    let mut server = doomed(&scratch, "after-start-commit").await;
+    let mut server = options(&scratch)
+        .fault("after-start-commit")
+        .deployed(FLOWS)
+        .await;
     server
         .send_into_fault("orders", "order-s1", json!({"id": "s1", "cool": false}))
         .await;
@@ -182,7 +178,7 @@ async fn a_start_killed_before_its_reply_is_not_started_twice() {
 #[tokio::test]
 async fn a_timer_fire_killed_midway_is_taken_after_restart() {
     let scratch = Scratch::new("timer-fire");
-    let mut server = doomed(&scratch, "timer-fire").await;
+    let mut server = options(&scratch).fault("timer-fire").deployed(FLOWS).await;
     let instance = start_order(&server, "t1", true).await;
     assert!(server.wait_for_death(), "the timer never fired");
 
@@ -208,7 +204,7 @@ async fn asked_is_taken_after_holder_dies() {
     // process is refused by that claim, looks again, and takes the delivery once the sweep has
     // cleared it: within claim-timeout plus sweep-interval (plus slack for a slow machine).
     let scratch = Scratch::new("asked-taken");
-    let mut server = doomed(&scratch, "after-claim").await;
+    let mut server = options(&scratch).fault("after-claim").deployed(FLOWS).await;
     let instance = start_order(&server, "k1", true).await;
     assert!(server.wait_for_death(), "the timer's claim was never taken");
 
@@ -240,7 +236,10 @@ async fn a_panicking_step_releases_its_claim() {
     // The step panics just before its commit. Its claim is released on the way out (and the
     // panic re-raised to the lane, which survives), so the very next attempt is not refused.
     let scratch = Scratch::new("panic");
-    let server = doomed(&scratch, "before-commit@2:panic").await;
+    let server = options(&scratch)
+        .fault("before-commit@2:panic")
+        .deployed(FLOWS)
+        .await;
     let instance = start_order(&server, "p1", false).await;
     let (status, body) = server
         .send("payments", "pay-p1", json!({"order": "p1", "amount": 5}))
@@ -263,14 +262,15 @@ async fn a_step_that_keeps_killing_its_replica_is_poisoned() {
     // max-recoveries in a row, fails the instance instead of letting it crash-loop the fleet.
     let scratch = Scratch::new("poison");
     let doomed_options = options(&scratch)
-        .env("SUTRA_FAULT", "after-claim")
+        .fault("after-claim")
         .env("SUTRA_INSTANCE_MAX_RECOVERIES", "2")
         .env("SUTRA_LOG", HISTORY_LOG);
     let mut server = Server::start(&doomed_options);
     // A longer cool-off, so that the start is answered before the first claim kills the process
     // even on a loaded machine.
-    let (status, body) = server.deploy(&FLOWS.replace("PT0.2S", "PT2S")).await;
-    assert_eq!(status, 201, "{body}");
+    server
+        .deploy_accepted(&FLOWS.replace("PT0.2S", "PT2S"))
+        .await;
     let instance = start_order(&server, "x1", true).await;
     for _ in 0..10 {
         if !server.wait_for_death_or_status(&instance, "failed").await {
@@ -295,14 +295,15 @@ async fn a_delivery_that_keeps_killing_its_replica_poisons_its_instance() {
     // the dispatcher fails the instance instead of handing the timer out once more.
     let scratch = Scratch::new("poison-delivery");
     let doomed_options = options(&scratch)
-        .env("SUTRA_FAULT", "timer-fire")
+        .fault("timer-fire")
         .env("SUTRA_INSTANCE_MAX_RECOVERIES", "2")
         .env("SUTRA_LOG", HISTORY_LOG);
     let mut server = Server::start(&doomed_options);
     // A longer cool-off, so that the start is answered before the timer kills the process even
     // on a loaded machine.
-    let (status, body) = server.deploy(&FLOWS.replace("PT0.2S", "PT2S")).await;
-    assert_eq!(status, 201, "{body}");
+    server
+        .deploy_accepted(&FLOWS.replace("PT0.2S", "PT2S"))
+        .await;
     let instance = start_order(&server, "d1", true).await;
     let mut deaths = 0;
     for _ in 0..10 {

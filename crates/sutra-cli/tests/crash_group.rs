@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 use sutra_testkit::{
-    Scratch, Server, ServerOptions, assert_audit_sequence_is_whole, count_kind, event,
+    Scratch, Server, ServerOptions, assert_audit_sequence_is_whole, count_kind, event, serve,
 };
 
 const FLOWS: &str = r#"
@@ -40,8 +40,7 @@ const STARTS: usize = 24;
 const ROUNDS: usize = 3;
 
 fn options(scratch: &Scratch) -> ServerOptions {
-    ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), scratch.database())
-        .env("SUTRA_ENGINE_LANES", "1")
+    serve!(scratch.database()).lanes(1)
 }
 
 /// Sends every start at once to a server that dies at `fault`; returns the answers that arrived
@@ -74,9 +73,7 @@ async fn starts_into_fault(server: &mut Server) -> HashMap<String, Value> {
 async fn a_group_killed_at(fault: &str) -> (usize, usize) {
     for round in 0..ROUNDS {
         let scratch = Scratch::new(&format!("{fault}-{round}"));
-        let mut server = Server::start(&options(&scratch).env("SUTRA_FAULT", fault));
-        let (status, body) = server.deploy(FLOWS).await;
-        assert_eq!(status, 201, "{body}");
+        let mut server = options(&scratch).fault(fault).deployed(FLOWS).await;
         let answered = starts_into_fault(&mut server).await;
         if answered.len() == STARTS {
             // Every start committed as a group of one: the point was never reached.

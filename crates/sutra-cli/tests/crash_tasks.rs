@@ -6,9 +6,11 @@
 //! the delivery and the instance advances exactly once; the worker, never having heard back,
 //! retries with the same token and is told its lock is gone instead of advancing it again.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 use sutra_testkit::{
-    Scratch, Server, ServerOptions, assert_audit_sequence_is_whole, count_kind, event,
+    Scratch, Server, ServerOptions, assert_audit_sequence_is_whole, count_kind, event, serve,
 };
 
 const FLOWS: &str = r#"
@@ -29,10 +31,11 @@ flows:
         output: credit
 "#;
 
+/// A dead holder's claim is swept in seconds.
 fn options(scratch: &Scratch) -> ServerOptions {
-    ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), scratch.database())
-        .env("SUTRA_INSTANCE_CLAIM_TIMEOUT", "PT1S")
-        .env("SUTRA_INSTANCE_SWEEP_INTERVAL", "PT0.5S")
+    serve!(scratch.database())
+        .claim_timeout(Duration::from_secs(1))
+        .sweep_interval(Duration::from_millis(500))
 }
 
 async fn poll_one(server: &Server, topic: &str) -> Value {
@@ -47,14 +50,6 @@ fn completion(task: &Value) -> (String, Value) {
     let path = format!("/v1/tasks/{}/complete", task["id"].as_str().unwrap());
     let body = json!({"lock_token": task["lock_token"], "output": {"debited": true}});
     (path, body)
-}
-
-/// A server that dies at `fault`, with the flows deployed.
-async fn deployed_with_fault(scratch: &Scratch, fault: &str) -> Server {
-    let server = Server::start(&options(scratch).env("SUTRA_FAULT", fault));
-    let (status, body) = server.deploy(FLOWS).await;
-    assert_eq!(status, 201, "{body}");
-    server
 }
 
 /// Starts a transfer; its instance's id.
@@ -90,7 +85,10 @@ async fn completes_once(server: &Server, instance: &str, task: &Value) {
 #[tokio::test]
 async fn a_completion_killed_before_its_reply_is_taken_exactly_once() {
     let scratch = Scratch::new("after-task-complete");
-    let mut server = deployed_with_fault(&scratch, "after-task-complete").await;
+    let mut server = options(&scratch)
+        .fault("after-task-complete")
+        .deployed(FLOWS)
+        .await;
     let instance = started(&server).await;
     let debit = poll_one(&server, "debit").await;
     let (path, body) = completion(&debit);
@@ -118,7 +116,10 @@ async fn a_completion_killed_before_its_reply_is_taken_exactly_once() {
 #[tokio::test]
 async fn a_task_locked_for_a_worker_that_never_heard_is_retaken_when_its_lock_lapses() {
     let scratch = Scratch::new("after-task-complete-take");
-    let mut server = deployed_with_fault(&scratch, "after-task-complete").await;
+    let mut server = options(&scratch)
+        .fault("after-task-complete")
+        .deployed(FLOWS)
+        .await;
     let instance = started(&server).await;
     let debit = poll_one(&server, "debit").await;
     let take = json!({"worker": "w1", "topics": ["credit"], "lock": "PT1S"});
@@ -147,7 +148,10 @@ async fn a_task_locked_for_a_worker_that_never_heard_is_retaken_when_its_lock_la
 #[tokio::test]
 async fn a_task_handed_to_a_poll_that_never_heard_is_retaken_when_its_lock_lapses() {
     let scratch = Scratch::new("after-start-commit-handoff");
-    let mut server = deployed_with_fault(&scratch, "after-start-commit").await;
+    let mut server = options(&scratch)
+        .fault("after-start-commit")
+        .deployed(FLOWS)
+        .await;
     let poll = json!({"worker": "w1", "topics": ["debit"], "wait": "PT30S", "lock": "PT1S"});
     let waiting = server.try_post_json("/v1/tasks/poll", &poll);
     let start = async {

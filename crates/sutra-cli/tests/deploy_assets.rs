@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use sutra_server::config::{env_name, known_keys};
 use sutra_store_sql::scaling::SCALING_SIGNAL;
-use sutra_testkit::{Server, ServerOptions};
+use sutra_testkit::{Server, serve};
 
 fn deploy() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
@@ -89,10 +89,7 @@ fn the_assets_use_the_servers_port_and_paths() {
 
 #[tokio::test]
 async fn the_paths_the_probes_and_the_monitor_use_answer() {
-    let server = Server::start(&ServerOptions::new(
-        env!("CARGO_BIN_EXE_sutra"),
-        "sqlite::memory:",
-    ));
+    let server = Server::start(&serve!("sqlite::memory:"));
     for path in ["/readyz", "/healthz", "/metrics"] {
         let status = server
             .http

@@ -8,7 +8,7 @@
 
 use serde_json::{Value, json};
 use sqlx::{Connection, SqliteConnection};
-use sutra_testkit::{Scratch, Server, ServerOptions, count_kind, event};
+use sutra_testkit::{Scratch, Server, count_kind, event, serve, until};
 
 const FLOWS: &str = r#"
 name: answers
@@ -100,13 +100,7 @@ async fn send(server: &Server, channel: &str, id: &str, data: Value) -> Answer {
 /// A deployed server, and a connection to its database file beside it.
 async fn deployed(scratch: &Scratch) -> (Server, SqliteConnection) {
     // `bank` is an amqp channel: a deployment declaring it needs the broker's URL.
-    let options = ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), scratch.database()).env(
-        "SUTRA_TRANSPORTS_AMQP_URL",
-        &sutra_testkit::brokers::amqp_url(),
-    );
-    let server = Server::start(&options);
-    let (status, body) = server.deploy(FLOWS).await;
-    assert_eq!(status, 201, "{body}");
+    let server = serve!(scratch.database()).amqp().deployed(FLOWS).await;
     let database = SqliteConnection::connect(&scratch.database())
         .await
         .unwrap();
@@ -183,14 +177,10 @@ async fn cancel_and_relay_refuse_a_held_claim_with_their_codes_and_a_restore_is_
     release_claim(&mut database, &failed).await;
     release_claim(&mut database, &waiting).await;
     // (Restored, its `fail` node fails it again at once.)
-    let deadline = std::time::Instant::now() + sutra_testkit::PATIENCE;
-    while count_kind(&server.history(&failed).await, "restored") == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the asked restore was never taken"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
+    until("the asked restore is taken", async || {
+        count_kind(&server.history(&failed).await, "restored") > 0
+    })
+    .await;
     let paid = send(&server, "payments", "pay-o1", json!({"order": "o1"})).await;
     assert_eq!(
         (paid.status, &paid.body["status"]),

@@ -4,7 +4,7 @@
 use serde_json::json;
 use sutra_store_sql::scaling::SCALING_SIGNAL;
 use sutra_testkit::postgres::TestDatabase;
-use sutra_testkit::{Scratch, Server, ServerOptions, metric_value};
+use sutra_testkit::{Scratch, Server, ServerOptions, metric_value, serve, until_ok};
 
 /// Each order does what its `kind` says: park on a task, fail, emit to a port nobody listens on,
 /// or wait for a reply (which may come before it parks: `buffer`).
@@ -48,14 +48,13 @@ flows:
 
 fn options(datasource: &str) -> ServerOptions {
     // A failed send waits an hour before its next try: the row stays pending.
-    ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), datasource).env("SUTRA_OUTBOX_BACKOFF", "PT1H")
+    serve!(datasource).env("SUTRA_OUTBOX_BACKOFF", "PT1H")
 }
 
 async fn a_known_state_is_what_the_gauges_say(server: &Server) {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let closed = format!("http://{}/gone", closed.local_addr().unwrap());
-    let (status, body) = server.deploy(&shop(&closed)).await;
-    assert_eq!(status, 201, "{body}");
+    server.deploy_accepted(&shop(&closed)).await;
     for (id, kind) in [
         ("o-task1", "task"),
         ("o-task2", "task"),
@@ -88,15 +87,13 @@ async fn a_known_state_is_what_the_gauges_say(server: &Server) {
         "{locked}"
     );
     // The emit's one try failed: the row waits for its next.
-    let deadline = std::time::Instant::now() + sutra_testkit::PATIENCE;
-    loop {
+    until_ok(async || {
         let (_, scaling) = server.get("/v1/scaling").await;
-        if scaling["outbox_backlog"] == 1 {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{scaling}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+        (scaling["outbox_backlog"] == 1)
+            .then_some(())
+            .ok_or_else(|| scaling.to_string())
+    })
+    .await;
 
     let (status, scaling) = server.get("/v1/scaling").await;
     assert_eq!(status, 200, "{scaling}");

@@ -58,9 +58,11 @@ flows:
 
 /// Opens [`RACES`] instances on two replicas, and sends each two messages for its one wait at
 /// once, one to each replica; returns the history check.
-async fn race_two_messages_per_wait(env: &[(&str, &str)]) -> history::Report {
+async fn race_two_messages_per_wait(switches: &[&str]) -> history::Report {
     let cluster = DedicatedCluster::start().await;
-    let fleet = Fleet::start_with(cluster.url(), Timing::SHORT, "race", 2, RACE, env).await;
+    let fleet = (Fleet::of("race", 2, Timing::SHORT).switches(switches))
+        .start(cluster.url(), RACE)
+        .await;
     let urls = fleet.urls();
     let mut accepted = Vec::new();
     for n in 0..RACES {
@@ -96,7 +98,7 @@ async fn race_two_messages_per_wait(env: &[(&str, &str)]) -> history::Report {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_checker_finds_two_commits_under_one_fence_when_the_fence_is_skipped() {
-    let report = race_two_messages_per_wait(&[("SUTRA_TEST_SKIP_FENCE", "1")]).await;
+    let report = race_two_messages_per_wait(&["SUTRA_TEST_SKIP_FENCE"]).await;
     assert!(
         !report.found(TWO_COMMITS_UNDER_ONE_FENCE).is_empty(),
         "{RACES} races with the fence skipped and no two commits under one fence found: {report}"
@@ -116,12 +118,14 @@ async fn the_checker_finds_no_anomaly_when_two_messages_race_for_one_wait() {
 }
 
 /// Transfers through two replicas and their workers, until the ledger heard of each.
-async fn transfer(env: &[(&str, &str)], count: usize) -> history::Report {
+async fn transfer(switches: &[&str], count: usize) -> history::Report {
     let timing = Timing::SHORT;
     let cluster = DedicatedCluster::start().await;
     let receiver = Receiver::accepting();
     let deployment = transfers(&receiver.url("/ledger"));
-    let fleet = Fleet::start_with(cluster.url(), timing, "acks", 2, &deployment, env).await;
+    let fleet = (Fleet::of("acks", 2, timing).switches(switches))
+        .start(cluster.url(), &deployment)
+        .await;
     let urls = fleet.urls();
     let workers = Workers::start(&urls, timing);
     let http = reqwest::Client::new();
@@ -141,7 +145,7 @@ async fn transfer(env: &[(&str, &str)], count: usize) -> history::Report {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_checker_finds_an_answer_before_its_commit() {
-    let report = transfer(&[("SUTRA_TEST_ACK_BEFORE_COMMIT", "1")], 10).await;
+    let report = transfer(&["SUTRA_TEST_ACK_BEFORE_COMMIT"], 10).await;
     assert!(
         !report.found(ANSWERED_BEFORE_COMMIT).is_empty(),
         "answers sent before their commits, and none found: {report}"
@@ -178,9 +182,11 @@ flows:
 /// One task, polled by one worker and then, while that lock lives, by another: the second poll
 /// finds it only if a poll can take a live lock. The last lock taken completes it. Returns how
 /// many tasks the second poll got, and the history check.
-async fn poll_a_held_task_again(env: &[(&str, &str)]) -> (usize, history::Report) {
+async fn poll_a_held_task_again(switches: &[&str]) -> (usize, history::Report) {
     let cluster = DedicatedCluster::start().await;
-    let fleet = Fleet::start_with(cluster.url(), Timing::SHORT, "steal", 1, ONE_TASK, env).await;
+    let fleet = (Fleet::of("steal", 1, Timing::SHORT).switches(switches))
+        .start(cluster.url(), ONE_TASK)
+        .await;
     let replica = fleet.replica(0);
     let (status, body) = replica.send("chores", "chore-1", json!({})).await;
     assert_eq!(status, 202, "{body}");
@@ -212,7 +218,7 @@ async fn poll_a_held_task_again(env: &[(&str, &str)]) -> (usize, history::Report
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_checker_finds_a_task_held_under_two_locks_when_a_poll_steals_a_live_lock() {
-    let (stolen, report) = poll_a_held_task_again(&[("SUTRA_TEST_STEAL_LOCKS", "1")]).await;
+    let (stolen, report) = poll_a_held_task_again(&["SUTRA_TEST_STEAL_LOCKS"]).await;
     assert_eq!(
         stolen, 1,
         "the switch hands the held task out again: {report}"

@@ -7,7 +7,7 @@
 //! (only when a change of behaviour is intended, and the diff then says what changed).
 
 use serde_json::{Value, json};
-use sutra_testkit::{Scratch, Server, ServerOptions};
+use sutra_testkit::{Scratch, Server, serve};
 
 const EXAMPLE: &str = include_str!("../../../examples/approval.yaml");
 /// The example's decisions arrive from an AMQP queue; this test sends them over HTTP, the one
@@ -19,17 +19,14 @@ const GOLDEN: &str = "tests/golden/identity-lanes-1.json";
 #[tokio::test]
 async fn one_lane_replays_the_recorded_workload_identically() {
     let scratch = Scratch::new("identity");
-    let options = ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), scratch.database())
-        .env("SUTRA_ENGINE_LANES", "1");
-    let server = Server::start(&options);
+    let server = Server::start(&serve!(scratch.database()).lanes(1));
     assert!(
         EXAMPLE.contains(AMQP_APPROVALS),
         "the example changed its approvals channel"
     );
-    let (status, body) = server
-        .deploy(&EXAMPLE.replace(AMQP_APPROVALS, "transport: http"))
+    server
+        .deploy_accepted(&EXAMPLE.replace(AMQP_APPROVALS, "transport: http"))
         .await;
-    assert_eq!(status, 201, "{body}");
 
     let paid = claim(&server, "c1", 50).await;
     complete(

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sutra_testkit::postgres::TestDatabase;
-use sutra_testkit::{Scratch, Server, ServerOptions, assert_audit_sequence_is_whole, count_kind};
+use sutra_testkit::{Scratch, Server, assert_audit_sequence_is_whole, count_kind, serve};
 
 const FLOWS: &str = r#"
 name: lanes
@@ -57,20 +57,14 @@ flows:
 /// How long a retried send keeps trying before the test fails.
 const RETRY_BOUND: Duration = Duration::from_secs(30);
 
-async fn serve(scratch: &Scratch, lanes: &str, switches: &[&str]) -> Server {
+async fn serve(scratch: &Scratch, lanes: usize, switches: &[&str]) -> Server {
     serve_on(&scratch.database(), lanes, switches).await
 }
 
-async fn serve_on(datasource: &str, lanes: &str, switches: &[&str]) -> Server {
-    let options = switches.iter().fold(
-        ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), datasource)
-            .env("SUTRA_ENGINE_LANES", lanes),
-        |options, switch| options.env(switch, "1"),
-    );
-    let server = Server::start(&options);
-    let (status, body) = server.deploy(FLOWS).await;
-    assert_eq!(status, 201, "{body}");
-    server
+async fn serve_on(datasource: &str, lanes: usize, switches: &[&str]) -> Server {
+    (serve!(datasource).lanes(lanes).switches(switches))
+        .deployed(FLOWS)
+        .await
 }
 
 const CLAIM_HELD: &str = "SUTRA.RUNTIME.RESUME.CLAIM_HELD";
@@ -159,7 +153,7 @@ async fn a_misrouted_relay_bounces_on_the_claim_and_never_interleaves() {
     // SQLite the single writer orders whole steps, and a mis-route only waits its turn.)
     const TICKS: usize = 60;
     let database = TestDatabase::create().await;
-    let server = serve_on(database.url(), "2", &["SUTRA_TEST_MISROUTE"]).await;
+    let server = serve_on(database.url(), 2, &["SUTRA_TEST_MISROUTE"]).await;
     // Concurrent relays to one instance: every other one is handed to the wrong lane, which
     // finds the owner lane mid-step on the instance.
     let (id, refusals) = tick_concurrently(&server, TICKS).await;
@@ -197,7 +191,7 @@ async fn two_lanes_never_resume_one_instance_at_once_even_under_one_owner_id() {
     const TICKS: usize = 60;
     let database = TestDatabase::create().await;
     let switches = ["SUTRA_TEST_MISROUTE", "SUTRA_TEST_PER_PROCESS_OWNER"];
-    let server = serve_on(database.url(), "2", &switches).await;
+    let server = serve_on(database.url(), 2, &switches).await;
     let (id, refusals) = tick_concurrently(&server, TICKS).await;
 
     let history = server.history(&id).await;
@@ -216,7 +210,7 @@ async fn every_ack_complete_caller_gets_its_answer_when_park_and_relay_are_on_di
     const ITERATIONS: usize = 200;
     const AT_ONCE: usize = 20;
     let scratch = Scratch::new("lanes-ack-race");
-    let server = serve(&scratch, "4", &["SUTRA_TEST_MISROUTE"]).await;
+    let server = serve(&scratch, 4, &["SUTRA_TEST_MISROUTE"]).await;
     for batch in 0..ITERATIONS / AT_ONCE {
         let rounds = (0..AT_ONCE).map(|i| {
             let key = format!("a-{batch}-{i}");
@@ -244,7 +238,7 @@ async fn every_ack_complete_caller_gets_its_answer_when_park_and_relay_are_on_di
 #[tokio::test]
 async fn metrics_are_open_and_name_every_lane() {
     let scratch = Scratch::new("lanes-metrics");
-    let server = serve(&scratch, "3", &[]).await;
+    let server = serve(&scratch, 3, &[]).await;
     let (status, body) = server.send("counters", "c-1", json!({"id": "m"})).await;
     assert_eq!(status, 202, "{body}");
     assert_eq!(

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sutra_testkit::postgres::TestDatabase;
-use sutra_testkit::{Scratch, Server, ServerOptions};
+use sutra_testkit::{Scratch, Server, ServerOptions, serve, stdout_of, until};
 
 /// Far above a healthy handover's scheduling, process start-up and HTTP round trips.
 const SLACK: Duration = Duration::from_secs(10);
@@ -78,29 +78,16 @@ impl Leases {
     };
 }
 
-fn iso(duration: Duration) -> String {
-    format!("PT{}S", duration.as_secs_f64())
-}
-
 fn options(datasource: &str, id: &str, leases: Leases) -> ServerOptions {
-    ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), datasource)
+    serve!(datasource)
         // `bank-replies` is an amqp channel: a deployment declaring it needs the broker's URL.
-        .env(
-            "SUTRA_TRANSPORTS_AMQP_URL",
-            &sutra_testkit::brokers::amqp_url(),
-        )
-        .env("SUTRA_REPLICA_ID", id)
-        .env("SUTRA_LEASE_TTL", &iso(leases.ttl))
-        .env("SUTRA_LEASE_POLL", &iso(leases.poll))
+        .amqp()
+        .replica(id)
+        .leases(leases.ttl, leases.poll)
 }
 
 fn replica(database: &TestDatabase, id: &str, leases: Leases) -> Server {
     Server::start(&options(database.url(), id, leases))
-}
-
-async fn deploy(server: &Server, yaml: &str) {
-    let (status, body) = server.deploy(yaml).await;
-    assert_eq!(status, 201, "{body}");
 }
 
 /// What one replica answers on `GET /v1/leases`.
@@ -163,17 +150,13 @@ async fn one_leader_per_role(servers: &[&Server]) -> Option<BTreeMap<String, Str
 
 /// Waits until every role has exactly one leader among `servers`; returns who holds what.
 async fn until_one_leader_per_role(servers: &[&Server]) -> BTreeMap<String, String> {
-    let deadline = Instant::now() + sutra_testkit::PATIENCE;
-    loop {
-        if let Some(holders) = one_leader_per_role(servers).await {
-            return holders;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the roles never had one leader each"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let mut holders = None;
+    until("the roles have one leader each", async || {
+        holders = one_leader_per_role(servers).await;
+        holders.is_some()
+    })
+    .await;
+    holders.unwrap()
 }
 
 /// Waits until `server` holds and leads every role; returns how long after `since` it did.
@@ -217,17 +200,11 @@ async fn until_accepted(server: &Server, event: &str, since: Instant) -> (Value,
 
 /// `sutra leases` against `server`, with `flags`; its stdout.
 fn sutra_leases(server: &Server, flags: &[&str]) -> String {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sutra"))
-        .args(["leases", "--server", &server.url("")])
-        .args(flags)
-        .output()
-        .expect("run sutra leases");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).expect("UTF-8")
+    stdout_of(
+        std::process::Command::new(env!("CARGO_BIN_EXE_sutra"))
+            .args(["leases", "--server", &server.url("")])
+            .args(flags),
+    )
 }
 
 fn instance_id(body: &Value) -> String {
@@ -240,7 +217,7 @@ async fn a_killed_leaders_roles_are_taken_within_ttl_plus_poll() {
     let leases = Leases::SHORT;
     let mut a = replica(&database, "lease-a", leases);
     let mut b = replica(&database, "lease-b", leases);
-    deploy(&a, BANK).await;
+    a.deploy_accepted(BANK).await;
     let holders = until_one_leader_per_role(&[&a, &b]).await;
 
     let (doomed, survivor) = if holders["timers"] == "lease-a" {
@@ -265,7 +242,7 @@ async fn a_leader_frozen_past_its_lease_wakes_up_leading_nothing() {
     let leases = Leases::SHORT;
     let a = replica(&database, "lease-a", leases);
     let b = replica(&database, "lease-b", leases);
-    deploy(&a, BANK).await;
+    a.deploy_accepted(BANK).await;
     let holders = until_one_leader_per_role(&[&a, &b]).await;
     let (frozen, survivor) = if holders["timers"] == "lease-a" {
         (&a, &b)
@@ -302,7 +279,7 @@ async fn a_stopped_leaders_roles_are_taken_at_the_next_poll_not_after_the_ttl() 
     let leases = Leases::LONG_TTL;
     let mut a = replica(&database, "lease-a", leases);
     let mut b = replica(&database, "lease-b", leases);
-    deploy(&a, BANK).await;
+    a.deploy_accepted(BANK).await;
     let holders = until_one_leader_per_role(&[&a, &b]).await;
 
     let (stopping, survivor) = if holders["timers"] == "lease-a" {
@@ -326,7 +303,7 @@ async fn a_restarted_replica_leads_at_once_after_a_graceful_stop() {
     let database = TestDatabase::create().await;
     let leases = Leases::LONG_TTL;
     let mut first = replica(&database, "lease-a", leases);
-    deploy(&first, BANK).await;
+    first.deploy_accepted(BANK).await;
     until_it_leads_everything(&first, Instant::now(), sutra_testkit::PATIENCE).await;
 
     let stopped = Instant::now();
@@ -360,14 +337,14 @@ async fn a_deployment_made_on_one_replica_is_live_on_another_within_one_poll() {
     let database = TestDatabase::create().await;
     let leases = Leases::LONG_POLL;
     let a = replica(&database, "deploy-a", leases);
-    let b =
-        Server::start(&options(database.url(), "deploy-b", leases).env("SUTRA_ENGINE_LANES", "2"));
+    let b = Server::start(&options(database.url(), "deploy-b", leases).lanes(2));
 
     let deployed = Instant::now();
-    deploy(&a, BANK).await;
+    a.deploy_accepted(BANK).await;
     let (_, first) = until_accepted(&b, "t-1", deployed).await;
     let deployed = Instant::now();
-    deploy(&a, &BANK.replace("TRANSFER.REFUSED", "TRANSFER.DECLINED")).await;
+    a.deploy_accepted(&BANK.replace("TRANSFER.REFUSED", "TRANSFER.DECLINED"))
+        .await;
     let second = loop {
         let (body, elapsed) = until_accepted(
             &b,
@@ -411,7 +388,7 @@ async fn on_one_sqlite_file_every_process_leads_and_deployments_converge_by_poll
     let b = Server::start(&options(&scratch.database(), "file-b", leases));
 
     let deployed = Instant::now();
-    deploy(&a, BANK).await;
+    a.deploy_accepted(BANK).await;
     let (_, converged) = until_accepted(&b, "t-1", deployed).await;
 
     eprintln!(
@@ -443,10 +420,10 @@ async fn the_purger_removes_an_old_completed_instance_and_keeps_a_failed_one() {
     let retention = Duration::from_secs(1);
     let server = Server::start(
         &options(database.url(), "purger", Leases::SHORT)
-            .env("SUTRA_HISTORY_RETENTION", &iso(retention))
+            .env("SUTRA_HISTORY_RETENTION", &sutra_testkit::iso(retention))
             .env("SUTRA_HISTORY_PURGE_INTERVAL", "PT0.2S"),
     );
-    deploy(&server, BANK).await;
+    server.deploy_accepted(BANK).await;
     let (_, body) = server
         .send("transfers", "t-ok", json!({"id": "ok", "ok": true}))
         .await;

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use sutra_testkit::postgres::TestDatabase;
-use sutra_testkit::{Scratch, Server, ServerOptions, count_kind};
+use sutra_testkit::{Scratch, Server, count_kind, serve, stdout_of};
 
 mod repair;
-use repair::{V1, V2};
+use repair::{ONTO_V2, V1, V2};
 
 fn map() -> Value {
     json!({"price": "reprice", "wait": "await-reply"})
@@ -37,33 +37,19 @@ async fn migrate(server: &Server, instance: &str, body: Value) -> (u16, Value) {
 
 /// v1 fails an instance, v2 fixes the flow; migrated and restored, it completes on v2.
 async fn the_repair_story(server: &Server, migrate_by_cli: bool) {
-    let (status, body) = server.deploy(V1).await;
-    assert_eq!(status, 201, "{body}");
+    server.deploy_accepted(V1).await;
     let instance = start_on_v1(server, "o1", json!("not a number")).await;
     let failed = server.wait_for_status(&instance, "failed").await;
     assert_eq!(failed["failure"]["code"], "SUTRA.RUNTIME.EXPRESSION.ERROR");
-    let (status, body) = server.deploy(V2).await;
-    assert_eq!(status, 201, "{body}");
+    server.deploy_accepted(V2).await;
 
     let migrated = if migrate_by_cli {
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_sutra"))
-            .args(["--server", &server.url(""), "--json", "migrate", &instance])
-            .args([
-                "--to-version",
-                "2",
-                "--map",
-                "price=reprice",
-                "--map",
-                "wait=await-reply",
-            ])
-            .output()
-            .expect("run sutra migrate");
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
+        let answer = stdout_of(
+            std::process::Command::new(env!("CARGO_BIN_EXE_sutra"))
+                .args(["--server", &server.url(""), "--json", "migrate", &instance])
+                .args(ONTO_V2),
         );
-        serde_json::from_slice(&output.stdout).unwrap()
+        serde_json::from_str(&answer).unwrap()
     } else {
         let (status, body) =
             migrate(server, &instance, json!({"to_version": 2, "map": map()})).await;
@@ -98,36 +84,24 @@ async fn the_repair_story(server: &Server, migrate_by_cli: bool) {
 #[tokio::test]
 async fn a_failed_instance_is_repaired_by_migrating_it_onto_the_fix_and_restoring_it_on_sqlite() {
     let scratch = Scratch::new("migration-repair");
-    let server = Server::start(&ServerOptions::new(
-        env!("CARGO_BIN_EXE_sutra"),
-        scratch.database(),
-    ));
+    let server = Server::start(&serve!(scratch.database()));
     the_repair_story(&server, true).await;
 }
 
 #[tokio::test]
 async fn a_failed_instance_is_repaired_by_migrating_it_onto_the_fix_and_restoring_it_on_postgres() {
     let database = TestDatabase::create().await;
-    let server = Server::start(&ServerOptions::new(
-        env!("CARGO_BIN_EXE_sutra"),
-        database.url(),
-    ));
+    let server = Server::start(&serve!(database.url()));
     the_repair_story(&server, false).await;
 }
 
 #[tokio::test]
 async fn what_does_not_fit_is_refused_and_changes_nothing() {
     let scratch = Scratch::new("migration-refused");
-    let server = Server::start(&ServerOptions::new(
-        env!("CARGO_BIN_EXE_sutra"),
-        scratch.database(),
-    ));
-    let (status, body) = server.deploy(V1).await;
-    assert_eq!(status, 201, "{body}");
+    let server = serve!(scratch.database()).deployed(V1).await;
     let waiting = start_on_v1(&server, "o1", json!(1)).await;
     server.wait_for_node(&waiting, "wait").await;
-    let (status, body) = server.deploy(V2).await;
-    assert_eq!(status, 201, "{body}");
+    server.deploy_accepted(V2).await;
     let before = server.instance(&waiting).await;
     let history = server.history(&waiting).await.len();
 
@@ -181,22 +155,16 @@ async fn what_does_not_fit_is_refused_and_changes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_migration_of_a_claimed_instance_is_refused_as_claim_held_and_writes_nothing() {
     let database = TestDatabase::create().await;
-    let replica = |id: &str, fault: Option<&str>| {
-        let options = ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), database.url())
-            .env("SUTRA_REPLICA_ID", id);
-        Server::start(&match fault {
-            Some(fault) => options.env("SUTRA_FAULT", fault),
-            None => options,
-        })
-    };
-    let mut stopping = replica("a", Some("after-claim:stop"));
-    let other = replica("b", None);
-    let (status, body) = stopping.deploy(V1).await;
-    assert_eq!(status, 201, "{body}");
+    let mut stopping = Server::start(
+        &serve!(database.url())
+            .replica("a")
+            .fault("after-claim:stop"),
+    );
+    let other = Server::start(&serve!(database.url()).replica("b"));
+    stopping.deploy_accepted(V1).await;
     let instance = start_on_v1(&stopping, "o1", json!(1)).await;
     stopping.wait_for_node(&instance, "wait").await;
-    let (status, body) = other.deploy(V2).await;
-    assert_eq!(status, 201, "{body}");
+    other.deploy_accepted(V2).await;
     let before = other.instance(&instance).await;
 
     // The reply's step claims the instance on `a`, which stops there.
@@ -233,14 +201,11 @@ async fn a_migration_of_a_claimed_instance_is_refused_as_claim_held_and_writes_n
 /// and answers that version's key.
 async fn killed_mid_migration(fault: &str) -> (Scratch, Server, String) {
     let scratch = Scratch::new("migration-killed");
-    let options = ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), scratch.database());
-    let mut doomed = Server::start(&options.clone().env("SUTRA_FAULT", fault));
-    let (status, body) = doomed.deploy(V1).await;
-    assert_eq!(status, 201, "{body}");
+    let options = serve!(scratch.database());
+    let mut doomed = options.clone().fault(fault).deployed(V1).await;
     let instance = start_on_v1(&doomed, "o1", json!(1)).await;
     doomed.wait_for_node(&instance, "wait").await;
-    let (status, body) = doomed.deploy(V2).await;
-    assert_eq!(status, 201, "{body}");
+    doomed.deploy_accepted(V2).await;
     let _ = doomed
         .try_post_json(
             &format!("/v1/instances/{instance}/migrate"),

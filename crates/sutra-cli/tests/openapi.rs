@@ -6,7 +6,7 @@
 //! OpenAPI 3.1, and that the server answers as it says, is checked by `.ci/run` (a validator and
 //! a schema-driven fuzzer, which need Python).
 
-use sutra_testkit::{Server, ServerOptions};
+use sutra_testkit::{Server, serve};
 
 const COMMITTED: &str = "../../docs/openapi.json";
 
@@ -29,7 +29,7 @@ async fn served(server: &Server, token: Option<&str>) -> (u16, String, String) {
 
 #[tokio::test]
 async fn the_served_document_is_the_committed_copy() {
-    let options = ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), "sqlite::memory:");
+    let options = serve!("sqlite::memory:");
     let server = Server::start(&options);
     let (status, media_type, document) = served(&server, None).await;
     assert_eq!((status, media_type.as_str()), (200, "application/json"));
@@ -55,10 +55,7 @@ async fn the_served_document_is_the_committed_copy() {
 /// caller without one, as it does the probes, while the API itself still wants a token.
 #[tokio::test]
 async fn a_server_with_tokens_serves_the_document_without_one() {
-    let options = ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), "sqlite::memory:").env(
-        "SUTRA_AUTH_TOKENS",
-        "acme:admin:acme-admin-0123456789abcdef",
-    );
+    let options = serve!("sqlite::memory:").tokens("acme:admin:acme-admin-0123456789abcdef");
     let server = Server::start(&options);
     let (status, _, document) = served(&server, None).await;
     assert_eq!(status, 200, "{document}");
@@ -73,7 +70,7 @@ async fn a_server_with_tokens_serves_the_document_without_one() {
 /// (The fuzzer in `.ci/openapi` sends only UTF-8, so it cannot find this.)
 #[tokio::test]
 async fn a_path_parameter_that_is_not_utf8_is_refused_as_a_problem() {
-    let options = ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), "sqlite::memory:");
+    let options = serve!("sqlite::memory:");
     let server = Server::start(&options);
     let routes = [
         ("POST", "/v1/channels/%FF/messages"),

@@ -6,9 +6,11 @@
 //! each as a CloudEvent whose `id` — and whose AMQP `message_id` or `Nats-Msg-Id` — is the row's
 //! idempotency key `{instance}:{audit seq}:{node}`.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
-use sutra_testkit::brokers::{TestQueue, TestStream, amqp_url, nats_url};
-use sutra_testkit::{Scratch, Server, ServerOptions};
+use sutra_testkit::brokers::{TestQueue, TestStream};
+use sutra_testkit::{Scratch, Server, serve};
 
 fn deployment(queue: &str, subject: &str) -> String {
     format!(
@@ -50,14 +52,10 @@ async fn emits_on_broker_channels_are_published_with_the_rows_idempotency_key() 
     let queue = TestQueue::declare("sutra-test-outbox").await;
     let stream = TestStream::create("sutra-test-outbox").await;
     let scratch = Scratch::new("outbox-brokers");
-    let options = ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), scratch.database())
-        .env("SUTRA_TRANSPORTS_AMQP_URL", &amqp_url())
-        .env("SUTRA_TRANSPORTS_NATS_URL", &nats_url());
-    let server = Server::start(&options);
-    let (status, body) = server
-        .deploy(&deployment(&queue.name, &stream.subject))
+    let options = serve!(scratch.database()).amqp().nats();
+    let server = options
+        .deployed(&deployment(&queue.name, &stream.subject))
         .await;
-    assert_eq!(status, 201, "{body}");
     let (status, body) = server.send("orders", "evt-o1", json!({"id": "o1"})).await;
     assert_eq!(status, 202, "{body}");
     let instance = body["instance"].as_str().unwrap().to_owned();
@@ -129,13 +127,15 @@ flows:
 /// row's mark (`after-send`), then restarts it with a claim timeout short enough that the row's
 /// stale claim is taken over; returns the server that sent it again and the instance.
 async fn publish_across_a_crash(scratch: &Scratch, declaration: &str) -> (Server, String) {
-    let options = ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), scratch.database())
-        .env("SUTRA_TRANSPORTS_AMQP_URL", &amqp_url())
-        .env("SUTRA_TRANSPORTS_NATS_URL", &nats_url())
-        .env("SUTRA_INSTANCE_CLAIM_TIMEOUT", "PT1S");
-    let mut doomed = Server::start(&options.clone().env("SUTRA_FAULT", "after-send"));
-    let (status, body) = doomed.deploy(&emitting(declaration)).await;
-    assert_eq!(status, 201, "{body}");
+    let options = serve!(scratch.database())
+        .amqp()
+        .nats()
+        .claim_timeout(Duration::from_secs(1));
+    let mut doomed = options
+        .clone()
+        .fault("after-send")
+        .deployed(&emitting(declaration))
+        .await;
     // The answer races the send that kills the process.
     let _ = doomed
         .try_post_raw(

@@ -7,8 +7,10 @@
 //! sender killed between a send and its mark sends the same message again after a restart, and
 //! nothing else.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
-use sutra_testkit::{Received, Receiver, Scratch, Server, ServerOptions};
+use sutra_testkit::{Received, Receiver, Scratch, Server, ServerOptions, serve};
 
 /// Retries come quickly, so that a test of several attempts takes a second, not minutes.
 const BACKOFF: &str = "PT0.1S";
@@ -58,15 +60,14 @@ fn closed_url() -> String {
 }
 
 fn options(scratch: &Scratch) -> ServerOptions {
-    ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), scratch.database())
+    serve!(scratch.database())
         .env("SUTRA_OUTBOX_BACKOFF", BACKOFF)
         .env("SUTRA_TRANSPORTS_AMQP_URL", NO_BROKER)
 }
 
 async fn deploy(server: &Server, receiver: &Receiver, ledger_limit: Option<u32>) {
     let yaml = deployment(&receiver.url("/ledger"), ledger_limit, &closed_url());
-    let (status, body) = server.deploy(&yaml).await;
-    assert_eq!(status, 201, "{body}");
+    server.deploy_accepted(&yaml).await;
 }
 
 async fn start(server: &Server, channel: &str, id: &str) -> String {
@@ -220,8 +221,8 @@ async fn a_sender_killed_between_send_and_mark_sends_the_same_message_again_and_
     // here) and the new process sends it again: same key, same payload, and then marks it sent.
     let scratch = Scratch::new("outbox-after-send");
     let receiver = Receiver::accepting();
-    let options = options(&scratch).env("SUTRA_INSTANCE_CLAIM_TIMEOUT", "PT1S");
-    let mut server = Server::start(&options.clone().env("SUTRA_FAULT", "after-send"));
+    let options = options(&scratch).claim_timeout(Duration::from_secs(1));
+    let mut server = Server::start(&options.clone().fault("after-send"));
     deploy(&server, &receiver, None).await;
 
     // The reply races the send that kills the process: it may or may not arrive.
@@ -271,11 +272,10 @@ async fn an_https_webhook_is_sent_when_its_certificate_is_trusted_and_refused_wh
     assert!(url.starts_with("https://127.0.0.1:"), "{url}");
 
     // Trusted: the platform's roots and the configured bundle.
-    let trusting = Server::start(
-        &options(&scratch).env("SUTRA_TRANSPORTS_HTTP_CA_FILE", ca.to_str().unwrap()),
-    );
-    let (status, body) = trusting.deploy(&over_tls(&url)).await;
-    assert_eq!(status, 201, "{body}");
+    let trusting = options(&scratch)
+        .env("SUTRA_TRANSPORTS_HTTP_CA_FILE", ca.to_str().unwrap())
+        .deployed(&over_tls(&url))
+        .await;
     let sent = start(&trusting, "orders", "s1").await;
     trusting.wait_for_outbox(&sent, "sent").await;
     let received = receiver.wait_for(1).await;
@@ -285,9 +285,7 @@ async fn an_https_webhook_is_sent_when_its_certificate_is_trusted_and_refused_wh
 
     // Not trusted: the platform's roots alone do not vouch for it.
     let strict = Scratch::new("outbox-tls-untrusted");
-    let untrusting = Server::start(&options(&strict));
-    let (status, body) = untrusting.deploy(&over_tls(&url)).await;
-    assert_eq!(status, 201, "{body}");
+    let untrusting = options(&strict).deployed(&over_tls(&url)).await;
     let refused = start(&untrusting, "orders", "s2").await;
     let [row] =
         <[Value; 1]>::try_from(untrusting.wait_for_outbox(&refused, "poisoned").await).unwrap();

@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use sutra_testkit::postgres::TestDatabase;
 use sutra_testkit::proxy::Proxy;
-use sutra_testkit::{PATIENCE, Server, ServerOptions};
+use sutra_testkit::{PATIENCE, Server, serve, until};
 
-const TTL: &str = "PT3S";
-const POLL: &str = "PT0.5S";
+const TTL: Duration = Duration::from_secs(3);
+const POLL: Duration = Duration::from_millis(500);
 
 const FLOWS: &str = r#"
 name: shop
@@ -36,12 +36,7 @@ flows:
 "#;
 
 fn replica(datasource: &str, id: &str) -> Server {
-    Server::start(
-        &ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), datasource)
-            .env("SUTRA_REPLICA_ID", id)
-            .env("SUTRA_LEASE_TTL", TTL)
-            .env("SUTRA_LEASE_POLL", POLL),
-    )
+    Server::start(&serve!(datasource).replica(id).leases(TTL, POLL))
 }
 
 /// Whether `server` says, in its own gauge, that it leads `role` now. Read from `/metrics`,
@@ -62,14 +57,6 @@ async fn holder(server: &Server, role: &str) -> Option<String> {
     })
 }
 
-async fn until(what: &str, mut condition: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
-    while !condition().await {
-        assert!(Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 async fn completes(server: &Server, event: &str) {
     let (status, body) = server.send("orders", event, json!({ "id": event })).await;
     assert_eq!(status, 202, "{body}");
@@ -86,8 +73,7 @@ async fn a_replica_cut_off_from_its_database_stops_leading_before_another_takes_
     let database = TestDatabase::create().await;
     let (proxy, through_proxy) = Proxy::in_front_of(database.url());
     let a = replica(&through_proxy, "replica-a");
-    let (status, body) = a.deploy(FLOWS).await;
-    assert_eq!(status, 201, "{body}");
+    a.deploy_accepted(FLOWS).await;
     until("replica-a leads timers", async || leads(&a, "timers").await).await;
     let b = replica(database.url(), "replica-b");
     completes(&a, "before").await;

@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 
 use serde_json::json;
 use sutra_testkit::postgres::{self, DedicatedCluster};
-use sutra_testkit::{Authority, Scratch, Server, ServerOptions};
+use sutra_testkit::{Authority, Scratch, Server, serve};
 
 const FLOW: &str = r#"
 name: greet
@@ -39,7 +39,7 @@ fn db_migrate(url: &str) -> Output {
 
 /// Starts `sutra serve` on `url`, expecting it to refuse: returns what it said before exiting.
 fn refused_start(url: &str) -> String {
-    match Server::try_start(&ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), url)) {
+    match Server::try_start(&serve!(url)) {
         Ok(_) => panic!("sutra serve started on {url}"),
         Err(said) => said,
     }
@@ -64,12 +64,9 @@ async fn serve_and_migrate_reach_postgresql_over_verified_tls_and_nothing_else()
         "sutra db migrate over TLS failed: {}",
         String::from_utf8_lossy(&migrated.stderr)
     );
-    let server = Server::start(&ServerOptions::new(
-        env!("CARGO_BIN_EXE_sutra"),
-        with(cluster.url(), &verified(&ca)),
-    ));
-    let (status, body) = server.deploy(FLOW).await;
-    assert_eq!(status, 201, "{body}");
+    let server = serve!(with(cluster.url(), &verified(&ca)))
+        .deployed(FLOW)
+        .await;
     let (status, body) = server.send("hellos", "h-1", json!({"id": "tls"})).await;
     assert_eq!(status, 202, "{body}");
     let id = body["instance"].as_str().expect("an instance").to_owned();

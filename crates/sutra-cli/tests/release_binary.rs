@@ -64,16 +64,13 @@ async fn a_release_build_honours_no_test_switch() {
 /// `binary` serving an in-memory database with every switch set, the flows deployed.
 async fn serve(binary: PathBuf) -> Server {
     let options = ServerOptions::new(binary, "sqlite::memory:")
-        .env("SUTRA_FAULT", FAULT)
+        .fault(FAULT)
         .env("SUTRA_TEST_MISROUTE", "1")
         .env("SUTRA_TEST_PER_PROCESS_OWNER", "1")
         .env("SUTRA_TEST_SKIP_FENCE", "1")
         .env("SUTRA_TEST_ACK_BEFORE_COMMIT", "1")
         .env("SUTRA_TEST_STEAL_LOCKS", "1");
-    let server = Server::start(&options);
-    let (status, body) = server.deploy(FLOWS).await;
-    assert_eq!(status, 201, "{body}");
-    server
+    options.deployed(FLOWS).await
 }
 
 /// Builds `sutra` as it ships (a no-op when it is up to date) and returns the executable cargo

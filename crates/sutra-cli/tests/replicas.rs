@@ -53,7 +53,9 @@ async fn a_task_armed_on_another_replica_reaches_a_poll_that_just_came_back_shor
     let database = TestDatabase::create().await;
     let receiver = Receiver::accepting();
     let deployment = transfers(&receiver.url("/ledger"));
-    let fleet = Fleet::start(database.url(), Timing::SHORT, "short-look", 2, &deployment).await;
+    let fleet = Fleet::of("short-look", 2, Timing::SHORT)
+        .start(database.url(), &deployment)
+        .await;
     let urls = fleet.urls();
     let http = reqwest::Client::new();
     let poll = |wait: &str| {
@@ -99,7 +101,9 @@ async fn run_workload(replicas: usize) {
     let database = TestDatabase::create().await;
     let receiver = Receiver::accepting();
     let deployment = transfers(&receiver.url("/ledger"));
-    let fleet = Fleet::start(database.url(), timing, "replicas", replicas, &deployment).await;
+    let fleet = Fleet::of("replicas", replicas, timing)
+        .start(database.url(), &deployment)
+        .await;
     let urls = fleet.urls();
     let workers = Workers::start(&urls, timing);
     let http = reqwest::Client::new();

@@ -4,11 +4,11 @@
 //! every replica gives the same answer. The embedded store's run of the same story is in the
 //! engine's in-process tier (`crates/sutra-engine/tests/retirement.rs`), on a manual clock.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use sutra_testkit::postgres::TestDatabase;
-use sutra_testkit::{PATIENCE, Receiver, Server, ServerOptions};
+use sutra_testkit::{Receiver, Server, ServerOptions, serve, until_ok};
 
 /// Version 1: each order does what its `kind` says — wait for a reply, park on a task, fail, or
 /// emit to a webhook that refuses its first tries — and version 2 is the same document again.
@@ -51,10 +51,10 @@ flows:
 }
 
 fn options(datasource: &str) -> ServerOptions {
-    ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), datasource)
+    serve!(datasource)
         .env("SUTRA_DEPLOYMENTS_RETIRE_INTERVAL", "PT0.2S")
         // A version retires no sooner than a claim timeout after its successor was stored.
-        .env("SUTRA_INSTANCE_CLAIM_TIMEOUT", "PT1S")
+        .claim_timeout(Duration::from_secs(1))
         // The webhook refuses three tries, two seconds apart and doubling: pending for ~14 s.
         .env("SUTRA_OUTBOX_BACKOFF", "PT2S")
 }
@@ -83,39 +83,30 @@ async fn version_1(server: &Server) -> (String, Value) {
 
 /// Polls until every server says version 1 is kept by exactly `blockers`, or is `status`.
 async fn until_every_replica_says(servers: &[&Server], status: &str, blockers: Value) {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
+    until_ok(async || {
         let mut answers = Vec::new();
         for server in servers {
             answers.push(version_1(server).await);
         }
-        if answers
-            .iter()
-            .all(|answer| answer.0 == status && answer.1 == blockers)
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "version 1 is not {status} kept by {blockers}: {answers:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        let said = |answer: &(String, Value)| answer.0 == status && answer.1 == blockers;
+        (answers.iter().all(said))
+            .then_some(())
+            .ok_or_else(|| format!("version 1 is not {status} kept by {blockers}: {answers:?}"))
+    })
+    .await;
 }
 
 /// Drives the gate's story on `servers` (one store): the first is where requests go.
 async fn the_gate_opens_only_when_nothing_keeps_the_version(servers: &[&Server]) {
     let server = servers[0];
     let webhook = Receiver::start(&[500, 500, 500], 200);
-    let (status, body) = server.deploy(&shop(&webhook.url("/ledger"))).await;
-    assert_eq!(status, 201, "{body}");
+    server.deploy_accepted(&shop(&webhook.url("/ledger"))).await;
     start(server, "o-emit", "emit").await;
     let waiting = start(server, "o-wait", "wait").await;
     let tasked = start(server, "o-task", "task").await;
     let failed = start(server, "o-fail", "fail").await;
     server.wait_for_status(&failed, "failed").await;
-    let (status, body) = server.deploy(&shop(&webhook.url("/ledger"))).await;
-    assert_eq!(status, 201, "{body}");
+    let body = server.deploy_accepted(&shop(&webhook.url("/ledger"))).await;
     assert_eq!(body["version"], 2);
 
     let kept = |instances: u64, outbox: u64, tasks: u64| json!({"instances": instances, "outbox": outbox, "tasks": tasks});
@@ -156,9 +147,8 @@ async fn a_draining_version_retires_only_once_nothing_keeps_it_and_every_replica
     let replica = |id: &str| {
         Server::start(
             &options(database.url())
-                .env("SUTRA_REPLICA_ID", id)
-                .env("SUTRA_LEASE_TTL", "PT3S")
-                .env("SUTRA_LEASE_POLL", "PT0.5S"),
+                .replica(id)
+                .leases(Duration::from_secs(3), Duration::from_millis(500)),
         )
     };
     let (first, second) = (replica("a"), replica("b"));

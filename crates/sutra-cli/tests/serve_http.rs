@@ -4,7 +4,7 @@
 //! timers, failure and restore, cancel, and version pinning.
 
 use serde_json::{Value, json};
-use sutra_testkit::{Scratch, Server, ServerOptions, assert_audit_sequence_is_whole};
+use sutra_testkit::{Scratch, Server, assert_audit_sequence_is_whole, serve};
 
 const FLOWS: &str = r#"
 name: shop
@@ -102,17 +102,6 @@ flows:
         end: {}
 "#;
 
-fn options(scratch: &Scratch) -> ServerOptions {
-    ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), scratch.database())
-}
-
-async fn deployed(scratch: &Scratch) -> Server {
-    let server = Server::start(&options(scratch));
-    let (status, body) = server.deploy(FLOWS).await;
-    assert_eq!(status, 201, "{body}");
-    server
-}
-
 fn instance_id(body: &Value) -> String {
     body["instance"]
         .as_str()
@@ -130,7 +119,7 @@ fn kinds(history: &[Value]) -> Vec<&str> {
 #[tokio::test]
 async fn every_node_kind_without_a_worker_runs_over_http() {
     let scratch = Scratch::new("node-kinds");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
 
     let (status, body) = server
         .send("orders", "o-1", json!({"id": "o1", "amount": 80}))
@@ -173,7 +162,7 @@ async fn every_node_kind_without_a_worker_runs_over_http() {
 #[tokio::test]
 async fn ack_complete_answers_with_the_end_nodes_reply() {
     let scratch = Scratch::new("ack-complete");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
     let (status, body) = server.send("checkout", "c-1", json!({"id": "c1"})).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body, json!({"ok": true, "id": "c1"}));
@@ -182,7 +171,7 @@ async fn ack_complete_answers_with_the_end_nodes_reply() {
 #[tokio::test]
 async fn a_fail_node_answers_a_held_caller_with_the_flows_own_code() {
     let scratch = Scratch::new("fail-node");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
     let (status, body) = server.send("refusals", "r-1", json!({"id": "r1"})).await;
     assert_eq!(
         (status, body["code"].as_str()),
@@ -203,7 +192,7 @@ async fn a_fail_node_answers_a_held_caller_with_the_flows_own_code() {
 #[tokio::test]
 async fn a_redelivered_message_is_answered_as_the_first_and_changes_nothing() {
     let scratch = Scratch::new("dedup");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
     let (_, first) = server
         .send("orders", "o-dup", json!({"id": "d1", "amount": 10}))
         .await;
@@ -220,7 +209,7 @@ async fn a_redelivered_message_is_answered_as_the_first_and_changes_nothing() {
 #[tokio::test]
 async fn a_message_an_instance_waits_for_resumes_it_even_on_a_channel_that_starts_flows() {
     let scratch = Scratch::new("relay-on-start-channel");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
     let (status, first) = server
         .send("handoffs", "h-1", json!({"id": "a", "next": "b"}))
         .await;
@@ -251,7 +240,7 @@ async fn a_message_an_instance_waits_for_resumes_it_even_on_a_channel_that_start
 #[tokio::test]
 async fn intake_refusals_have_codes_and_change_nothing() {
     let scratch = Scratch::new("intake-errors");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
     let event = |data: Value| {
         json!({"specversion": "1.0", "id": "x", "type": "t", "source": "s", "data": data})
             .to_string()
@@ -329,7 +318,7 @@ async fn intake_refusals_have_codes_and_change_nothing() {
 #[tokio::test]
 async fn an_early_message_waits_in_the_buffer_for_its_receive() {
     let scratch = Scratch::new("buffer");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
     let (status, body) = server
         .send("early", "e-1", json!({"id": "b1", "note": "early"}))
         .await;
@@ -347,7 +336,7 @@ async fn an_early_message_waits_in_the_buffer_for_its_receive() {
 #[tokio::test]
 async fn a_failed_instance_is_durable_and_restore_runs_its_node_again() {
     let scratch = Scratch::new("restore");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
     let (status, body) = server
         .send("gates", "g-1", json!({"id": "g1", "open": false}))
         .await;
@@ -384,7 +373,7 @@ async fn a_failed_instance_is_durable_and_restore_runs_its_node_again() {
 #[tokio::test]
 async fn cancel_resolves_every_wait_and_admin_calls_check_the_state() {
     let scratch = Scratch::new("cancel");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
     let (_, body) = server
         .send("orders", "o-f", json!({"id": "f1", "amount": 10}))
         .await;
@@ -423,7 +412,7 @@ async fn cancel_resolves_every_wait_and_admin_calls_check_the_state() {
 #[tokio::test]
 async fn a_new_version_leaves_running_instances_on_theirs() {
     let scratch = Scratch::new("versions");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
     let (_, body) = server
         .send("orders", "o-v", json!({"id": "v1", "amount": 10}))
         .await;
@@ -477,16 +466,10 @@ flows:
 #[tokio::test]
 async fn a_draining_version_keeps_the_channels_its_pinned_instances_wait_on_and_starts_nothing() {
     let scratch = Scratch::new("draining-tail");
-    let server = Server::start(&ServerOptions::new(
-        env!("CARGO_BIN_EXE_sutra"),
-        scratch.database(),
-    ));
-    let (status, body) = server.deploy(TAIL_V1).await;
-    assert_eq!(status, 201, "{body}");
+    let server = serve!(scratch.database()).deployed(TAIL_V1).await;
     let (_, body) = server.send("orders", "o-1", json!({"id": "t1"})).await;
     let pinned = instance_id(&body);
-    let (status, body) = server.deploy(TAIL_V2).await;
-    assert_eq!(status, 201, "{body}");
+    server.deploy_accepted(TAIL_V2).await;
 
     let (status, body) = server.send("orders", "o-2", json!({"id": "t2"})).await;
     assert_eq!(status, 404, "a dropped channel starts nothing: {body}");
@@ -503,7 +486,7 @@ async fn a_draining_version_keeps_the_channels_its_pinned_instances_wait_on_and_
 #[tokio::test]
 async fn an_invalid_deployment_is_refused_with_located_diagnostics() {
     let scratch = Scratch::new("deploy-invalid");
-    let server = Server::start(&options(&scratch));
+    let server = Server::start(&serve!(scratch.database()));
     let (status, body) = server
         .deploy("name: shop\nflows:\n  f:\n    start: { channel: nope }\n    nodes: []\n")
         .await;
@@ -523,7 +506,7 @@ async fn an_invalid_deployment_is_refused_with_located_diagnostics() {
 async fn an_attribute_too_long_to_index_or_holding_nul_or_a_correlation_key_too_long_is_refused_at_intake()
  {
     let scratch = Scratch::new("key-limits");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
     let long = "x".repeat(2_000);
     let event = |attribute: &str, value: &str| {
         let mut event = json!({"specversion": "1.0", "id": "evt-1", "type": "t", "source": "s", "data": {"id": "o1", "amount": 1}});
@@ -562,7 +545,7 @@ async fn an_attribute_too_long_to_index_or_holding_nul_or_a_correlation_key_too_
 #[tokio::test]
 async fn a_query_or_path_that_does_not_fit_is_a_problem_with_a_code_and_a_cursor_must_be_ours() {
     let scratch = Scratch::new("extractors");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
     for path in [
         "/v1/instances?limit=-1",
         "/v1/instances?after=%25%25%25garbage",

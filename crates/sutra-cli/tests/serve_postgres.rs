@@ -7,7 +7,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 use sutra_testkit::postgres::TestDatabase;
-use sutra_testkit::{Server, ServerOptions, assert_audit_sequence_is_whole};
+use sutra_testkit::{Server, ServerOptions, assert_audit_sequence_is_whole, serve, stdout_of};
 
 const FLOWS: &str = r#"
 name: shop
@@ -37,8 +37,7 @@ flows:
 /// alone: the timer below fires only if due deliveries and the `timers` lease are read and taken
 /// as the system's role.
 fn serving(database: &TestDatabase) -> ServerOptions {
-    ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), database.serving_url())
-        .env("SUTRA_STORE_SYSTEM_URL", database.system_url())
+    serve!(database.serving_url()).env("SUTRA_STORE_SYSTEM_URL", database.system_url())
 }
 
 fn instance_id(body: &Value) -> String {
@@ -50,24 +49,18 @@ fn instance_id(body: &Value) -> String {
 
 /// Runs `sutra db migrate` on the database as the schema's owner; returns its stdout.
 fn db_migrate(database: &TestDatabase) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_sutra"))
-        .args(["db", "migrate", "--db", database.owner_url()])
-        .output()
-        .expect("run sutra db migrate");
-    assert!(
-        output.status.success(),
-        "sutra db migrate failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    stdout_of(Command::new(env!("CARGO_BIN_EXE_sutra")).args([
+        "db",
+        "migrate",
+        "--db",
+        database.owner_url(),
+    ]))
 }
 
 #[tokio::test]
 async fn a_flow_with_a_timer_and_a_receive_completes_on_postgres() {
     let database = TestDatabase::create().await;
-    let server = Server::start(&serving(&database));
-    let (status, body) = server.deploy(FLOWS).await;
-    assert_eq!(status, 201, "{body}");
+    let server = serving(&database).deployed(FLOWS).await;
 
     let (status, body) = server.send("orders", "o-1", json!({"id": "o1"})).await;
     assert_eq!(status, 202, "{body}");
@@ -107,9 +100,10 @@ async fn db_migrate_prepares_a_database_for_replicas_that_do_not_migrate() {
         !first.contains(":sutra@"),
         "the password is not printed: {first}"
     );
-    let server = Server::start(&serving(&database).env("SUTRA_STORE_MIGRATE", "false"));
-    let (status, body) = server.deploy(FLOWS).await;
-    assert_eq!(status, 201, "{body}");
+    let server = serving(&database)
+        .env("SUTRA_STORE_MIGRATE", "false")
+        .deployed(FLOWS)
+        .await;
     let (status, body) = server.send("orders", "o-1", json!({"id": "o1"})).await;
     assert_eq!(status, 202, "{body}");
 }
@@ -121,8 +115,7 @@ async fn a_replica_migrates_as_the_owner_and_serves_as_a_role_that_only_reads_an
     let server =
         Server::start(&serving(&database).env("SUTRA_STORE_MIGRATE_URL", database.owner_url()));
 
-    let (status, body) = server.deploy(FLOWS).await;
-    assert_eq!(status, 201, "{body}");
+    server.deploy_accepted(FLOWS).await;
     assert!(
         !server
             .stderr_text()
@@ -137,8 +130,7 @@ async fn a_replica_serving_as_the_tables_owner_warns_that_row_security_does_not_
     let database = TestDatabase::create().await;
 
     let mut server = Server::start(
-        &ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), database.owner_url())
-            .env("SUTRA_STORE_SYSTEM_URL", database.system_url()),
+        &serve!(database.owner_url()).env("SUTRA_STORE_SYSTEM_URL", database.system_url()),
     );
 
     let warning = server.wait_for_stderr("row-level security does not bind this replica");
@@ -151,9 +143,8 @@ async fn a_replica_serving_as_the_tables_owner_warns_that_row_security_does_not_
 #[tokio::test]
 async fn a_replica_without_a_role_for_its_cross_tenant_work_refuses_to_start() {
     let database = TestDatabase::create().await;
-    let binary = env!("CARGO_BIN_EXE_sutra");
 
-    let alone = ServerOptions::new(binary, database.serving_url());
+    let alone = serve!(database.serving_url());
     let said = match Server::try_start(&alone) {
         Ok(_) => panic!("sutra serve started without a role for its cross-tenant work"),
         Err(said) => said,
@@ -180,13 +171,9 @@ async fn a_replica_without_a_role_for_its_cross_tenant_work_refuses_to_start() {
 async fn a_serving_role_that_may_act_for_the_system_is_warned_that_it_reads_every_tenant() {
     let database = TestDatabase::create().await;
 
-    let mut server = Server::start(&ServerOptions::new(
-        env!("CARGO_BIN_EXE_sutra"),
-        database.url(),
-    ));
+    let mut server = Server::start(&serve!(database.url()));
 
     let warning = server.wait_for_stderr("the serving role is a member of sutra_system");
     assert!(warning.contains("sutra.store.system-url"), "{warning}");
-    let (status, body) = server.deploy(FLOWS).await;
-    assert_eq!(status, 201, "{body}");
+    server.deploy_accepted(FLOWS).await;
 }

@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sutra_testkit::{Scratch, Server, ServerOptions, assert_audit_sequence_is_whole, count_kind};
+use sutra_testkit::{Scratch, Server, assert_audit_sequence_is_whole, count_kind, serve};
 
 const FLOWS: &str = r#"
 name: tasks
@@ -48,16 +48,6 @@ flows:
 const LONG_WAIT: &str = "PT30S";
 /// A bound far above what a healthy long-poll needs to notice a task, far below [`LONG_WAIT`].
 const PROMPTLY: Duration = Duration::from_secs(15);
-
-async fn deployed(scratch: &Scratch) -> Server {
-    let server = Server::start(&ServerOptions::new(
-        env!("CARGO_BIN_EXE_sutra"),
-        scratch.database(),
-    ));
-    let (status, body) = server.deploy(FLOWS).await;
-    assert_eq!(status, 201, "{body}");
-    server
-}
 
 async fn start_transfer(server: &Server, id: &str) -> String {
     let data = json!({"id": id, "from": "a-1", "to": "b-2", "amount": 10});
@@ -150,7 +140,7 @@ fn assert_problem(answer: &(u16, Value), status: u16, code: &str) {
 #[tokio::test]
 async fn a_flow_of_tasks_completes_when_workers_poll_and_complete_over_http() {
     let scratch = Scratch::new("tasks-flow");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
     let instance = start_transfer(&server, "t1").await;
 
     let debit = poll_one(&server, "w1", "debit", json!({"lock": "PT1M"})).await;
@@ -193,7 +183,7 @@ async fn a_completion_resumes_its_instance_before_it_is_answered() {
     // one transaction, so the worker's answer implies the instance has moved on — the next task
     // is there to take at once, with no dispatcher in between and no wait.
     let scratch = Scratch::new("tasks-in-place");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
     let instance = start_transfer(&server, "p1").await;
     let debit = poll_one(&server, "w", "debit", json!({})).await;
     let (status, body) = complete(&server, &debit, json!({"ok": true})).await;
@@ -213,7 +203,7 @@ async fn a_completion_resumes_its_instance_before_it_is_answered() {
 #[tokio::test]
 async fn a_wrong_or_expired_lock_token_is_refused_and_changes_nothing() {
     let scratch = Scratch::new("tasks-tokens");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
     let instance = start_transfer(&server, "t1").await;
     let short = poll_one(&server, "w1", "debit", json!({"lock": "PT0.05S"})).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -269,7 +259,7 @@ async fn a_wrong_or_expired_lock_token_is_refused_and_changes_nothing() {
 #[tokio::test]
 async fn completing_twice_advances_the_instance_once() {
     let scratch = Scratch::new("tasks-twice");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
     let instance = start_transfer(&server, "t1").await;
     let debit = poll_one(&server, "w1", "debit", json!({})).await;
 
@@ -292,7 +282,7 @@ async fn completing_twice_advances_the_instance_once() {
 #[tokio::test]
 async fn failing_past_the_budget_goes_to_on_error_as_retries_exhausted() {
     let scratch = Scratch::new("tasks-exhausted");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
     let instance = start_transfer(&server, "t1").await;
 
     let first = poll_one(&server, "w1", "debit", json!({})).await;
@@ -317,7 +307,7 @@ async fn failing_past_the_budget_goes_to_on_error_as_retries_exhausted() {
 #[tokio::test]
 async fn exhausted_retries_without_on_error_fail_the_instance() {
     let scratch = Scratch::new("tasks-strict");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
     let (status, body) = server
         .send("strict-requests", "strict-1", json!({"id": "s1"}))
         .await;
@@ -339,7 +329,7 @@ async fn exhausted_retries_without_on_error_fail_the_instance() {
 #[tokio::test]
 async fn a_business_error_goes_to_on_error_at_once() {
     let scratch = Scratch::new("tasks-business");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
     let instance = start_transfer(&server, "t1").await;
     let debit = poll_one(&server, "w1", "debit", json!({})).await;
 
@@ -360,7 +350,7 @@ async fn a_business_error_goes_to_on_error_at_once() {
 #[tokio::test]
 async fn a_long_poll_returns_as_soon_as_a_task_is_armed() {
     let scratch = Scratch::new("tasks-long-poll");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
     let began = Instant::now();
     let quiet = poll(&server, "w1", "debit", json!({"wait": "PT0.2S"})).await;
     assert!(quiet.is_empty());
@@ -387,7 +377,7 @@ async fn a_long_poll_returns_as_soon_as_a_task_is_armed() {
 #[tokio::test]
 async fn a_released_task_goes_to_a_waiting_worker_at_once_on_the_same_attempt() {
     let scratch = Scratch::new("tasks-released");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
     let instance = start_transfer(&server, "t1").await;
     let held = poll_one(&server, "w1", "debit", json!({"lock": "PT10M"})).await;
     let forged = json!({"lock_token": "not-the-token"});
@@ -427,7 +417,7 @@ async fn a_released_task_goes_to_a_waiting_worker_at_once_on_the_same_attempt() 
 #[tokio::test]
 async fn a_batched_completion_answers_each_item_on_its_own() {
     let scratch = Scratch::new("tasks-batch");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
     let good = start_transfer(&server, "t1").await;
     let other = start_transfer(&server, "t2").await;
     let first = poll_one(&server, "w1", "debit", json!({})).await;
@@ -486,7 +476,7 @@ async fn a_batched_completion_answers_each_item_on_its_own() {
 #[tokio::test]
 async fn a_completion_that_asks_is_answered_with_the_next_task_its_step_armed() {
     let scratch = Scratch::new("tasks-take");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
     let instance = start_transfer(&server, "t1").await;
     let debit = poll_one(&server, "w1", "debit", json!({})).await;
     let mut asking = item(&debit, json!({"debited": 10}));
@@ -529,7 +519,7 @@ async fn a_completion_that_asks_is_answered_with_the_next_task_its_step_armed() 
 #[tokio::test]
 async fn a_completion_asking_for_other_topics_leaves_the_next_task_to_the_polls() {
     let scratch = Scratch::new("tasks-take-other");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
     let instance = start_transfer(&server, "t1").await;
     let debit = poll_one(&server, "w1", "debit", json!({})).await;
     let mut asking = item(&debit, json!({"debited": 10}));
@@ -549,7 +539,7 @@ async fn a_completion_asking_for_other_topics_leaves_the_next_task_to_the_polls(
 #[tokio::test]
 async fn a_malformed_batch_changes_nothing() {
     let scratch = Scratch::new("tasks-batch-malformed");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
     start_transfer(&server, "t1").await;
     let task = poll_one(&server, "w1", "debit", json!({})).await;
     let good = item(&task, json!({"debited": 10}));
@@ -602,7 +592,7 @@ async fn a_malformed_batch_changes_nothing() {
 #[tokio::test]
 async fn an_oversized_batch_is_refused() {
     let scratch = Scratch::new("tasks-batch-oversized");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
     let instance = start_transfer(&server, "t1").await;
     let task = poll_one(&server, "w1", "debit", json!({})).await;
     let unknown = |n: usize| json!({"id": format!("{instance}:{}", 100 + n), "lock_token": "t"});
@@ -642,7 +632,7 @@ async fn an_oversized_batch_is_refused() {
 #[tokio::test]
 async fn malformed_task_requests_are_refused_naming_the_field() {
     let scratch = Scratch::new("tasks-malformed");
-    let server = deployed(&scratch).await;
+    let server = serve!(scratch.database()).deployed(FLOWS).await;
     let cases = [
         ("/v1/tasks/poll", json!({"topics": ["debit"]}), "worker"),
         (
@@ -725,7 +715,7 @@ async fn malformed_task_requests_are_refused_naming_the_field() {
 #[tokio::test]
 async fn a_shutdown_answers_waiting_long_polls_instead_of_waiting_them_out() {
     let scratch = Scratch::new("tasks-shutdown");
-    let mut server = deployed(&scratch).await;
+    let mut server = serve!(scratch.database()).deployed(FLOWS).await;
     let (http, url) = (server.http.clone(), server.url("/v1/tasks/poll"));
     let body = json!({"worker": "w1", "topics": ["debit"], "wait": LONG_WAIT});
     let waiting = tokio::spawn(async move { http.post(url).json(&body).send().await });

@@ -5,12 +5,10 @@
 //! `sutra.tenant` declared as B, or as the system's `'*'` — is answered as if A's rows did not
 //! exist, and changes none of them.
 
-use std::time::{Duration, Instant};
-
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection};
 use sutra_testkit::postgres::TestDatabase;
-use sutra_testkit::{Bearer, PATIENCE, Server, ServerOptions};
+use sutra_testkit::{Bearer, Server, serve, until_ok};
 
 const ACME: &str = "acme-all-roles-0123456789abcdef";
 const GLOBEX: &str = "globex-all-roles-0123456789abcdef";
@@ -92,18 +90,13 @@ async fn started(holder: &Bearer, event: &str, data: Value) -> String {
 
 /// Waits until instance `id` waits on its payment: intake answers before the first step is done.
 async fn parked_on_payment(holder: &Bearer, id: &str) {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
+    until_ok(async || {
         let (_, instance) = holder.get(&format!("/v1/instances/{id}")).await;
-        if instance["tokens"][0]["node"] == "pay" {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{id} never waited on pay: {instance}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+        (instance["tokens"][0]["node"] == "pay")
+            .then_some(())
+            .ok_or_else(|| format!("{id} never waited on pay: {instance}"))
+    })
+    .await;
 }
 
 /// Everything tenant A can read about its rows, to compare before and after.
@@ -151,9 +144,9 @@ fn assert_not_found(answer: (u16, Value), code: &str, what: &str) {
 async fn no_api_call_and_no_raw_query_of_one_tenant_reads_or_changes_anothers_rows() {
     let database = TestDatabase::create().await;
     let tokens = format!("acme:admin,worker,sender:{ACME}; globex:admin,worker,sender:{GLOBEX}");
-    let options = ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), database.serving_url())
+    let options = serve!(database.serving_url())
         .env("SUTRA_STORE_SYSTEM_URL", database.system_url())
-        .env("SUTRA_AUTH_TOKENS", &tokens);
+        .tokens(&tokens);
     let server = Server::start(&options);
     let (acme, globex) = (server.bearer(ACME), server.bearer(GLOBEX));
     let rows = acme_with_every_kind_of_row(&acme).await;

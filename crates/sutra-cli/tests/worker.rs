@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sutra_client::{Client, Task, TaskError, TaskQuery, Worker, codes};
-use sutra_testkit::{PATIENCE, Scratch, Server, ServerOptions, count_kind};
+use sutra_testkit::{PATIENCE, Scratch, Server, count_kind, serve, until};
 use tokio::sync::{Notify, Semaphore, oneshot};
 use tokio::task::JoinHandle;
 
@@ -62,16 +62,6 @@ struct Posted {
 
 /// Every account holds this much; a larger debit is a business error.
 const BALANCE: u64 = 1_000;
-
-async fn bank(scratch: &Scratch) -> Server {
-    let server = Server::start(&ServerOptions::new(
-        env!("CARGO_BIN_EXE_sutra"),
-        scratch.database(),
-    ));
-    let (status, body) = server.deploy(BANK).await;
-    assert_eq!(status, 201, "{body}");
-    server
-}
 
 fn client(server: &Server) -> Client {
     Client::new(&server.url("")).expect("the server's URL")
@@ -140,7 +130,7 @@ impl Running {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_drives_a_flow_with_two_tasks_to_completion() {
     let scratch = Scratch::new("worker-two-tasks");
-    let server = bank(&scratch).await;
+    let server = serve!(scratch.database()).deployed(BANK).await;
     let worker = start(ledger(&server, "ledger-1"));
 
     let id = transfer(&server, "t1", json!(250)).await;
@@ -162,7 +152,7 @@ async fn a_worker_drives_a_flow_with_two_tasks_to_completion() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_business_error_takes_the_on_error_path_without_a_retry() {
     let scratch = Scratch::new("worker-business-error");
-    let server = bank(&scratch).await;
+    let server = serve!(scratch.database()).deployed(BANK).await;
     let worker = start(ledger(&server, "ledger-1"));
 
     let id = transfer(&server, "t2", json!(5_000)).await;
@@ -180,7 +170,7 @@ async fn a_business_error_takes_the_on_error_path_without_a_retry() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn input_that_does_not_fit_the_handler_is_refused_as_a_business_error() {
     let scratch = Scratch::new("worker-bad-input");
-    let server = bank(&scratch).await;
+    let server = serve!(scratch.database()).deployed(BANK).await;
     let worker = start(ledger(&server, "ledger-1"));
 
     let id = transfer(&server, "t3", json!("a lot")).await;
@@ -210,7 +200,7 @@ async fn task_state(server: &Server, instance: &str, topic: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failing_and_panicking_handlers_hand_their_tasks_back_for_a_retry() {
     let scratch = Scratch::new("worker-panic");
-    let server = bank(&scratch).await;
+    let server = serve!(scratch.database()).deployed(BANK).await;
     let worker = start(
         Worker::new(client(&server), "flaky-1")
             .handler("debit-account", |task: Task<Posting>| async move {
@@ -236,7 +226,7 @@ async fn failing_and_panicking_handlers_hand_their_tasks_back_for_a_retry() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_locks_no_more_tasks_than_it_has_free_slots() {
     let scratch = Scratch::new("worker-slots");
-    let server = bank(&scratch).await;
+    let server = serve!(scratch.database()).deployed(BANK).await;
     let gate = Arc::new(Semaphore::new(0));
     let started = Arc::new(AtomicU32::new(0));
     let (gate_in, started_in) = (Arc::clone(&gate), Arc::clone(&started));
@@ -261,7 +251,10 @@ async fn a_worker_locks_no_more_tasks_than_it_has_free_slots() {
     for n in 0..3 {
         ids.push(transfer(&server, &format!("t5-{n}"), json!(1)).await);
     }
-    wait_until("two handlers run", || started.load(Ordering::SeqCst) == 2).await;
+    until("two handlers run", async || {
+        started.load(Ordering::SeqCst) == 2
+    })
+    .await;
     let states = task_states(&server, "debit-account").await;
     assert_eq!(
         (count(&states, "locked"), count(&states, "available")),
@@ -289,21 +282,10 @@ fn count(states: &[String], state: &str) -> usize {
     states.iter().filter(|s| *s == state).count()
 }
 
-/// Waits for a condition with the testkit's patience, never a fixed sleep.
-async fn wait_until(what: &str, condition: impl Fn() -> bool) {
-    let waited = tokio::time::timeout(PATIENCE, async {
-        while !condition() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
-    assert!(waited.is_ok(), "{what}: not within {PATIENCE:?}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_handler_keeps_its_lock_so_no_other_worker_runs_the_task() {
     let scratch = Scratch::new("worker-extend");
-    let server = bank(&scratch).await;
+    let server = serve!(scratch.database()).deployed(BANK).await;
     let runs = Arc::new(AtomicU32::new(0));
     let reviewer = |name: &str| {
         let runs = Arc::clone(&runs);
@@ -324,7 +306,7 @@ async fn a_long_handler_keeps_its_lock_so_no_other_worker_runs_the_task() {
     let (status, body) = server.send("audits", "evt-a1", json!({"id": "a1"})).await;
     assert_eq!(status, 202, "{body}");
     let id = body["instance"].as_str().unwrap().to_owned();
-    wait_until("the first reviewer starts", || {
+    until("the first reviewer starts", async || {
         runs.load(Ordering::SeqCst) == 1
     })
     .await;
@@ -340,7 +322,7 @@ async fn a_long_handler_keeps_its_lock_so_no_other_worker_runs_the_task() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopping_worker_hands_its_unfinished_task_to_another_at_once() {
     let scratch = Scratch::new("worker-shutdown");
-    let server = bank(&scratch).await;
+    let server = serve!(scratch.database()).deployed(BANK).await;
     let started = Arc::new(Notify::new());
     let signal = Arc::clone(&started);
     // A lock far longer than the test's patience: only a hand-back can free the task in time.

@@ -2,8 +2,10 @@
 //!
 //! A [`Server`] is a child process on a free loopback port with its own database file. Tests talk
 //! to it over HTTP only, kill it with a real SIGKILL (or freeze it with SIGSTOP), and start it
-//! again on the same file — or the same address. Waits are for conditions with a generous
-//! deadline, never fixed sleeps: a slow machine makes a test slower, not red.
+//! again on the same file — or the same address. A test starts one with [`serve!`] and what it
+//! needs besides as [`ServerOptions`] (a fault point, tokens, short leases, …), or has it
+//! [`ServerOptions::deployed`] at once. Waits are for conditions with a generous deadline
+//! ([`until`]), never fixed sleeps: a slow machine makes a test slower, not red.
 
 mod authority;
 mod bearer;
@@ -59,7 +61,18 @@ impl Drop for Scratch {
     }
 }
 
-/// How to start a server.
+/// [`ServerOptions`] for the `sutra` binary on `datasource`. Cargo names that binary to the
+/// integration tests of its own package, at their compile time (`CARGO_BIN_EXE_sutra`), hence a
+/// macro: it expands in the test that calls it.
+#[macro_export]
+macro_rules! serve {
+    ($datasource:expr) => {
+        $crate::ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), $datasource)
+    };
+}
+
+/// How to start a server: [`serve!`] for the binary under test, then what a test needs
+/// besides the defaults, as options.
 #[derive(Clone)]
 pub struct ServerOptions {
     pub binary: PathBuf,
@@ -90,6 +103,97 @@ impl ServerOptions {
     pub fn listen(mut self, address: &str) -> ServerOptions {
         address.clone_into(&mut self.listen);
         self
+    }
+
+    /// Sets the fault `point` (`SUTRA_FAULT`, `point[@n][:panic|:stop]`): by default the
+    /// process kills itself with a real SIGKILL when it gets there.
+    pub fn fault(self, point: &str) -> ServerOptions {
+        self.env("SUTRA_FAULT", point)
+    }
+
+    /// Its replica id: what lease rows, claims and its history log name it by.
+    pub fn replica(self, id: &str) -> ServerOptions {
+        self.env("SUTRA_REPLICA_ID", id)
+    }
+
+    /// Accepts the API tokens `tokens` (`tenant:role:secret; …`), and no request without one.
+    pub fn tokens(self, tokens: &str) -> ServerOptions {
+        self.env("SUTRA_AUTH_TOKENS", tokens)
+    }
+
+    /// Turns on the test build's switches `names` (`SUTRA_TEST_…` variables).
+    pub fn switches(self, names: &[impl AsRef<str>]) -> ServerOptions {
+        names
+            .iter()
+            .fold(self, |options, name| options.env(name.as_ref(), "1"))
+    }
+
+    /// Runs `lanes` engine lanes.
+    pub fn lanes(self, lanes: usize) -> ServerOptions {
+        self.env("SUTRA_ENGINE_LANES", &lanes.to_string())
+    }
+
+    /// A dead or frozen holder's claim lapses after `timeout`: recovery in seconds, not the
+    /// production default's minutes.
+    pub fn claim_timeout(self, timeout: Duration) -> ServerOptions {
+        self.env("SUTRA_INSTANCE_CLAIM_TIMEOUT", &iso(timeout))
+    }
+
+    /// The sweeper looks for lapsed claims every `interval`.
+    pub fn sweep_interval(self, interval: Duration) -> ServerOptions {
+        self.env("SUTRA_INSTANCE_SWEEP_INTERVAL", &iso(interval))
+    }
+
+    /// Leases last `ttl` and are renewed or taken every `poll`.
+    pub fn leases(self, ttl: Duration, poll: Duration) -> ServerOptions {
+        self.env("SUTRA_LEASE_TTL", &iso(ttl))
+            .env("SUTRA_LEASE_POLL", &iso(poll))
+    }
+
+    /// Reaches the machine's RabbitMQ: a deployment declaring an amqp channel needs it.
+    pub fn amqp(self) -> ServerOptions {
+        self.env("SUTRA_TRANSPORTS_AMQP_URL", &brokers::amqp_url())
+    }
+
+    /// Reaches the machine's NATS: a deployment declaring a nats channel needs it.
+    pub fn nats(self) -> ServerOptions {
+        self.env("SUTRA_TRANSPORTS_NATS_URL", &brokers::nats_url())
+    }
+
+    /// Starts the server and deploys `yaml` on it, failing the test unless it is accepted.
+    pub async fn deployed(&self, yaml: &str) -> Server {
+        let server = Server::start(self);
+        server.deploy_accepted(yaml).await;
+        server
+    }
+}
+
+/// `duration` as the server's configuration reads one: `PT0.5S`, `PT2S`.
+pub fn iso(duration: Duration) -> String {
+    format!("PT{}S", duration.as_secs_f64())
+}
+
+/// Polls `condition` until it holds, failing the test with `what` after [`PATIENCE`].
+pub async fn until(what: &str, mut condition: impl AsyncFnMut() -> bool) {
+    let held = async || {
+        condition()
+            .await
+            .then_some(())
+            .ok_or_else(|| format!("never: {what}"))
+    };
+    until_ok(held).await;
+}
+
+/// Polls `check` until it gives `Ok`, failing the test after [`PATIENCE`] with its last `Err`:
+/// what it saw instead.
+pub async fn until_ok<T>(mut check: impl AsyncFnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        match check().await {
+            Ok(done) => return done,
+            Err(seen) => assert!(Instant::now() < deadline, "{seen}"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -270,6 +374,13 @@ impl Server {
         status_and_json(response).await
     }
 
+    /// Deploys `yaml`, failing the test unless it is accepted (201); the answer.
+    pub async fn deploy_accepted(&self, yaml: &str) -> Value {
+        let (status, body) = self.deploy(yaml).await;
+        assert_eq!(status, 201, "{body}");
+        body
+    }
+
     /// Sends a structured CloudEvent on an HTTP channel.
     pub async fn send(&self, channel: &str, id: &str, data: Value) -> (u16, Value) {
         self.post_raw(
@@ -433,6 +544,17 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Runs `command` to its end, failing the test with its stderr unless it succeeds; its stdout.
+pub fn stdout_of(command: &mut Command) -> String {
+    let output = (command.output()).unwrap_or_else(|error| panic!("run {command:?}: {error}"));
+    assert!(
+        output.status.success(),
+        "{command:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("UTF-8 on stdout")
 }
 
 /// Sends `signal` (a name such as `STOP`) to the process `pid`, with the `kill` command: this

@@ -20,7 +20,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sutra_client::{Client, Task, Worker};
 use sutra_testkit::proxy::Proxy;
-use sutra_testkit::{Receiver, Server, ServerOptions, assert_audit_sequence_is_whole, postgres};
+use sutra_testkit::{
+    Receiver, Server, ServerOptions, assert_audit_sequence_is_whole, postgres, serve,
+};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -86,10 +88,9 @@ impl Timing {
     /// leader dispatches task completions, so a dead leader's lease must run out in seconds.
     fn apply(&self, options: ServerOptions) -> ServerOptions {
         options
-            .env("SUTRA_INSTANCE_CLAIM_TIMEOUT", &iso(self.claim_timeout))
-            .env("SUTRA_INSTANCE_SWEEP_INTERVAL", &iso(self.sweep_interval))
-            .env("SUTRA_LEASE_TTL", &iso(self.lease_ttl))
-            .env("SUTRA_LEASE_POLL", &iso(self.lease_poll))
+            .claim_timeout(self.claim_timeout)
+            .sweep_interval(self.sweep_interval)
+            .leases(self.lease_ttl, self.lease_poll)
             .env("SUTRA_OUTBOX_BACKOFF", "PT0.1S")
     }
 
@@ -114,11 +115,6 @@ impl Timing {
     }
 }
 
-/// `PT0.5S`, `PT2S`.
-fn iso(duration: Duration) -> String {
-    format!("PT{}S", duration.as_secs_f64())
-}
-
 /// One replica position of a fleet: a fixed address, and the process serving it now, if any.
 struct Slot {
     listen: String,
@@ -132,78 +128,48 @@ struct Slot {
     server: Option<Server>,
 }
 
-/// `sutra serve` replicas on one database, each keeping its address across restarts so that the
-/// workers and senders aimed at it reach its successor. Dropping the fleet kills every process.
-pub struct Fleet {
-    options: ServerOptions,
+/// How to start a [`Fleet`]: [`Fleet::of`], then what a test needs besides.
+pub struct FleetOptions {
     name: String,
-    slots: Vec<Slot>,
-    /// Every incarnation killed, with its id: kept for its history log.
-    retired: Vec<(String, Server)>,
+    size: usize,
+    timing: Timing,
+    switches: Vec<String>,
+    proxied: bool,
 }
 
-impl Fleet {
-    /// Starts `size` replicas named `{name}-r{slot}-i{incarnation}` on `datasource`. The first
-    /// deploys `deployment` before the others start, so that every replica serves it whether or
-    /// not replicas learn of each other's deployments.
-    pub async fn start(
-        datasource: &str,
-        timing: Timing,
-        name: &str,
-        size: usize,
-        deployment: &str,
-    ) -> Fleet {
-        Fleet::start_with(datasource, timing, name, size, deployment, &[]).await
+impl FleetOptions {
+    /// Every replica with the test build's `switches` on ([`ServerOptions::switches`]).
+    pub fn switches(mut self, switches: &[&str]) -> FleetOptions {
+        let switches = switches.iter().map(|switch| (*switch).to_owned());
+        self.switches.extend(switches);
+        self
     }
 
-    /// [`Fleet::start`], each replica's environment with `env` besides. Every replica records its
-    /// history log (decision 0043) on stderr, which [`Fleet::histories`] collects.
-    pub async fn start_with(
-        datasource: &str,
-        timing: Timing,
-        name: &str,
-        size: usize,
-        deployment: &str,
-        env: &[(&str, &str)],
-    ) -> Fleet {
-        Fleet::launch(datasource, timing, name, size, deployment, env, false).await
+    /// Each slot's replicas reach the database through a loopback proxy of the slot's own
+    /// ([`Fleet::proxy`]): a network fault can cut one replica off, or slow it.
+    pub fn proxied(mut self) -> FleetOptions {
+        self.proxied = true;
+        self
     }
 
-    /// [`Fleet::start`], each slot's replicas reaching the database through a loopback proxy of
-    /// the slot's own ([`Fleet::proxy`]): a network fault can cut one replica off, or slow it.
-    pub async fn start_proxied(
-        datasource: &str,
-        timing: Timing,
-        name: &str,
-        size: usize,
-        deployment: &str,
-    ) -> Fleet {
-        Fleet::launch(datasource, timing, name, size, deployment, &[], true).await
-    }
-
-    async fn launch(
-        datasource: &str,
-        timing: Timing,
-        name: &str,
-        size: usize,
-        deployment: &str,
-        env: &[(&str, &str)],
-        proxied: bool,
-    ) -> Fleet {
-        let mut options = timing
-            .apply(ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), datasource))
-            .env("SUTRA_LOG", history::LOG_FILTER);
-        for (name, value) in env {
-            options = options.env(name, value);
-        }
+    /// Starts the replicas on `datasource`. The first deploys `deployment` before the others
+    /// start, so that every replica serves it whether or not replicas learn of each other's
+    /// deployments. Every replica records its history log (decision 0043) on stderr, which
+    /// [`Fleet::histories`] collects.
+    pub async fn start(self, datasource: &str, deployment: &str) -> Fleet {
+        let options = self
+            .timing
+            .apply(serve!(datasource))
+            .env("SUTRA_LOG", history::LOG_FILTER)
+            .switches(&self.switches);
         let mut fleet = Fleet {
             options,
-            name: name.to_owned(),
+            name: self.name,
             slots: Vec::new(),
             retired: Vec::new(),
         };
-        for slot in 0..size {
-            let (proxy, datasource) = if proxied {
+        for slot in 0..self.size {
+            let (proxy, datasource) = if self.proxied {
                 let (proxy, url) = Proxy::in_front_of(datasource);
                 (Some(proxy), url)
             } else {
@@ -221,11 +187,34 @@ impl Fleet {
                 server: Some(server),
             });
             if slot == 0 {
-                let (status, body) = fleet.replica(0).deploy(deployment).await;
-                assert_eq!(status, 201, "{body}");
+                fleet.replica(0).deploy_accepted(deployment).await;
             }
         }
         fleet
+    }
+}
+
+/// `sutra serve` replicas on one database, each keeping its address across restarts so that the
+/// workers and senders aimed at it reach its successor. Dropping the fleet kills every process.
+pub struct Fleet {
+    options: ServerOptions,
+    name: String,
+    slots: Vec<Slot>,
+    /// Every incarnation killed, with its id: kept for its history log.
+    retired: Vec<(String, Server)>,
+}
+
+impl Fleet {
+    /// A fleet of `size` replicas named `{name}-r{slot}-i{incarnation}`, on `timing`; see
+    /// [`FleetOptions`] for the rest.
+    pub fn of(name: &str, size: usize, timing: Timing) -> FleetOptions {
+        FleetOptions {
+            name: name.to_owned(),
+            size,
+            timing,
+            switches: Vec::new(),
+            proxied: false,
+        }
     }
 
     /// Each incarnation's id, which also names its database sessions (`application_name`, set
@@ -240,14 +229,11 @@ impl Fleet {
         let id = format!("{}-r{slot}-i{incarnation}", self.name);
         let mut options = self.options.clone();
         datasource.clone_into(&mut options.datasource);
-        options
-            .env("SUTRA_REPLICA_ID", &id)
-            .env("PGAPPNAME", &id)
-            .listen(listen)
+        options.replica(&id).env("PGAPPNAME", &id).listen(listen)
     }
 
     /// The proxy between `slot`'s replicas and the database. Panics unless the fleet was
-    /// started with [`Fleet::start_proxied`].
+    /// started [`FleetOptions::proxied`].
     pub fn proxy(&self, slot: usize) -> &Proxy {
         self.slots[slot]
             .proxy

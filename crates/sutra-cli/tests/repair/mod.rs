@@ -38,3 +38,13 @@ flows:
       - id: done
         end: { reply: { total: "= vars.total" } }
 "#;
+
+/// The CLI's flags that migrate onto version 2, mapping each renamed node to its new name.
+pub const ONTO_V2: [&str; 6] = [
+    "--to-version",
+    "2",
+    "--map",
+    "price=reprice",
+    "--map",
+    "wait=await-reply",
+];
