@@ -81,6 +81,26 @@ async fn an_amqp_emit_is_a_confirmed_persistent_message_identified_by_its_idempo
 }
 
 #[tokio::test]
+async fn an_amqp_emit_to_the_default_exchange_lands_in_the_queue_its_routing_key_names() {
+    let queue = TestQueue::declare("sutra-test-default-exchange").await;
+    let bus = channel(
+        "bus",
+        &format!(
+            "{{ transport: amqp, exchange: \"\", routing-key: {} }}",
+            queue.name
+        ),
+    );
+
+    let sent = transports().send(&bus, &row("bus", "i-1:2:out")).await;
+    let delivery = queue.next().await;
+    queue.delete().await;
+
+    assert_eq!(sent, Ok(()));
+    let event: Value = serde_json::from_slice(&delivery.data).unwrap();
+    assert_eq!(event["id"], "i-1:2:out");
+}
+
+#[tokio::test]
 async fn an_amqp_emit_no_queue_receives_is_a_failed_send_not_a_silent_drop() {
     let nowhere = unique("sutra-test-unbound");
     let bus = channel(

@@ -242,7 +242,11 @@ fn channel(cx: &mut Checker, name: &str, record: &Record) -> Option<Channel> {
             .map(str::to_owned)
     };
     let queue = text(cx, "queue");
-    let exchange = text(cx, "exchange");
+    // `""` names AMQP's default exchange, which routes by queue name: a value, not an omission.
+    let exchange = record
+        .get("exchange")
+        .and_then(|node| cx.any_text(node, &record.label("exchange")))
+        .map(str::to_owned);
     let routing_key = text(cx, "routing-key");
     let subject = text(cx, "subject");
     let stream = text(cx, "stream");

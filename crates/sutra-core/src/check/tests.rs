@@ -97,6 +97,19 @@ fn unset_fields_take_the_documented_defaults() {
 }
 
 #[test]
+fn an_empty_exchange_is_the_amqp_default_exchange_not_a_mistake() {
+    let source = "name: shop\nchannels:\n  orders: { transport: http }\n  \
+                  bus: { transport: amqp, exchange: \"\", routing-key: billing }\nflows:\n  \
+                  order:\n    start: { channel: orders }\n    nodes:\n      - id: out\n        \
+                  emit: { channel: bus, data: { ok: true } }\n";
+    let bus = &deployment(source).channels["bus"];
+    assert_eq!(
+        (bus.exchange.as_str(), bus.routing_key.as_deref()),
+        ("", Some("billing"))
+    );
+}
+
+#[test]
 fn parallel_branches_live_in_the_arena_and_end_on_their_own() {
     let deployment = deployment(ORDER);
     let flow = &deployment.flows["order"];
