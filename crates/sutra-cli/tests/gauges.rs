@@ -161,3 +161,41 @@ async fn the_gauges_say_what_postgres_holds() {
         .unwrap();
     assert_eq!(waiting, 4);
 }
+
+/// An alert on a counter needs a value to read on a healthy replica, before its first event.
+#[tokio::test]
+async fn a_fresh_server_exports_every_series_whose_labels_are_known_at_zero() {
+    let scratch = Scratch::new("fresh-metrics");
+    let server = Server::start(&options(&scratch.database()));
+    let metrics = server
+        .http
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+
+    let from_the_start = sutra_engine::metrics::SERIES
+        .iter()
+        .filter(|series| !sutra_engine::metrics::WITH_FIRST_VALUE.contains(series));
+    for series in from_the_start {
+        assert!(
+            metrics.contains(&format!("# TYPE {series} ")),
+            "{series} in:\n{metrics}"
+        );
+    }
+    for path in ["relay", "timer", "admin"] {
+        let series = format!("sutra_claim_bounces_total{{path=\"{path}\"}}");
+        assert_eq!(
+            metric_value(&metrics, &series),
+            Some(0.0),
+            "{series} in:\n{metrics}"
+        );
+    }
+    assert_eq!(
+        metric_value(&metrics, "sutra_sweeps_cleared_total"),
+        Some(0.0)
+    );
+}
