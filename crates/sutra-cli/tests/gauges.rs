@@ -51,6 +51,12 @@ fn options(datasource: &str) -> ServerOptions {
     ServerOptions::new(env!("CARGO_BIN_EXE_sutra"), datasource).env("SUTRA_OUTBOX_BACKOFF", "PT1H")
 }
 
+/// What `GET /metrics` answers.
+async fn metrics(server: &Server) -> String {
+    let answer = server.http.get(server.url("/metrics")).send().await;
+    answer.unwrap().text().await.unwrap()
+}
+
 async fn a_known_state_is_what_the_gauges_say(server: &Server) {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let closed = format!("http://{}/gone", closed.local_addr().unwrap());
@@ -111,15 +117,7 @@ async fn a_known_state_is_what_the_gauges_say(server: &Server) {
             "claims_in_flight": 0,
         })
     );
-    let metrics = server
-        .http
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(server).await;
     let expected: [(&str, f64); 10] = [
         ("sutra_inbox_backlog", 1.0),
         ("sutra_outbox_backlog", 1.0),
@@ -167,15 +165,7 @@ async fn the_gauges_say_what_postgres_holds() {
 async fn a_fresh_server_exports_every_series_whose_labels_are_known_at_zero() {
     let scratch = Scratch::new("fresh-metrics");
     let server = Server::start(&options(&scratch.database()));
-    let metrics = server
-        .http
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(&server).await;
 
     let from_the_start = sutra_engine::metrics::SERIES
         .iter()
