@@ -239,6 +239,17 @@ async fn readiness_names_a_channel_whose_broker_cannot_be_reached_and_never_its_
     let (status, body) = server.deploy(&started_by("sutra-test-nowhere")).await;
     assert_eq!(status, 201, "{body}");
 
+    let body = unready(&server).await;
+    assert_eq!(body["code"], "SUTRA.RUNTIME.ENGINE.UNAVAILABLE");
+    let detail = body["detail"].as_str().unwrap();
+    assert!(detail.contains("channel `jobs`"), "{detail}");
+    assert!(detail.contains("amqp://guest:***@127.0.0.1:1"), "{detail}");
+    assert!(!body.to_string().contains("s3cret"), "{body}");
+    assert!(!server.stderr_text().contains("s3cret"));
+}
+
+/// `/readyz`'s answer once it says the replica is not ready.
+async fn unready(server: &Server) -> Value {
     let mut answer = (0, Value::Null);
     for _ in 0..200 {
         answer = server.get("/readyz").await;
@@ -249,12 +260,45 @@ async fn readiness_names_a_channel_whose_broker_cannot_be_reached_and_never_its_
     }
     let (status, body) = answer;
     assert_eq!(status, 503, "{body}");
+    body
+}
+
+#[tokio::test]
+async fn readiness_names_the_missing_consumer_a_channel_leaves_to_the_operator() {
+    let scratch = Scratch::new("broker-theirs");
+    let server = Server::start(&with_brokers(&scratch));
+    let stream = TestStream::create("sutra-test-theirs").await;
+    let document = format!(
+        r#"
+name: intake
+channels:
+  jobs: {{ transport: nats, subject: {}, stream: {}, create-consumer: false }}
+flows:
+  job:
+    start: {{ channel: jobs }}
+    nodes:
+      - id: done
+        end: {{}}
+"#,
+        stream.subject, stream.name
+    );
+    let (status, body) = server.deploy(&document).await;
+    assert_eq!(status, 201, "{body}");
+
+    let body = unready(&server).await;
+    let name = stream.name.clone();
+    stream.delete().await;
+
     assert_eq!(body["code"], "SUTRA.RUNTIME.ENGINE.UNAVAILABLE");
     let detail = body["detail"].as_str().unwrap();
-    assert!(detail.contains("channel `jobs`"), "{detail}");
-    assert!(detail.contains("amqp://guest:***@127.0.0.1:1"), "{detail}");
-    assert!(!body.to_string().contains("s3cret"), "{body}");
-    assert!(!server.stderr_text().contains("s3cret"));
+    for named in [
+        "channel `jobs`",
+        &format!("stream `{name}`"),
+        "`sutra-intake-jobs`",
+        "create-consumer: false",
+    ] {
+        assert!(detail.contains(named), "{named} in {detail}");
+    }
 }
 
 #[tokio::test]
