@@ -211,11 +211,16 @@ async fn ack_complete_over_amqp_acknowledges_only_once_the_instance_ended() {
 
 /// A flow that starts on an AMQP queue.
 fn started_by(queue: &str) -> String {
+    started_on(&format!("{{ transport: amqp, queue: {queue} }}"))
+}
+
+/// A flow that starts on channel `jobs`, declared by `jobs`.
+fn started_on(jobs: &str) -> String {
     format!(
         r#"
 name: intake
 channels:
-  jobs: {{ transport: amqp, queue: {queue} }}
+  jobs: {jobs}
 flows:
   job:
     start: {{ channel: jobs }}
@@ -268,20 +273,10 @@ async fn readiness_names_the_missing_consumer_a_channel_leaves_to_the_operator()
     let scratch = Scratch::new("broker-theirs");
     let server = Server::start(&with_brokers(&scratch));
     let stream = TestStream::create("sutra-test-theirs").await;
-    let document = format!(
-        r#"
-name: intake
-channels:
-  jobs: {{ transport: nats, subject: {}, stream: {}, create-consumer: false }}
-flows:
-  job:
-    start: {{ channel: jobs }}
-    nodes:
-      - id: done
-        end: {{}}
-"#,
+    let document = started_on(&format!(
+        "{{ transport: nats, subject: {}, stream: {}, create-consumer: false }}",
         stream.subject, stream.name
-    );
+    ));
     let (status, body) = server.deploy(&document).await;
     assert_eq!(status, 201, "{body}");
 
