@@ -209,11 +209,16 @@ async fn ack_complete_over_amqp_acknowledges_only_once_the_instance_ended() {
 
 /// A flow that starts on an AMQP queue.
 fn started_by(queue: &str) -> String {
+    started_on(&format!("{{ transport: amqp, queue: {queue} }}"))
+}
+
+/// A flow that starts on channel `jobs`, declared by `jobs`.
+fn started_on(jobs: &str) -> String {
     format!(
         r#"
 name: intake
 channels:
-  jobs: {{ transport: amqp, queue: {queue} }}
+  jobs: {jobs}
 flows:
   job:
     start: {{ channel: jobs }}
@@ -238,6 +243,17 @@ async fn readiness_names_a_channel_whose_broker_cannot_be_reached_and_never_its_
         .deploy_accepted(&started_by("sutra-test-nowhere"))
         .await;
 
+    let body = unready(&server).await;
+    assert_eq!(body["code"], "SUTRA.RUNTIME.ENGINE.UNAVAILABLE");
+    let detail = body["detail"].as_str().unwrap();
+    assert!(detail.contains("channel `jobs`"), "{detail}");
+    assert!(detail.contains("amqp://guest:***@127.0.0.1:1"), "{detail}");
+    assert!(!body.to_string().contains("s3cret"), "{body}");
+    assert!(!server.stderr_text().contains("s3cret"));
+}
+
+/// `/readyz`'s answer once it says the replica is not ready.
+async fn unready(server: &Server) -> Value {
     let mut answer = (0, Value::Null);
     until("readiness says the broker is unreachable", async || {
         answer = server.get("/readyz").await;
@@ -246,12 +262,35 @@ async fn readiness_names_a_channel_whose_broker_cannot_be_reached_and_never_its_
     .await;
     let (status, body) = answer;
     assert_eq!(status, 503, "{body}");
+    body
+}
+
+#[tokio::test]
+async fn readiness_names_the_missing_consumer_a_channel_leaves_to_the_operator() {
+    let scratch = Scratch::new("broker-theirs");
+    let server = Server::start(&with_brokers(&scratch));
+    let stream = TestStream::create("sutra-test-theirs").await;
+    let document = started_on(&format!(
+        "{{ transport: nats, subject: {}, stream: {}, create-consumer: false }}",
+        stream.subject, stream.name
+    ));
+    let (status, body) = server.deploy(&document).await;
+    assert_eq!(status, 201, "{body}");
+
+    let body = unready(&server).await;
+    let name = stream.name.clone();
+    stream.delete().await;
+
     assert_eq!(body["code"], "SUTRA.RUNTIME.ENGINE.UNAVAILABLE");
     let detail = body["detail"].as_str().unwrap();
-    assert!(detail.contains("channel `jobs`"), "{detail}");
-    assert!(detail.contains("amqp://guest:***@127.0.0.1:1"), "{detail}");
-    assert!(!body.to_string().contains("s3cret"), "{body}");
-    assert!(!server.stderr_text().contains("s3cret"));
+    for named in [
+        "channel `jobs`",
+        &format!("stream `{name}`"),
+        "`sutra-intake-jobs`",
+        "create-consumer: false",
+    ] {
+        assert!(detail.contains(named), "{named} in {detail}");
+    }
 }
 
 #[tokio::test]

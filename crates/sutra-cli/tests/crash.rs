@@ -233,8 +233,10 @@ async fn asked_is_taken_after_holder_dies() {
 
 #[tokio::test]
 async fn a_panicking_step_releases_its_claim() {
-    // The step panics just before its commit. Its claim is released on the way out (and the
-    // panic re-raised to the lane, which survives), so the very next attempt is not refused.
+    // The step panics just before its commit. The panic is caught where the step runs and is
+    // not re-raised: the caller is answered `SUTRA.RUNTIME.STEP.PANICKED`, a retryable 500, the
+    // step's transaction rolls back and its claim (the row lock) with it, and the lane goes on —
+    // so the very next attempt is not refused.
     let scratch = Scratch::new("panic");
     let server = options(&scratch)
         .fault("before-commit@2:panic")

@@ -51,6 +51,12 @@ fn options(datasource: &str) -> ServerOptions {
     serve!(datasource).env("SUTRA_OUTBOX_BACKOFF", "PT1H")
 }
 
+/// What `GET /metrics` answers.
+async fn metrics(server: &Server) -> String {
+    let answer = server.http.get(server.url("/metrics")).send().await;
+    answer.unwrap().text().await.unwrap()
+}
+
 async fn a_known_state_is_what_the_gauges_say(server: &Server) {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let closed = format!("http://{}/gone", closed.local_addr().unwrap());
@@ -108,15 +114,7 @@ async fn a_known_state_is_what_the_gauges_say(server: &Server) {
             "claims_in_flight": 0,
         })
     );
-    let metrics = server
-        .http
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(server).await;
     let expected: [(&str, f64); 10] = [
         ("sutra_inbox_backlog", 1.0),
         ("sutra_outbox_backlog", 1.0),
@@ -157,4 +155,34 @@ async fn the_gauges_say_what_postgres_holds() {
         .await
         .unwrap();
     assert_eq!(waiting, 4);
+}
+
+/// An alert on a counter needs a value to read on a healthy replica, before its first event.
+#[tokio::test]
+async fn a_fresh_server_exports_every_series_whose_labels_are_known_at_zero() {
+    let scratch = Scratch::new("fresh-metrics");
+    let server = Server::start(&options(&scratch.database()));
+    let metrics = metrics(&server).await;
+
+    let from_the_start = sutra_engine::metrics::SERIES
+        .iter()
+        .filter(|series| !sutra_engine::metrics::WITH_FIRST_VALUE.contains(series));
+    for series in from_the_start {
+        assert!(
+            metrics.contains(&format!("# TYPE {series} ")),
+            "{series} in:\n{metrics}"
+        );
+    }
+    for path in ["relay", "timer", "admin"] {
+        let series = format!("sutra_claim_bounces_total{{path=\"{path}\"}}");
+        assert_eq!(
+            metric_value(&metrics, &series),
+            Some(0.0),
+            "{series} in:\n{metrics}"
+        );
+    }
+    assert_eq!(
+        metric_value(&metrics, "sutra_sweeps_cleared_total"),
+        Some(0.0)
+    );
 }

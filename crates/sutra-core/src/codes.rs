@@ -84,7 +84,7 @@ codes! {
         "The step hit a bug and was abandoned; its claim was released and nothing was written. Retry; if it persists, report it with the server log.");
     ENGINE_UNAVAILABLE = ("SUTRA.RUNTIME.ENGINE.UNAVAILABLE", 503, true,
         "Engine unavailable",
-        "This replica is shutting down, or has not loaded the instance's deployment version yet. Retry, possibly on another replica.");
+        "This replica is shutting down, has not loaded the instance's deployment version yet, or (on `/readyz`) cannot make progress: a wedged lane, or a broker channel it cannot consume, which the detail names. Retry, possibly on another replica.");
     RECEIVE_TIMEOUT = ("SUTRA.RUNTIME.RECEIVE.TIMEOUT", 422, false,
         "Receive timed out",
         "No message arrived before the receive's timeout and it has no `on-timeout` or `on-error`. Add one, deploy, migrate and restore the instance.");

@@ -108,6 +108,9 @@ pub struct Channel {
     pub consumer: Option<String>,
     /// NATS messages delivered to the consumer and not yet acknowledged, at most.
     pub max_ack_pending: u32,
+    /// Whether the engine makes the NATS durable consumer when it is missing (`create-consumer`,
+    /// default `true`); `false` leaves it to the operator, and a missing one is not consumed.
+    pub create_consumer: bool,
     /// Outbound HTTP target of `emit`.
     pub url: Option<String>,
     pub singleton: bool,

@@ -2,9 +2,9 @@
 //! installs the one recorder per process, and without one every call here is a no-op.
 //!
 //! The names live here and nowhere else, so that docs/decisions/0020-metrics.md has one place to
-//! agree with. Counters and the histograms are recorded where the event happens; the gauges that
-//! mirror in-memory state (lane queue depth, lease leadership) are refreshed by
-//! `Engine::publish_gauges` when `/metrics` is scraped.
+//! agree with. Counters and the histograms are recorded where the event happens, and registered
+//! at zero with the recorder ([`register`]); the gauges that mirror in-memory state (lane queue
+//! depth, lease leadership) are refreshed by `Engine::publish_gauges` when `/metrics` is scraped.
 
 use std::time::Duration;
 
@@ -26,6 +26,42 @@ pub const INSTANCES: &str = "sutra_instances";
 pub const CLAIMS_IN_FLIGHT: &str = "sutra_claims_in_flight";
 pub const POLLS_WAITING: &str = "sutra_task_polls_waiting";
 
+/// Every series the engine exports.
+pub const SERIES: &[&str] = &[
+    STEPS,
+    STEP_DURATION,
+    CLAIM_BOUNCES,
+    GROUP_MEMBERS,
+    LANE_QUEUE_DEPTH,
+    SWEEPS_CLEARED,
+    LEASE_LEADER,
+    INBOX_BACKLOG,
+    OUTBOX_BACKLOG,
+    TASKS_AVAILABLE,
+    TASKS_LOCKED,
+    INSTANCES,
+    CLAIMS_IN_FLIGHT,
+    POLLS_WAITING,
+];
+
+/// The series of [`SERIES`] that appear with their first value: their label (a step's `flow`, a
+/// task's `topic`) is not a fixed set. Every other one is exported from the first scrape.
+pub const WITH_FIRST_VALUE: &[&str] = &[STEPS, TASKS_AVAILABLE];
+
+/// Registers at zero the counters and histograms whose labels are a fixed set, so that an alert
+/// on one has a value to read on a healthy replica before its first event. The gauges need no
+/// registering: every scrape sets them.
+pub fn register() {
+    for name in [STEP_DURATION, GROUP_MEMBERS] {
+        // Registered, the histogram is exported with empty buckets.
+        let _registered = histogram!(name);
+    }
+    for path in BouncePath::ALL {
+        counter!(CLAIM_BOUNCES, "path" => path.label()).increment(0);
+    }
+    counter!(SWEEPS_CLEARED).increment(0);
+}
+
 /// Which way work reached a claim that refused it (the `path` label of [`CLAIM_BOUNCES`]).
 #[derive(Debug, Clone, Copy)]
 pub enum BouncePath {
@@ -38,6 +74,8 @@ pub enum BouncePath {
 }
 
 impl BouncePath {
+    const ALL: [BouncePath; 3] = [BouncePath::Relay, BouncePath::Timer, BouncePath::Admin];
+
     fn label(self) -> &'static str {
         match self {
             BouncePath::Relay => "relay",

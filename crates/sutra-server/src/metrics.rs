@@ -29,13 +29,15 @@ fn handle() -> &'static PrometheusHandle {
         // Without buckets the exporter renders a summary; SPEC §8 asks for a histogram.
         let step_duration = Matcher::Full(sutra_engine::metrics::STEP_DURATION.to_owned());
         let group_members = Matcher::Full(sutra_engine::metrics::GROUP_MEMBERS.to_owned());
-        PrometheusBuilder::new()
+        let handle = PrometheusBuilder::new()
             .set_buckets_for_metric(step_duration, STEP_BUCKETS)
             .expect("the step buckets are not empty")
             .set_buckets_for_metric(group_members, GROUP_BUCKETS)
             .expect("the group buckets are not empty")
             .install_recorder()
-            .expect("no other metrics recorder is installed in this process")
+            .expect("no other metrics recorder is installed in this process");
+        sutra_engine::metrics::register();
+        handle
     })
 }
 

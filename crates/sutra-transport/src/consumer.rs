@@ -56,6 +56,8 @@ pub struct NatsSource {
     /// The durable consumer's name.
     pub consumer: String,
     pub max_ack_pending: i64,
+    /// Made when missing; else the operator's, and a missing one is not consumed.
+    pub create: bool,
     /// How long a delivered message may stay unacknowledged before JetStream redelivers it:
     /// past the channel's `ack-timeout` when the acknowledgement waits for the instance.
     pub ack_wait: Duration,
@@ -83,6 +85,7 @@ impl Subscription {
                     .clone()
                     .unwrap_or_else(|| format!("sutra-{deployment}-{}", channel.name)),
                 max_ack_pending: i64::from(channel.max_ack_pending),
+                create: channel.create_consumer,
                 ack_wait: match channel.ack {
                     Ack::Complete => channel.ack_timeout.unsigned_abs() + ACK_WAIT,
                     Ack::Commit => ACK_WAIT,

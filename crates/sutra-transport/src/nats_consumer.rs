@@ -5,8 +5,10 @@
 //! `subject`, with explicit acknowledgement and `max-ack-pending` as the bound on what it holds
 //! unacknowledged. It is made when missing and left as it is when it exists, so that every
 //! replica consuming the channel shares one consumer and JetStream hands each message to one of
-//! them. Its acknowledgement wait outlasts the channel's `ack-timeout`, so a message held for its
-//! instance's end is not redelivered while it is held.
+//! them — unless the channel says `create-consumer: false`: then the consumer is the operator's,
+//! and a missing one is not consumed (readiness names it, and what to do). Its acknowledgement
+//! wait outlasts the channel's `ack-timeout`, so a message held for its instance's end is not
+//! redelivered while it is held.
 //!
 //! Verdicts: `+ACK`; `-NAK` with the verdict's delay, which JetStream honours; `+TERM`, which
 //! ends the message's redelivery and publishes a termination advisory
@@ -35,6 +37,7 @@ pub(crate) async fn run(
         subject,
         consumer: name,
         max_ack_pending,
+        create,
         ack_wait,
     } = source;
     let client = match async_nats::connect(url).await {
@@ -51,14 +54,19 @@ pub(crate) async fn run(
         ..pull::Config::default()
     };
     let messages = async {
-        let stream = context
+        let read = context
             .get_stream(stream)
             .await
             .map_err(|e| e.to_string())?;
-        let consumer = stream
-            .get_or_create_consumer(name, config)
-            .await
-            .map_err(|e| e.to_string())?;
+        let consumer = if *create {
+            read.get_or_create_consumer(name, config)
+                .await
+                .map_err(|e| e.to_string())?
+        } else {
+            read.get_consumer(name)
+                .await
+                .map_err(|e| the_operators(&e, stream, name))?
+        };
         consumer.messages().await.map_err(|e| e.to_string())
     };
     let mut messages = match messages.await {
@@ -73,6 +81,15 @@ pub(crate) async fn run(
     let settled = |message| settle(message, subscription, receiver);
     let ended = format!("the consumer `{name}` ended");
     consumer::settle_each(&mut messages, settled, ended).await
+}
+
+/// Why the operator's consumer (`create-consumer: false`) cannot be read, and what to do.
+fn the_operators(error: &impl std::fmt::Display, stream: &str, name: &str) -> String {
+    format!(
+        "{error}; the channel has `create-consumer: false`, so the durable pull consumer `{name}` \
+         on stream `{stream}` is the operator's to make: create it (`nats consumer add {stream} \
+         {name} --pull --ack explicit`), or remove `create-consumer: false`"
+    )
 }
 
 /// Hands one message to intake and carries out its verdict.

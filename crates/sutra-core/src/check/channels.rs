@@ -25,6 +25,7 @@ const CHANNEL_FIELDS: &[&str] = &[
     "stream",
     "consumer",
     "max-ack-pending",
+    "create-consumer",
     "url",
     "singleton",
     "max-attempts",
@@ -49,6 +50,7 @@ const TRANSPORT_FIELDS: &[(&str, &[Transport], &str)] = &[
     ("stream", &[Transport::Nats], "nats channels"),
     ("consumer", &[Transport::Nats], "nats channels"),
     ("max-ack-pending", &[Transport::Nats], "nats channels"),
+    ("create-consumer", &[Transport::Nats], "nats channels"),
     ("url", &[Transport::Http], "http channels"),
     (
         "singleton",
@@ -242,7 +244,11 @@ fn channel(cx: &mut Checker, name: &str, record: &Record) -> Option<Channel> {
             .map(str::to_owned)
     };
     let queue = text(cx, "queue");
-    let exchange = text(cx, "exchange");
+    // `""` names AMQP's default exchange, which routes by queue name: a value, not an omission.
+    let exchange = record
+        .get("exchange")
+        .and_then(|node| cx.any_text(node, &record.label("exchange")))
+        .map(str::to_owned);
     let routing_key = text(cx, "routing-key");
     let subject = text(cx, "subject");
     let stream = text(cx, "stream");
@@ -271,9 +277,13 @@ fn channel(cx: &mut Checker, name: &str, record: &Record) -> Option<Channel> {
     let ack_timeout = record
         .get("ack-timeout")
         .and_then(|node| cx.duration(node, &record.label("ack-timeout"), Zero::Refused));
-    let singleton = record
-        .get("singleton")
-        .and_then(|node| cx.flag(node, &record.label("singleton")));
+    let flag = |cx: &mut Checker, field: &str| {
+        record
+            .get(field)
+            .and_then(|node| cx.flag(node, &record.label(field)))
+    };
+    let singleton = flag(cx, "singleton");
+    let create_consumer = flag(cx, "create-consumer");
     let max_attempts = record
         .get("max-attempts")
         .and_then(|node| cx.count(node, &record.label("max-attempts"), 1));
@@ -295,6 +305,7 @@ fn channel(cx: &mut Checker, name: &str, record: &Record) -> Option<Channel> {
         stream,
         consumer,
         max_ack_pending,
+        create_consumer: create_consumer.unwrap_or(true),
         url,
         singleton: singleton.unwrap_or(false),
         max_attempts,

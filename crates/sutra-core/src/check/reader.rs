@@ -196,21 +196,25 @@ impl<'s> Checker<'s> {
 
     /// Non-empty text.
     pub fn text<'a>(&mut self, node: &'a Node, label: &str) -> Option<&'a str> {
-        match node.as_str() {
-            Some(text) if !text.trim().is_empty() => Some(text),
-            Some(_) => {
-                self.report(Diagnostic::error(
-                    "invalid-value",
-                    node.span,
-                    format!("{label} is empty"),
-                ));
-                None
-            }
-            None => {
-                self.wrong_type(node, label, "text", None);
-                None
-            }
+        let text = self.any_text(node, label)?;
+        if text.trim().is_empty() {
+            self.report(Diagnostic::error(
+                "invalid-value",
+                node.span,
+                format!("{label} is empty"),
+            ));
+            return None;
         }
+        Some(text)
+    }
+
+    /// Text that may be empty, for the fields where `""` is a value (AMQP's default exchange).
+    pub fn any_text<'a>(&mut self, node: &'a Node, label: &str) -> Option<&'a str> {
+        let text = node.as_str();
+        if text.is_none() {
+            self.wrong_type(node, label, "text", None);
+        }
+        text
     }
 
     pub fn flag(&mut self, node: &Node, label: &str) -> Option<bool> {

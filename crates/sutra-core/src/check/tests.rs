@@ -71,10 +71,14 @@ fn choices_and_receives_resolve_their_targets() {
 
 #[test]
 fn unset_fields_take_the_documented_defaults() {
+    let order = deployment(ORDER);
     assert_eq!(
-        deployment(ORDER).tenant,
-        None,
+        order.tenant, None,
         "a document that names no tenant belongs to whoever deploys it"
+    );
+    assert!(
+        order.channels["shipments"].create_consumer,
+        "the engine makes a nats channel's consumer unless told not to"
     );
     let deployment = deployment(MONEY_TRANSFER);
     assert_eq!(deployment.tenant.as_deref(), Some("default"));
@@ -94,6 +98,39 @@ fn unset_fields_take_the_documented_defaults() {
         panic!("not a task");
     };
     assert_eq!(debit.lock, SignedDuration::from_secs(60));
+}
+
+#[test]
+fn an_empty_exchange_is_the_amqp_default_exchange_not_a_mistake() {
+    let source = "name: shop\nchannels:\n  orders: { transport: http }\n  \
+                  bus: { transport: amqp, exchange: \"\", routing-key: billing }\nflows:\n  \
+                  order:\n    start: { channel: orders }\n    nodes:\n      - id: out\n        \
+                  emit: { channel: bus, data: { ok: true } }\n";
+    let bus = &deployment(source).channels["bus"];
+    assert_eq!(
+        (bus.exchange.as_str(), bus.routing_key.as_deref()),
+        ("", Some("billing"))
+    );
+}
+
+#[test]
+fn create_consumer_applies_to_nats_channels_only() {
+    let document = |declaration: &str| {
+        format!(
+            "name: shop\nchannels:\n  orders: {{ transport: http }}\n  out: {declaration}\n\
+             flows:\n  order:\n    start: {{ channel: orders }}\n    nodes:\n      - id: out\n        \
+             emit: {{ channel: out, data: {{ ok: true }} }}\n"
+        )
+    };
+    let theirs = deployment(&document(
+        "{ transport: nats, subject: s, create-consumer: false }",
+    ));
+    assert!(!theirs.channels["out"].create_consumer);
+    let misplaced = check(&document(
+        "{ transport: amqp, queue: q, create-consumer: false }",
+    ));
+    let rules: Vec<&str> = misplaced.diagnostics.iter().map(|d| d.rule).collect();
+    assert_eq!(rules, ["misplaced-field"], "{:#?}", misplaced.diagnostics);
 }
 
 #[test]
