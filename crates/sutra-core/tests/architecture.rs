@@ -262,3 +262,41 @@ impl Graph {
 fn string(value: &Value) -> String {
     value.as_str().unwrap().to_owned()
 }
+
+/// The most lines a source file of a crate may have (its `src/`, tests excluded: a test file is
+/// read one test at a time). A file past it holds more than one room of the house: split it
+/// along the seam it already has, as `expr/tests.rs` and `http/` did.
+const SOURCE_FILE_LINES_MAX: usize = 650;
+
+#[test]
+fn no_source_file_of_a_crate_is_over_650_lines() {
+    let crates = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut over = Vec::new();
+    for entry in std::fs::read_dir(&crates).expect("crates/ reads") {
+        let src = entry.expect("a crate's entry reads").path().join("src");
+        if src.is_dir() {
+            rust_files(&src, &mut |path, lines| {
+                if lines > SOURCE_FILE_LINES_MAX {
+                    over.push(format!("{} ({lines} lines)", path.display()));
+                }
+            });
+        }
+    }
+    assert!(
+        over.is_empty(),
+        "over {SOURCE_FILE_LINES_MAX} lines: {over:?}; split each along its seams (a module \
+         directory, its unit tests in a tests.rs of their own)"
+    );
+}
+
+fn rust_files(dir: &std::path::Path, each: &mut impl FnMut(&std::path::Path, usize)) {
+    for entry in std::fs::read_dir(dir).expect("a source directory reads") {
+        let path = entry.expect("a source entry reads").path();
+        if path.is_dir() {
+            rust_files(&path, each);
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            let text = std::fs::read_to_string(&path).expect("a source file reads");
+            each(&path, text.lines().count());
+        }
+    }
+}

@@ -84,7 +84,7 @@ mod waiting;
 mod written;
 
 pub use admin::Restored;
-pub use config::EngineConfig;
+pub use config::{EngineConfig, Refusal};
 pub use deploy::{DeployError, Deployed};
 pub use engine::Engine;
 pub use error::Error;
