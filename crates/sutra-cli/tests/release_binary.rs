@@ -78,7 +78,17 @@ async fn serve(binary: PathBuf) -> Server {
 fn release_binary() -> PathBuf {
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let output = Command::new(cargo)
+    let mut build = Command::new(cargo);
+    // Cargo gives this test its own package's variables (`CARGO_PKG_NAME`, `CARGO_MANIFEST_DIR`,
+    // …); ring's build script reruns when they differ from the last build's, and with it half
+    // the release tree. Without them the build sees what `.ci/run`'s release step saw, and finds
+    // the binary current instead of rebuilding it for minutes.
+    for (name, _) in std::env::vars_os() {
+        if names_this_package(&name.to_string_lossy()) {
+            build.env_remove(name);
+        }
+    }
+    let output = build
         .current_dir(&workspace)
         .args([
             "build",
@@ -104,6 +114,13 @@ fn release_binary() -> PathBuf {
         .filter(|message| message["target"]["name"] == "sutra")
         .find_map(|message| message["executable"].as_str().map(PathBuf::from))
         .expect("cargo reports the sutra executable it built")
+}
+
+/// A variable cargo sets for a test of this package, which a nested build must not inherit.
+fn names_this_package(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || name.starts_with("CARGO_MANIFEST_")
+        || ["CARGO_CRATE_NAME", "CARGO_PRIMARY_PACKAGE", "OUT_DIR"].contains(&name)
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
