@@ -4,9 +4,12 @@
 //! once the cause is gone; a broker message whose step always fails is dead-lettered. Nothing
 //! is retried forever.
 
+use std::time::Duration;
+
+use futures_util::StreamExt;
 use serde_json::{Value, json};
 use sqlx::{Connection, SqliteConnection};
-use sutra_testkit::brokers::TestQueue;
+use sutra_testkit::brokers::{TestQueue, TestStream};
 use sutra_testkit::{Scratch, Server, ServerOptions, event, serve, until};
 
 const EXHAUSTED: &str = "SUTRA.RUNTIME.DELIVERY.EXHAUSTED";
@@ -219,14 +222,55 @@ async fn a_timer_whose_step_reads_a_corrupt_row_fails_its_instance_within_the_ce
     server.wait_for_status(&instance, "completed").await;
 }
 
-/// Starts on HTTP, then waits for its confirmation on the AMQP queue `queue`.
-fn confirmed_over_amqp(queue: &str) -> String {
+#[tokio::test]
+async fn a_delivery_to_an_unreadable_snapshot_is_deferred_until_the_row_is_repaired() {
+    let scratch = Scratch::new("ceiling-unreadable");
+    // The longest backoff is the claim timeout: a short one, so that the repaired row is
+    // taken soon after.
+    let server = ceiling(serve!(scratch.database()))
+        .claim_timeout(Duration::from_secs(1))
+        .deployed(ONE_TIMER)
+        .await;
+    let instance = started(&server, "naps", "u1").await;
+    server.wait_for_node(&instance, "sleep").await;
+    let mut database = SqliteConnection::connect(&scratch.database())
+        .await
+        .unwrap();
+    // A snapshot of a format no build knows cannot be decoded, so the failure cannot be
+    // written into it.
+    execute(
+        &mut database,
+        "UPDATE instances SET snapshot = json_set(snapshot, '$.format', 999) WHERE id = ?1",
+        &instance,
+    )
+    .await;
+    timer_due_now(&mut database, &instance).await;
+
+    until("the delivery is found unreadable", async || {
+        failures(&server, "delivery", "unreadable").await >= 1.0
+    })
+    .await;
+    assert_eq!(failures(&server, "delivery", "exhausted").await, 0.0);
+
+    // Repaired, the row is read again at the delivery's next attempt, and the timer's step
+    // completes the instance.
+    execute(
+        &mut database,
+        "UPDATE instances SET snapshot = json_set(snapshot, '$.format', 1) WHERE id = ?1",
+        &instance,
+    )
+    .await;
+    server.wait_for_status(&instance, "completed").await;
+}
+
+/// Starts on HTTP, then waits for its confirmation on `confirmations`, a broker channel.
+fn confirmed_over(confirmations: &str) -> String {
     format!(
         r#"
 name: ceiling-relay
 channels:
   orders: {{ transport: http, correlate: data.id }}
-  confirmations: {{ transport: amqp, queue: {queue}, correlate: data.order }}
+  confirmations: {confirmations}
 flows:
   order:
     start: {{ channel: orders }}
@@ -246,7 +290,10 @@ async fn an_amqp_relay_whose_step_always_fails_is_dead_lettered_within_the_ceili
     let scratch = Scratch::new("ceiling-relay");
     let server = ceiling(serve!(scratch.database()).amqp())
         .fault("apply-relay@*:panic")
-        .deployed(&confirmed_over_amqp(&confirmations.name))
+        .deployed(&confirmed_over(&format!(
+            "{{ transport: amqp, queue: {}, correlate: data.order }}",
+            confirmations.name
+        )))
         .await;
     let instance = started(&server, "orders", "o1").await;
     server.wait_for_node(&instance, "confirmed").await;
@@ -265,5 +312,43 @@ async fn an_amqp_relay_whose_step_always_fails_is_dead_lettered_within_the_ceili
     assert_eq!(failures(&server, "broker", "retried").await, 2.0);
     let waiting = server.instance(&instance).await;
     assert_eq!(waiting["status"], "suspended", "{waiting}");
+    confirmations.delete().await;
+}
+
+#[tokio::test]
+async fn a_nats_relay_whose_step_always_fails_is_terminated_within_the_ceiling() {
+    let confirmations = TestStream::create("sutra-test-ceiling").await;
+    let scratch = Scratch::new("ceiling-relay-nats");
+    let channel = format!(
+        "{{ transport: nats, stream: {}, subject: {}, correlate: data.order }}",
+        confirmations.name, confirmations.subject
+    );
+    let server = ceiling(serve!(scratch.database()).nats())
+        .fault("apply-relay@*:panic")
+        .deployed(&confirmed_over(&channel))
+        .await;
+    let instance = started(&server, "orders", "o1").await;
+    server.wait_for_node(&instance, "confirmed").await;
+    let mut terminations = confirmations
+        .terminations("sutra-ceiling-relay-confirmations")
+        .await;
+
+    confirmations
+        .publish_binary("confirmation-1", &json!({"order": "o1"}))
+        .await;
+
+    let advisory = tokio::time::timeout(Duration::from_secs(20), terminations.next())
+        .await
+        .expect("JetStream tells of the terminated message")
+        .unwrap();
+    let advisory: Value = serde_json::from_slice(&advisory.payload).unwrap();
+    assert_eq!(advisory["stream_seq"], 1, "{advisory}");
+    assert_eq!(
+        (
+            failures(&server, "broker", "retried").await,
+            failures(&server, "broker", "dead_lettered").await
+        ),
+        (2.0, 1.0)
+    );
     confirmations.delete().await;
 }
