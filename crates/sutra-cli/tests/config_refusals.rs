@@ -21,3 +21,19 @@ fn a_claim_timeout_no_longer_than_the_group_window_refuses_the_start() {
         "{refusal}"
     );
 }
+
+#[test]
+fn a_delivery_ceiling_of_zero_attempts_refuses_the_start() {
+    let options = serve!("sqlite::memory:").env("SUTRA_DELIVERIES_MAX_ATTEMPTS", "0");
+
+    let refusal = Server::try_start(&options)
+        .err()
+        .expect("it must refuse to start");
+
+    assert!(
+        refusal.contains(
+            "`sutra.deliveries.max-attempts` = `0` (from $SUTRA_DELIVERIES_MAX_ATTEMPTS)"
+        ) && refusal.contains("greater than 0"),
+        "{refusal}"
+    );
+}

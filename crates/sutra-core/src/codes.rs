@@ -82,6 +82,9 @@ codes! {
     STEP_PANICKED = ("SUTRA.RUNTIME.STEP.PANICKED", 500, true,
         "Step failed unexpectedly",
         "The step hit a bug and was abandoned; its claim was released and nothing was written. Retry; if it persists, report it with the server log.");
+    DELIVERY_EXHAUSTED = ("SUTRA.RUNTIME.DELIVERY.EXHAUSTED", 500, false,
+        "Delivery keeps failing",
+        "The instance's step failed on the same delivery (a timer, a task's outcome, a relayed message, a restore) `sutra.deliveries.max-attempts` times; the detail names it and the last error. Fix the cause (a bug, a corrupt row), then restore the instance.");
     ENGINE_UNAVAILABLE = ("SUTRA.RUNTIME.ENGINE.UNAVAILABLE", 503, true,
         "Engine unavailable",
         "This replica is shutting down, has not loaded the instance's deployment version yet, or (on `/readyz`) cannot make progress: a wedged lane, or a broker channel it cannot consume, which the detail names. Retry, possibly on another replica.");

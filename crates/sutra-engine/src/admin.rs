@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use sutra_core::codes::Code;
 use sutra_core::step::Event;
 use sutra_store::{DeliveryKind, InstanceKey, NewDelivery, RESTORE_PARK};
 
@@ -128,11 +129,19 @@ impl Admin {
         resumed
     }
 
-    /// Fails an instance whose steps keep dying (SPEC §5.2, `SUTRA.RUNTIME.STEP.POISONED`), as
-    /// one administrative step; `detail` says how that was seen: by the sweep's recoveries, or a
-    /// delivery's dispatches. An instance that ended or failed meanwhile has nothing to poison.
-    pub(crate) async fn poison(&self, key: &InstanceKey, detail: &str) -> Result<(), Error> {
+    /// Fails an instance in place, as one administrative step: with
+    /// `SUTRA.RUNTIME.STEP.POISONED` when its steps keep dying (SPEC §5.2), seen by the sweep's
+    /// recoveries or a delivery's dispatches, or `SUTRA.RUNTIME.DELIVERY.EXHAUSTED` when a
+    /// delivery's step kept failing (docs/decisions/0047); `detail` says which. An instance that
+    /// ended or failed meanwhile has nothing to fail.
+    pub(crate) async fn poison(
+        &self,
+        key: &InstanceKey,
+        code: Code,
+        detail: &str,
+    ) -> Result<(), Error> {
         let work = Work::Poison {
+            code,
             detail: detail.to_owned(),
         };
         match self.run(&key.tenant, &key.id, work).await {

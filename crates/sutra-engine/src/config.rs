@@ -22,6 +22,12 @@ pub struct EngineConfig {
     /// The longest the dispatcher sleeps between looks at due deliveries, whatever it was told:
     /// the backstop for deliveries written by another replica.
     pub deliveries_poll: SignedDuration,
+    /// How many failed steps a delivery or a broker message gets (`sutra.deliveries.max-attempts`,
+    /// docs/decisions/0047): the last fails its instance, or dead-letters the message.
+    pub deliveries_max_attempts: u32,
+    /// The wait after a delivery's or a broker message's first failed step
+    /// (`sutra.deliveries.backoff`); it doubles per failure, never past `claim_timeout`.
+    pub deliveries_backoff: SignedDuration,
     /// Outbox rows claimed per pass (`sutra.outbox.batch`). A claimed row's claim goes stale
     /// after `claim_timeout`, when another sender takes it over.
     pub outbox_batch: u32,
@@ -62,6 +68,8 @@ impl Default for EngineConfig {
             max_recoveries: 5,
             deliveries_batch: 100,
             deliveries_poll: SignedDuration::from_secs(1),
+            deliveries_max_attempts: 10,
+            deliveries_backoff: SignedDuration::from_secs(1),
             outbox_batch: 100,
             outbox_backoff: SignedDuration::from_secs(1),
             outbox_poll: SignedDuration::from_secs(1),
@@ -98,7 +106,12 @@ impl EngineConfig {
         at_least_one("sutra.instance.max-recoveries", self.max_recoveries)?;
         at_least_one("sutra.timers.batch", self.deliveries_batch)?;
         at_least_one("sutra.outbox.batch", self.outbox_batch)?;
+        at_least_one(
+            "sutra.deliveries.max-attempts",
+            self.deliveries_max_attempts,
+        )?;
         for (key, duration) in [
+            ("sutra.deliveries.backoff", self.deliveries_backoff),
             ("sutra.instance.sweep-interval", self.sweep_interval),
             ("sutra.outbox.backoff", self.outbox_backoff),
             ("sutra.lease.ttl", self.lease_ttl),
@@ -112,6 +125,16 @@ impl EngineConfig {
         self.group_window_is_short()?;
         self.claims_outlast_a_group()?;
         self.leaders_renew_in_time()
+    }
+
+    /// How long a delivery or a broker message waits after its `failures`-th failed step
+    /// (counting from 1): the backoff, doubled per failure before it, never longer than a claim
+    /// timeout, the bound look-again keeps too.
+    pub fn failure_backoff(&self, failures: u32) -> SignedDuration {
+        let doublings = failures.saturating_sub(1).min(30);
+        self.deliveries_backoff
+            .saturating_mul(1 << doublings)
+            .min(self.claim_timeout)
     }
 
     fn group_window_is_short(&self) -> Result<(), Refusal> {
@@ -257,9 +280,27 @@ mod tests {
     }
 
     #[test]
+    fn the_failure_backoff_doubles_up_to_the_claim_timeout() {
+        let config = EngineConfig {
+            deliveries_backoff: SignedDuration::from_secs(1),
+            claim_timeout: SignedDuration::from_secs(5),
+            ..EngineConfig::default()
+        };
+        let waits: Vec<i64> = (1..=5)
+            .map(|failures| config.failure_backoff(failures).as_secs())
+            .collect();
+        assert_eq!(waits, [1, 2, 4, 5, 5]);
+        assert_eq!(config.failure_backoff(u32::MAX).as_secs(), 5);
+    }
+
+    #[test]
     fn a_count_of_zero_is_refused() {
-        let zeroed: [(Change, &str); 4] = [
+        let zeroed: [(Change, &str); 5] = [
             (|c| c.group_max = 0, "sutra.engine.group.max"),
+            (
+                |c| c.deliveries_max_attempts = 0,
+                "sutra.deliveries.max-attempts",
+            ),
             (|c| c.max_recoveries = 0, "sutra.instance.max-recoveries"),
             (|c| c.deliveries_batch = 0, "sutra.timers.batch"),
             (|c| c.outbox_batch = 0, "sutra.outbox.batch"),
@@ -271,7 +312,11 @@ mod tests {
 
     #[test]
     fn a_duration_of_zero_is_refused() {
-        let zeroed: [(Change, &str); 7] = [
+        let zeroed: [(Change, &str); 8] = [
+            (
+                |c| c.deliveries_backoff = SignedDuration::ZERO,
+                "sutra.deliveries.backoff",
+            ),
             (
                 |c| c.sweep_interval = SignedDuration::ZERO,
                 "sutra.instance.sweep-interval",

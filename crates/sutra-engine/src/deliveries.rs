@@ -20,10 +20,22 @@
 //! handed to: it fails its instance as poisoned (through [`crate::admin`]) instead of being run
 //! once more. This needs no durable claim, which a step that is one transaction does not leave
 //! behind for the sweep to count.
+//!
+//! The delivery ceiling (docs/decisions/0047). A step that took a delivery and failed on its own
+//! account — a panic, a row it cannot read — is no refusal: the delivery counts a failure and
+//! waits `sutra.deliveries.backoff`, doubled per failure and never longer than a claim timeout,
+//! and its `sutra.deliveries.max-attempts`-th failure fails the instance in place with
+//! `SUTRA.RUNTIME.DELIVERY.EXHAUSTED`, naming the delivery and the last error, so that it lands
+//! in the failed inbox instead of being run forever. A held claim, a store outage, a claim lost
+//! to the sweep, a version not loaded yet or a shutdown pass by themselves and are not counted.
+//! An instance whose snapshot cannot even be decoded cannot be failed in place (the failure is
+//! written in the snapshot): its delivery is deferred at the longest backoff, counted and logged
+//! each time, until the row is repaired.
 
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
+use sutra_core::codes;
 use sutra_core::step::{Event, TaskError};
 use sutra_store::{Delivery, DeliveryKind, InstanceKey};
 use tracing::{debug, warn};
@@ -33,7 +45,7 @@ use crate::error::Error;
 use crate::fault;
 use crate::lane::Lanes;
 use crate::leadership::{RoleLoops, TIMERS};
-use crate::metrics::{self, BouncePath};
+use crate::metrics::{self, BouncePath, DeliveryFailure};
 use crate::request::{StepRequest, Work};
 use crate::shared::Shared;
 
@@ -139,7 +151,8 @@ impl Dispatcher {
             "a delivery to the instance was handed out {died} times, never taken or deferred: \
              its step kept dying with its replica"
         );
-        match self.admin.poison(&instance_key(delivery), &detail).await {
+        let key = instance_key(delivery);
+        match self.admin.poison(&key, codes::STEP_POISONED, &detail).await {
             // Failing the instance disarmed the delivery's park, which deleted it; an instance
             // that had ended meanwhile can never take it.
             Ok(()) => {
@@ -186,11 +199,85 @@ impl Dispatcher {
                 metrics::claim_bounce(BouncePath::Timer);
                 self.look_again(&delivery).await
             }
-            Err(error) => {
-                warn!(delivery = delivery.id.0, instance = %delivery.instance, %error, "delivery failed; will look again");
+            Err(error) if !is_step_failure(&error) => {
+                debug!(delivery = delivery.id.0, instance = %delivery.instance, %error, "delivery not taken; will look again");
                 self.look_again(&delivery).await;
             }
+            Err(error) => self.failed(&delivery, &error.to_string()).await,
         }
+    }
+
+    /// The delivery's step failed on its own account: tried again after a backoff, or, at the
+    /// ceiling, its instance failed in place.
+    async fn failed(&self, delivery: &Delivery, error: &str) {
+        let config = &self.shared.config;
+        let failures = delivery.failures.saturating_add(1);
+        if failures >= config.deliveries_max_attempts {
+            return self.exhaust(delivery, failures, error).await;
+        }
+        warn!(delivery = delivery.id.0, instance = %delivery.instance, failures, %error, "a delivery's step failed; it will be tried again");
+        metrics::delivery_failure(DeliveryFailure::Retried);
+        self.fail_attempt(delivery, config.failure_backoff(failures), error)
+            .await
+    }
+
+    /// Fails the delivery's instance with `SUTRA.RUNTIME.DELIVERY.EXHAUSTED`, whose detail names
+    /// the delivery and its last error.
+    async fn exhaust(&self, delivery: &Delivery, failures: u32, error: &str) {
+        let detail = format!(
+            "{} failed {failures} times; the last error: {error}. Fix the cause, then restore \
+             the instance (POST /v1/instances/{}/restore)",
+            describe(delivery),
+            delivery.instance
+        );
+        let key = instance_key(delivery);
+        let config = &self.shared.config;
+        match self
+            .admin
+            .poison(&key, codes::DELIVERY_EXHAUSTED, &detail)
+            .await
+        {
+            // Failing the instance disarmed the delivery's park, which deleted it.
+            Ok(()) => {
+                warn!(delivery = delivery.id.0, instance = %delivery.instance, failures, %error, "instance failed: a delivery's step failed at every attempt");
+                metrics::delivery_failure(DeliveryFailure::Exhausted);
+                self.discard(delivery).await
+            }
+            // The failure is written in the snapshot, which cannot be read: nothing to fail in
+            // place until the row is repaired.
+            Err(Error::Store(sutra_store::Error::Corrupt(why))) => {
+                warn!(delivery = delivery.id.0, instance = %delivery.instance, failures, %error, %why, "a delivery's step failed at every attempt, and its instance cannot be failed: its snapshot cannot be read; deferred at the longest backoff until the row is repaired");
+                metrics::delivery_failure(DeliveryFailure::Unreadable);
+                self.fail_attempt(delivery, config.claim_timeout, error)
+                    .await
+            }
+            Err(other) => {
+                warn!(delivery = delivery.id.0, instance = %delivery.instance, failures, error = %other, "could not fail the instance of a delivery past its ceiling; will try again");
+                self.fail_attempt(delivery, config.failure_backoff(failures), error)
+                    .await
+            }
+        }
+    }
+
+    async fn fail_attempt(&self, delivery: &Delivery, backoff: SignedDuration, error: &str) {
+        let until = self.after(backoff);
+        if let Err(store) = self
+            .shared
+            .store
+            .fail_attempt(delivery.id, until, error)
+            .await
+        {
+            // Still marked: due again one claim timeout later, uncounted.
+            warn!(delivery = delivery.id.0, error = %store, "could not count a delivery's failed step");
+        }
+    }
+
+    fn after(&self, delay: SignedDuration) -> Timestamp {
+        self.shared
+            .clock
+            .now()
+            .saturating_add(delay)
+            .unwrap_or(Timestamp::MAX)
     }
 
     /// Seed 004: a claim that refused us has lapsed one claim timeout later if its holder was
@@ -198,13 +285,7 @@ impl Dispatcher {
     /// the delivery's dispatches: this dispatch survived.
     async fn look_again(&self, delivery: &Delivery) {
         let doubled = LOOK_AGAIN_FIRST.saturating_mul(1 << delivery.attempts.min(20));
-        let delay = doubled.min(self.shared.config.claim_timeout);
-        let until = self
-            .shared
-            .clock
-            .now()
-            .saturating_add(delay)
-            .unwrap_or(Timestamp::MAX);
+        let until = self.after(doubled.min(self.shared.config.claim_timeout));
         if let Err(error) = self.shared.store.defer(delivery.id, until).await {
             // Still durable and due: the next pass (or `recover` after a restart) takes it.
             warn!(delivery = delivery.id.0, %error, "could not defer a refused delivery");
@@ -216,6 +297,32 @@ impl Dispatcher {
             warn!(delivery = delivery.id.0, %error, "could not discard a delivery that cannot apply");
         }
     }
+}
+
+/// Whether a step failed on its own account (a panic, a row it cannot read): what the ceiling
+/// counts. A refusal, an outage, a claim lost to the sweep, a version this replica has not
+/// loaded yet or a shutdown pass by themselves, and are looked at again uncounted.
+fn is_step_failure(error: &Error) -> bool {
+    !matches!(
+        error,
+        Error::Busy
+            | Error::Closed
+            | Error::Unpinned(_)
+            | Error::Store(sutra_store::Error::Unavailable(_) | sutra_store::Error::ClaimLost)
+    )
+}
+
+/// The delivery as the failure's detail names it: what it carries, and the park it answers.
+fn describe(delivery: &Delivery) -> String {
+    let what = match &delivery.kind {
+        DeliveryKind::Restore => return "a restore of the instance".to_owned(),
+        DeliveryKind::Timer => "a timer",
+        DeliveryKind::Relay { .. } => "a relayed message",
+        DeliveryKind::TaskCompleted { .. } => "a task's completion",
+        DeliveryKind::TaskFailed { .. } => "a task's failure",
+        DeliveryKind::TaskExhausted { .. } => "a task's exhaustion",
+    };
+    format!("{what} delivered to park {}", delivery.park.0)
 }
 
 fn instance_key(delivery: &Delivery) -> InstanceKey {

@@ -287,6 +287,7 @@ impl Engine {
             lock_token: lock_token.to_owned(),
             output: output.clone(),
             take,
+            in_place: true,
         };
         let taken = tasks::complete(&self.lanes, completion).await?;
         history_log::task_answered(self.me(), tenant, id, lock_token, TaskOutcome::Completed);

@@ -1,5 +1,6 @@
-//! Fault injection for crash tests: `SUTRA_FAULT=point[@n][:panic|:stop],...` kills this process
-//! with SIGKILL the n-th time (default: first) execution reaches `point` — or, with `:panic`,
+//! Fault injection for crash tests: `SUTRA_FAULT=point[@n|@*][:panic|:stop],...` kills this
+//! process with SIGKILL the n-th time (default: first) execution reaches `point`, or every time
+//! with `@*` — or, with `:panic`,
 //! panics there instead, to prove that a panicking step releases its claim; or, with `:stop`,
 //! stops itself with SIGSTOP there, holding whatever it holds (a claim's row lock, an open
 //! transaction) until the test sends SIGCONT.
@@ -11,9 +12,16 @@
 //! no release runs, exactly as if the machine had lost power for this process. Without the
 //! variable, a point costs one atomic load.
 //!
+//! `apply-task-outcome` and `apply-relay` are reached only by a step about to apply a task's
+//! outcome (completed, failed, exhausted) or a relayed message: `apply-task-outcome@*:panic` is a
+//! step that always fails on one kind of delivery, for the delivery ceiling's tests
+//! (docs/decisions/0047).
+//!
 //! The points exist only with the `test-hooks` feature, which only test builds enable: without
 //! it [`point`] is empty and `SUTRA_FAULT` is not even in the binary, so no release build can be
 //! made to die on purpose.
+
+use sutra_core::step::Event;
 
 /// The points a crash test can choose.
 pub const POINTS: &[&str] = &[
@@ -27,7 +35,22 @@ pub const POINTS: &[&str] = &[
     "after-send",
     "after-task-complete",
     "before-broker-ack",
+    "apply-task-outcome",
+    "apply-relay",
 ];
+
+/// The fault points of a step about to apply a task's outcome or a relayed message: the crash
+/// tests of the delivery ceiling (docs/decisions/0047) fail those steps alone.
+#[inline]
+pub fn applying(event: &Event) {
+    match event {
+        Event::TaskCompleted { .. } | Event::TaskFailed { .. } | Event::TaskExhausted { .. } => {
+            point("apply-task-outcome")
+        }
+        Event::Relay { .. } => point("apply-relay"),
+        _ => {}
+    }
+}
 
 /// Marks a fault point; dies (or panics) here if the plan says so.
 #[inline]
@@ -50,8 +73,8 @@ mod armed {
 
     struct Fault {
         hits: AtomicU32,
-        /// The hit that fires.
-        nth: u32,
+        /// The hit that fires; `None` (`@*`): every hit.
+        nth: Option<u32>,
         action: Action,
     }
 
@@ -80,7 +103,10 @@ mod armed {
                     let (name, nth) = entry.split_once('@').unwrap_or((entry, "1"));
                     let fault = Fault {
                         hits: AtomicU32::new(0),
-                        nth: nth.trim().parse().unwrap_or(1),
+                        nth: match nth.trim() {
+                            "*" => None,
+                            nth => Some(nth.parse().unwrap_or(1)),
+                        },
                         action,
                     };
                     (name.trim().to_owned(), fault)
@@ -97,7 +123,8 @@ mod armed {
         let Some(fault) = plan.points.get(name) else {
             return;
         };
-        if fault.hits.fetch_add(1, Ordering::SeqCst) + 1 != fault.nth {
+        let hit = fault.hits.fetch_add(1, Ordering::SeqCst) + 1;
+        if fault.nth.is_some_and(|nth| nth != hit) {
             return;
         }
         let signal = match fault.action {

@@ -100,6 +100,20 @@ impl Member {
         }
     }
 
+    /// A completion whose resume in place failed half written (a panic, a corrupt row) is run
+    /// once more as a delivery of its output: the worker's call succeeds, and the dispatcher
+    /// takes the delivery under the delivery ceiling (docs/decisions/0047). Whether it changed
+    /// the member: a step, or a completion already delivering, is answered with its error.
+    fn deliver_instead(&mut self) -> bool {
+        match self {
+            Member::Complete(completion, _) if completion.in_place => {
+                completion.in_place = false;
+                true
+            }
+            _ => false,
+        }
+    }
+
     fn fail(self, error: Error) {
         match self {
             Member::Step(_, answer) => drop(answer.send(Err(error))),
@@ -180,11 +194,23 @@ pub(crate) async fn one(stepper: &Stepper<'_>, request: StepRequest) -> Result<S
     outcome.await.map_err(|_| Error::Closed)?
 }
 
-async fn alone(stepper: &Stepper<'_>, member: Member) {
-    match together(stepper, std::slice::from_ref(&member)).await {
-        Ok(mut ran) => member.answer(ran.remove(0), stepper),
-        Err(Unclean::Member(ran)) => member.answer(*ran, stepper),
-        Err(Unclean::Group(error)) => member.fail(error),
+async fn alone(stepper: &Stepper<'_>, mut member: Member) {
+    loop {
+        match together(stepper, std::slice::from_ref(&member)).await {
+            Ok(mut ran) => return member.answer(ran.remove(0), stepper),
+            Err(Unclean::Member(ran)) => {
+                if member.deliver_instead() {
+                    let error = ran.unclean().map(ToString::to_string);
+                    warn!(
+                        error,
+                        "a completion could not resume its instance in place; its output is recorded as a delivery"
+                    );
+                    continue;
+                }
+                return member.answer(*ran, stepper);
+            }
+            Err(Unclean::Group(error)) => return member.fail(error),
+        }
     }
 }
 

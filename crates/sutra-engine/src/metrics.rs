@@ -25,6 +25,7 @@ pub const TASKS_LOCKED: &str = "sutra_tasks_locked";
 pub const INSTANCES: &str = "sutra_instances";
 pub const CLAIMS_IN_FLIGHT: &str = "sutra_claims_in_flight";
 pub const POLLS_WAITING: &str = "sutra_task_polls_waiting";
+pub const DELIVERY_FAILURES: &str = "sutra_delivery_failures_total";
 
 /// Every series the engine exports.
 pub const SERIES: &[&str] = &[
@@ -42,6 +43,7 @@ pub const SERIES: &[&str] = &[
     INSTANCES,
     CLAIMS_IN_FLIGHT,
     POLLS_WAITING,
+    DELIVERY_FAILURES,
 ];
 
 /// The series of [`SERIES`] that appear with their first value: their label (a step's `flow`, a
@@ -60,6 +62,53 @@ pub fn register() {
         counter!(CLAIM_BOUNCES, "path" => path.label()).increment(0);
     }
     counter!(SWEEPS_CLEARED).increment(0);
+    for failure in DeliveryFailure::ALL {
+        let (path, outcome) = failure.labels();
+        counter!(DELIVERY_FAILURES, "path" => path, "outcome" => outcome).increment(0);
+    }
+}
+
+/// What followed a failed step of a delivery or a broker message (the `path` and `outcome`
+/// labels of [`DELIVERY_FAILURES`], docs/decisions/0047).
+#[derive(Debug, Clone, Copy)]
+pub enum DeliveryFailure {
+    /// A durable delivery backed off for another attempt.
+    Retried,
+    /// A durable delivery past the ceiling: its instance was failed in place.
+    Exhausted,
+    /// A durable delivery whose instance's snapshot cannot be decoded: deferred again, since
+    /// the failure cannot be written into it.
+    Unreadable,
+    /// A broker message requeued with backoff for another attempt.
+    BrokerRetried,
+    /// A broker message past the ceiling: rejected without requeue (AMQP) or terminated (NATS).
+    DeadLettered,
+}
+
+impl DeliveryFailure {
+    const ALL: [DeliveryFailure; 5] = [
+        DeliveryFailure::Retried,
+        DeliveryFailure::Exhausted,
+        DeliveryFailure::Unreadable,
+        DeliveryFailure::BrokerRetried,
+        DeliveryFailure::DeadLettered,
+    ];
+
+    fn labels(self) -> (&'static str, &'static str) {
+        match self {
+            DeliveryFailure::Retried => ("delivery", "retried"),
+            DeliveryFailure::Exhausted => ("delivery", "exhausted"),
+            DeliveryFailure::Unreadable => ("delivery", "unreadable"),
+            DeliveryFailure::BrokerRetried => ("broker", "retried"),
+            DeliveryFailure::DeadLettered => ("broker", "dead_lettered"),
+        }
+    }
+}
+
+/// One failed step of a delivery or a broker message, and what followed it.
+pub fn delivery_failure(failure: DeliveryFailure) {
+    let (path, outcome) = failure.labels();
+    counter!(DELIVERY_FAILURES, "path" => path, "outcome" => outcome).increment(1);
 }
 
 /// Which way work reached a claim that refused it (the `path` label of [`CLAIM_BOUNCES`]).

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::Value;
+use sutra_core::codes::Code;
 use sutra_core::snapshot::{InstanceInfo, Status};
 use sutra_core::step::{Event, Message, Reply};
 use sutra_store::{DeliveryId, InstanceKey};
@@ -39,9 +40,10 @@ pub(crate) enum Work {
         to_version: u32,
         map: BTreeMap<String, String>,
     },
-    /// Fails the instance because its steps keep dying (SPEC §5.2,
-    /// `SUTRA.RUNTIME.STEP.POISONED`); `detail` says how that was seen.
-    Poison { detail: String },
+    /// Fails the instance in place because its steps keep dying or failing: `code` is
+    /// `SUTRA.RUNTIME.STEP.POISONED` (SPEC §5.2) or `SUTRA.RUNTIME.DELIVERY.EXHAUSTED`
+    /// (docs/decisions/0047); `detail` says how that was seen.
+    Poison { code: Code, detail: String },
 }
 
 /// The message a step consumes, recorded in the inbox for dedup.
@@ -63,6 +65,10 @@ pub(crate) struct Completion {
     /// The worker asks for its next task: one the resumed step arms, locked for it in the same
     /// transaction (decision 0038).
     pub take: Option<Take>,
+    /// Whether to try resuming the instance in the member. Cleared when that failed half
+    /// written: the completion is then recorded as a delivery, whose failures the dispatcher
+    /// bounds (docs/decisions/0047), instead of failing the worker's call every time.
+    pub in_place: bool,
 }
 
 /// What the caller learns once the step committed.

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use sutra_core::codes;
+use sutra_core::codes::{self, Code};
 use sutra_core::exec;
 use sutra_core::snapshot::{InstanceInfo, Park, ParkId, ParkKind, Snapshot};
 use sutra_core::step::{Disarm, Effect, Event, Message, Rejection, Step, StepContext};
@@ -78,7 +78,7 @@ impl Stepper<'_> {
                 self.resume(group, key, resumption).await
             }
             Work::Migrate { to_version, map } => self.migrate(group, key, *to_version, map).await,
-            Work::Poison { detail } => self.poison(group, key, detail).await,
+            Work::Poison { code, detail } => self.poison(group, key, *code, detail).await,
         };
         // A resumed step that failed after its claim was counted by `resume`, under its flow. A
         // start refused because an instance waits for its message was no step: intake relays it.
@@ -111,9 +111,14 @@ impl Stepper<'_> {
             lock_token,
             output,
             take,
+            in_place,
         } = completion;
         let instance =
             sutra_store::task_instance(task).ok_or_else(|| Error::TaskNotFound(task.clone()))?;
+        if !in_place {
+            self.deliver_completion(group, completion).await?;
+            return Ok(None);
+        }
         // The claim first, and the task completed under it: a refused claim writes nothing, so
         // the completion after it is still clean.
         let claim = CompletingClaim {
@@ -258,19 +263,19 @@ impl Stepper<'_> {
         self.write(group, step, pending, ctx).await
     }
 
-    /// Claims the instance and fails it as poisoned, the remedy for an instance whose steps keep
-    /// dying (SPEC §5.2). It passes no `after-claim` fault point: a death there, every time, is
-    /// what it ends.
+    /// Claims the instance and fails it with `code`, the remedy for an instance whose steps keep
+    /// dying (SPEC §5.2) or failing on one delivery (docs/decisions/0047). It passes no
+    /// `after-claim` fault point: a death there, every time, is what it ends.
     async fn poison(
         &self,
         group: &mut dyn Group,
         key: &InstanceKey,
+        code: Code,
         detail: &str,
     ) -> Result<Written, Error> {
         let claimed = self.claim(group, key).await?;
         let ctx = StepContext::at(self.shared.clock.now());
-        let step = exec::fail(&claimed.snapshot, codes::STEP_POISONED.code, detail, ctx)
-            .map_err(rejected)?;
+        let step = exec::fail(&claimed.snapshot, code.code, detail, ctx).map_err(rejected)?;
         let pending = PendingCommit::of_claim(history_log::POISON, claimed);
         self.write(group, step, pending, ctx).await
     }
@@ -331,6 +336,7 @@ impl Stepper<'_> {
             .live
             .pinned(info)
             .ok_or_else(|| Error::Unpinned(describe(info)))?;
+        fault::applying(&event);
         let answered = (event.park())
             .and_then(|park| claimed.snapshot.parks().find(|held| held.id == park))
             .map(Disarm::of);

@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use sutra_core::codes;
 use tracing::{info, warn};
 
 use crate::admin::Admin;
@@ -65,7 +66,7 @@ impl Sweeper {
             config.max_recoveries
         );
         for key in &outcome.poisoned {
-            match self.admin.poison(key, &detail).await {
+            match self.admin.poison(key, codes::STEP_POISONED, &detail).await {
                 Ok(()) => {
                     warn!(instance = %key.id, "instance failed as poisoned: its steps keep dying")
                 }

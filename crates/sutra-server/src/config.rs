@@ -58,6 +58,10 @@ const KEYS: &[(&str, Option<&str>)] = &[
     // The first retry's delay after a failed send; it doubles per failure, up to five minutes.
     ("sutra.outbox.backoff", Some("PT1S")),
     ("sutra.timers.batch", Some("100")),
+    // The delivery ceiling (decision 0047): failed steps a delivery or a broker message gets,
+    // and the wait after the first, doubling per failure up to the claim timeout.
+    ("sutra.deliveries.max-attempts", Some("10")),
+    ("sutra.deliveries.backoff", Some("PT1S")),
     ("sutra.transports.amqp.url", None),
     ("sutra.transports.http.ca-file", None),
     ("sutra.transports.nats.url", None),
@@ -247,6 +251,8 @@ impl Sources {
             sweep_interval: self.parsed("sutra.instance.sweep-interval", duration)?,
             max_recoveries: self.parsed("sutra.instance.max-recoveries", number)?,
             deliveries_batch: self.parsed("sutra.timers.batch", number)?,
+            deliveries_max_attempts: self.parsed("sutra.deliveries.max-attempts", number)?,
+            deliveries_backoff: self.parsed("sutra.deliveries.backoff", duration)?,
             outbox_batch: self.parsed("sutra.outbox.batch", number)?,
             outbox_backoff: self.parsed("sutra.outbox.backoff", duration)?,
             lease_ttl: self.parsed("sutra.lease.ttl", duration)?,

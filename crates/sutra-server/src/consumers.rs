@@ -14,9 +14,13 @@
 //! Intake's answer becomes a verdict by the code it would carry over HTTP: consumed, or
 //! consumed before, is acknowledged; a code the sender may retry (a held claim, a store outage,
 //! a stale wait) is requeued; any other (not a CloudEvent, invalid, nobody's) is rejected, for
-//! the broker's dead-letter handling. `ack: complete` holds the acknowledgement until the
+//! the broker's dead-letter handling. A step that failed on its own account (a panic, answered
+//! as a retryable 500) is requeued after a backoff and counted ([`failures`]): its
+//! `sutra.deliveries.max-attempts`-th failure dead-letters the message (docs/decisions/0047). `ack: complete` holds the acknowledgement until the
 //! instance ends; past `ack-timeout` the message is requeued, and its redelivery, a dedup hit,
 //! waits for the same instance again.
+
+mod failures;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -24,14 +28,18 @@ use std::time::Duration;
 
 use sutra_core::model::Ack;
 use sutra_core::step::Message;
-use sutra_engine::intake::{Answer, Inbound};
+use sutra_engine::intake::{Answer, Inbound, IntakeError};
 use sutra_engine::leadership::channel_role;
+use sutra_engine::metrics::{self, DeliveryFailure};
 use sutra_engine::{Engine, fault};
 use sutra_store::InstanceKey;
 use sutra_transport::BrokerUrls;
 use sutra_transport::consumer::{self, Health, Receiver, Source, Subscription, Verdict};
 use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinHandle};
+use tracing::warn;
+
+use self::failures::{Failures, MessageKey};
 
 use crate::http::intake::intake_problem;
 
@@ -56,6 +64,7 @@ impl Consumers {
         let receiver = Arc::new(Intake {
             engine: Arc::clone(engine),
             max_bytes,
+            failures: Failures::new(failures::CAPACITY),
         });
         let supervisor = tokio::spawn(supervise(
             Arc::clone(engine),
@@ -166,6 +175,8 @@ fn wanted(engine: &Engine) -> BTreeMap<(String, String), (Subscription, bool)> {
 struct Intake {
     engine: Arc<Engine>,
     max_bytes: usize,
+    /// How many times each message's step failed here.
+    failures: Failures,
 }
 
 #[async_trait::async_trait]
@@ -187,6 +198,11 @@ impl Receiver for Intake {
                 };
             }
         };
+        let key: MessageKey = (
+            subscription.tenant.clone(),
+            subscription.channel.clone(),
+            message.id.clone(),
+        );
         let inbound = Inbound {
             tenant: subscription.tenant.clone(),
             channel: subscription.channel.clone(),
@@ -195,19 +211,11 @@ impl Receiver for Intake {
         };
         let verdict = match self.engine.intake(inbound).await {
             Ok(answer) => self.acknowledged(subscription, answer).await,
-            Err(error) => {
-                let problem = intake_problem(error);
-                let reason = format!("{}: {}", problem.code().code, problem.explained());
-                if problem.code().retryable {
-                    Verdict::Requeue {
-                        after: REQUEUE_AFTER,
-                        reason,
-                    }
-                } else {
-                    Verdict::Reject { reason }
-                }
-            }
+            Err(error) => self.refused(&key, error),
         };
+        if !matches!(verdict, Verdict::Requeue { .. }) {
+            self.failures.forget(&key);
+        }
         if verdict == Verdict::Ack {
             fault::point("before-broker-ack");
         }
@@ -216,6 +224,46 @@ impl Receiver for Intake {
 }
 
 impl Intake {
+    /// What a refused message's code means to the broker: requeued when sending it again may
+    /// help, after a backoff and counted when its step failed; dead-lettered at the ceiling.
+    fn refused(&self, key: &MessageKey, error: IntakeError) -> Verdict {
+        let problem = intake_problem(error);
+        let code = problem.code();
+        let reason = format!("{}: {}", code.code, problem.explained());
+        if !code.retryable {
+            return Verdict::Reject { reason };
+        }
+        // A held claim (409), an outage (503) or a stale wait passes by itself: not counted.
+        if code.status != 500 {
+            return Verdict::Requeue {
+                after: REQUEUE_AFTER,
+                reason,
+            };
+        }
+        let failures = self.failures.count(key);
+        let config = self.engine.config();
+        let (tenant, channel, message) = key;
+        if failures >= config.deliveries_max_attempts {
+            warn!(
+                tenant,
+                channel,
+                message,
+                attempts = failures,
+                last_error = reason,
+                "a broker message's step failed at every attempt: dead-lettered"
+            );
+            metrics::delivery_failure(DeliveryFailure::DeadLettered);
+            return Verdict::Reject {
+                reason: format!("dead-lettered after {failures} failed steps; the last: {reason}"),
+            };
+        }
+        metrics::delivery_failure(DeliveryFailure::BrokerRetried);
+        Verdict::Requeue {
+            after: config.failure_backoff(failures).unsigned_abs(),
+            reason,
+        }
+    }
+
     /// What a consumed message's answer means to the broker. A redelivery of a message whose
     /// first delivery was held for its instance's end is held again for it.
     async fn acknowledged(&self, subscription: &Subscription, answer: Answer) -> Verdict {

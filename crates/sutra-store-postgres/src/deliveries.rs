@@ -37,7 +37,7 @@ impl DeliveryStatements for Scoped {
                  SET dispatches = dispatches + 1, due_at = sutra_after($2)
                  FROM picked WHERE deliveries.id = picked.id
                  RETURNING deliveries.id, tenant, instance, park, kind, payload, picked.due_at,
-                           attempts, dispatches)
+                           attempts, dispatches, failures, last_error)
              SELECT * FROM marked ORDER BY due_at, id",
         )
         .bind(i64::from(limit))
@@ -49,7 +49,8 @@ impl DeliveryStatements for Scoped {
 
     async fn delivery(&mut self, id: DeliveryId) -> Result<Option<DeliveryRow>> {
         sqlx::query_as(
-            "SELECT id, tenant, instance, park, kind, payload, due_at, attempts, dispatches
+            "SELECT id, tenant, instance, park, kind, payload, due_at, attempts, dispatches,
+                    failures, last_error
              FROM deliveries WHERE id = $1",
         )
         .bind(id.0)
@@ -65,6 +66,18 @@ impl DeliveryStatements for Scoped {
         )
         .bind(id.0)
         .bind(micros(until));
+        self.execute(query).await.map(drop)
+    }
+
+    async fn fail_attempt(&mut self, id: DeliveryId, until: Timestamp, error: &str) -> Result<()> {
+        let query = sqlx::query(
+            "UPDATE deliveries
+             SET due_at = $2, failures = failures + 1, last_error = $3, dispatches = 0
+             WHERE id = $1",
+        )
+        .bind(id.0)
+        .bind(micros(until))
+        .bind(error);
         self.execute(query).await.map(drop)
     }
 

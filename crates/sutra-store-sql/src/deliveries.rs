@@ -47,6 +47,13 @@ impl<B: Backend> Deliveries for SqlStore<B> {
             .await
     }
 
+    async fn fail_attempt(&self, id: DeliveryId, until: Timestamp, error: &str) -> Result<()> {
+        self.once(Scope::System, async |tx| {
+            tx.fail_attempt(id, until, error).await
+        })
+        .await
+    }
+
     async fn discard(&self, id: DeliveryId) -> Result<()> {
         self.once(Scope::System, async |tx| tx.discard(id).await)
             .await
@@ -84,6 +91,15 @@ pub trait DeliveryStatements: Statements {
         &mut self,
         id: DeliveryId,
         until: Timestamp,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Moves the delivery's due time to `until`, counting a failed step, keeping its error and
+    /// clearing its dispatches.
+    fn fail_attempt(
+        &mut self,
+        id: DeliveryId,
+        until: Timestamp,
+        error: &str,
     ) -> impl Future<Output = Result<()>> + Send;
 
     fn discard(&mut self, id: DeliveryId) -> impl Future<Output = Result<()>> + Send;

@@ -155,6 +155,8 @@ pub struct DeliveryRow {
     due_at: i64,
     attempts: i64,
     dispatches: i64,
+    failures: i64,
+    last_error: Option<String>,
 }
 
 impl DeliveryRow {
@@ -168,6 +170,8 @@ impl DeliveryRow {
             due_at: timestamp(self.due_at)?,
             attempts: unsigned(self.attempts, "a delivery's attempts")?,
             dispatches: unsigned(self.dispatches, "a delivery's dispatches")?,
+            failures: unsigned(self.failures, "a delivery's failures")?,
+            last_error: self.last_error,
         })
     }
 

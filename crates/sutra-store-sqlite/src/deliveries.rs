@@ -29,7 +29,7 @@ impl DeliveryStatements for Session {
         let now = tx.now();
         let due: Vec<DeliveryRow> = sqlx::query_as(
             "SELECT id, tenant, instance, park, kind, payload, due_at, attempts,
-                    dispatches + 1 AS dispatches
+                    dispatches + 1 AS dispatches, failures, last_error
              FROM deliveries WHERE due_at <= ?1 ORDER BY due_at, id LIMIT ?2",
         )
         .bind(micros(now))
@@ -50,7 +50,8 @@ impl DeliveryStatements for Session {
 
     async fn delivery(&mut self, id: DeliveryId) -> Result<Option<DeliveryRow>> {
         sqlx::query_as(
-            "SELECT id, tenant, instance, park, kind, payload, due_at, attempts, dispatches
+            "SELECT id, tenant, instance, park, kind, payload, due_at, attempts, dispatches,
+                    failures, last_error
              FROM deliveries WHERE id = ?1",
         )
         .bind(id.0)
@@ -66,6 +67,18 @@ impl DeliveryStatements for Session {
         )
         .bind(id.0)
         .bind(micros(until));
+        self.execute(query).await.map(drop)
+    }
+
+    async fn fail_attempt(&mut self, id: DeliveryId, until: Timestamp, error: &str) -> Result<()> {
+        let query = sqlx::query(
+            "UPDATE deliveries
+             SET due_at = ?2, failures = failures + 1, last_error = ?3, dispatches = 0
+             WHERE id = ?1",
+        )
+        .bind(id.0)
+        .bind(micros(until))
+        .bind(error);
         self.execute(query).await.map(drop)
     }
 

@@ -75,6 +75,8 @@ macro_rules! conformance_tests {
             due_deliveries_are_oldest_first,
             a_dispatched_delivery_is_not_due_again_until_redeliver_after,
             a_deferral_clears_the_dispatch_count,
+            a_failed_step_is_counted_apart_from_refusals_and_keeps_its_error,
+            failures_survive_the_hand_out_and_a_deferral,
             two_dispatchers_never_hand_out_the_same_delivery,
             discard_deletes,
             next_due_is_the_earliest_pending_delivery,

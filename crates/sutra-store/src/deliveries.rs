@@ -22,12 +22,18 @@ pub struct Delivery {
     pub park: ParkId,
     pub kind: DeliveryKind,
     pub due_at: Timestamp,
-    /// How many times a claimant was refused while trying to take it.
+    /// How many times it was deferred: a claimant refused by a held claim, or (before the
+    /// ceiling, docs/decisions/0047) a failed step.
     pub attempts: u32,
     /// How many times a dispatcher handed it out since it was asked or last deferred, none of
     /// which took it: the dispatch mark (docs/decisions/0024). Only a dispatcher that died with
     /// it, or whose step died, leaves a dispatch that neither took nor deferred it.
     pub dispatches: u32,
+    /// How many steps that took it failed (a panic, a corrupt row): not a refusal by a held
+    /// claim. Past `max-attempts` the dispatcher fails its instance (docs/decisions/0047).
+    pub failures: u32,
+    /// Why the last of those steps failed.
+    pub last_error: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -128,10 +134,14 @@ pub trait Deliveries: Send + Sync {
     #[cfg(feature = "conformance")]
     async fn delivery(&self, id: DeliveryId) -> Result<Option<Delivery>>;
 
-    /// Schedules the next attempt of a delivery whose claimant was refused (or whose step
-    /// failed), counting the attempt and clearing its dispatches: a deferral shows that the
+    /// Schedules the next attempt of a delivery whose claimant was refused, counting the attempt and clearing its dispatches: a deferral shows that the
     /// dispatcher survived the dispatch.
     async fn defer(&self, id: DeliveryId, until: Timestamp) -> Result<()>;
+
+    /// Schedules the next attempt of a delivery whose step failed: counts one failure, keeps
+    /// `error` as the last one and clears its dispatches, as [`Deliveries::defer`] does; a
+    /// refusal by a held claim is a deferral, not a failure.
+    async fn fail_attempt(&self, id: DeliveryId, until: Timestamp, error: &str) -> Result<()>;
 
     /// Deletes a delivery that can never apply (its park is gone, its instance ended).
     async fn discard(&self, id: DeliveryId) -> Result<()>;

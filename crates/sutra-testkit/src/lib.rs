@@ -105,7 +105,7 @@ impl ServerOptions {
         self
     }
 
-    /// Sets the fault `point` (`SUTRA_FAULT`, `point[@n][:panic|:stop]`): by default the
+    /// Sets the fault `point` (`SUTRA_FAULT`, `point[@n|@*][:panic|:stop]`): by default the
     /// process kills itself with a real SIGKILL when it gets there.
     pub fn fault(self, point: &str) -> ServerOptions {
         self.env("SUTRA_FAULT", point)

@@ -1,6 +1,6 @@
 //! Conformance of the deliveries (SPEC §5.6): durable when asked, taken in the commit, due in
 //! order and at their time, handed out to one dispatcher at a time and counted (the dispatch
-//! mark, docs/decisions/0024), deferred, discarded.
+//! mark, docs/decisions/0024), deferred, failed (counted apart, docs/decisions/0047), discarded.
 
 use super::fixtures::*;
 
@@ -269,6 +269,69 @@ pub async fn a_deferral_clears_the_dispatch_count<S: Store>(store: &S) {
         counts(&handed_out),
         [(delivery, 1)],
         "counted from one again"
+    );
+}
+
+pub async fn a_failed_step_is_counted_apart_from_refusals_and_keeps_its_error<S: Store>(store: &S) {
+    let id = id(1);
+    started(store, TENANT, &id).await;
+    let asked = relay(&id, ParkId(1), now());
+    let delivery = store.ask(&asked).await.unwrap();
+    let later = now() + HOUR;
+    store.due_deliveries(10, LAPSE).await.unwrap();
+
+    store.defer(delivery, later).await.unwrap();
+    store
+        .fail_attempt(delivery, later, "the step panicked")
+        .await
+        .unwrap();
+    store
+        .fail_attempt(delivery, later, "a corrupt snapshot")
+        .await
+        .unwrap();
+
+    let failed = store
+        .delivery(delivery)
+        .await
+        .unwrap()
+        .expect("still asked");
+    assert_eq!(
+        failed,
+        Delivery {
+            failures: 2,
+            last_error: Some("a corrupt snapshot".to_owned()),
+            ..delivered(
+                delivery,
+                NewDelivery {
+                    due_at: later,
+                    ..asked
+                },
+                1
+            )
+        },
+        "a held claim's refusal is no failure, a failure no refusal; the last error is kept \
+         and the dispatches cleared"
+    );
+    assert!(nothing_due(store).await, "not due before its backoff");
+}
+
+pub async fn failures_survive_the_hand_out_and_a_deferral<S: Store>(store: &S) {
+    let id = id(1);
+    started(store, TENANT, &id).await;
+    let delivery = store.ask(&relay(&id, ParkId(1), now())).await.unwrap();
+    let past = now() - SignedDuration::from_secs(1);
+    store
+        .fail_attempt(delivery, past, "the step panicked")
+        .await
+        .unwrap();
+    store.defer(delivery, past).await.unwrap();
+
+    let [handed_out] = <[Delivery; 1]>::try_from(store.due_deliveries(10, HOUR).await.unwrap())
+        .expect("due again");
+    assert_eq!(
+        (handed_out.failures, handed_out.last_error.as_deref()),
+        (1, Some("the step panicked")),
+        "the dispatcher reads how often the delivery's step failed, or it is retried forever"
     );
 }
 

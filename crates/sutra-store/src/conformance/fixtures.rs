@@ -262,6 +262,8 @@ pub(super) fn delivered(id: DeliveryId, asked: NewDelivery, attempts: u32) -> De
         due_at: asked.due_at,
         attempts,
         dispatches: 0,
+        failures: 0,
+        last_error: None,
     }
 }
 
