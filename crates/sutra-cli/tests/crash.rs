@@ -1,15 +1,25 @@
 //! Crash tests: a real `sutra serve` killed with SIGKILL at chosen points (SUTRA_FAULT), then
-//! restarted on the same database file.
+//! restarted on the same database file; each at one engine lane and at four
+//! (`sutra_testkit::at_lanes_1_and_4!`: `<test>::lanes_1`, `<test>::lanes_4`).
 //!
 //! After every restart: no instance is lost, none is advanced twice (the audit sequence has no
 //! gap and no duplicate), every accepted message is consumed exactly once, and every asked
-//! delivery is taken within claim-timeout plus sweep-interval (both shortened here).
+//! delivery is taken again. A kill inside a step ends its transaction uncommitted, and with it
+//! the step's claim (decision 0024: the claim is that transaction's lock), so nothing is left
+//! for the sweep: the restarted process takes the work as soon as it is asked again. And the
+//! history every process recorded passes the history checker (`common::history`, decision
+//! 0043): one chain of commits per instance, no answer before its commit, each start consumed
+//! once.
 
-use std::time::{Duration, Instant};
+mod common;
 
+use std::time::Duration;
+
+use common::incarnations::Incarnations;
 use serde_json::{Value, json};
 use sutra_testkit::{
-    Scratch, Server, ServerOptions, assert_audit_sequence_is_whole, count_kind, serve, until_ok,
+    Scratch, Server, ServerOptions, assert_audit_sequence_is_whole, at_lanes_1_and_4, count_kind,
+    serve,
 };
 
 const FLOWS: &str = r#"
@@ -41,6 +51,19 @@ flows:
 
 const CLAIM_TIMEOUT: Duration = Duration::from_secs(1);
 const SWEEP_INTERVAL: Duration = Duration::from_millis(500);
+/// Rounds of the kills whose moment varies with the machine's timing, at each lane count.
+const ROUNDS: usize = 3;
+
+at_lanes_1_and_4!(
+    a_step_killed_after_its_claim_rolls_back_and_its_message_is_taken_once,
+    a_reply_lost_after_the_commit_is_answered_as_a_duplicate,
+    a_start_killed_before_its_reply_is_not_started_twice,
+    a_timer_fire_killed_midway_is_taken_after_restart,
+    a_timer_step_killed_after_its_claim_rolls_back_and_is_taken_after_restart,
+    a_panicking_step_releases_its_claim,
+    a_step_that_keeps_killing_its_replica_poisons_its_instance_through_its_delivery,
+    a_delivery_that_keeps_killing_its_replica_poisons_its_instance,
+);
 
 fn options(scratch: &Scratch) -> ServerOptions {
     serve!(scratch.database())
@@ -48,30 +71,28 @@ fn options(scratch: &Scratch) -> ServerOptions {
         .sweep_interval(SWEEP_INTERVAL)
 }
 
-async fn start_order(server: &Server, id: &str, cool: bool) -> String {
-    let (status, body) = server
-        .send(
-            "orders",
-            &format!("order-{id}"),
-            json!({"id": id, "cool": cool}),
-        )
+/// Starts order `id` on the process up, recording the answer for the history checker.
+async fn start_order(lives: &mut Incarnations, id: &str, cool: bool) -> String {
+    let event_id = format!("order-{id}");
+    let (status, body) = (lives.last())
+        .send("orders", &event_id, json!({"id": id, "cool": cool}))
         .await;
     assert_eq!(status, 202, "{body}");
+    lives.accepted(&event_id, &body);
     body["instance"].as_str().unwrap().to_owned()
 }
 
-/// Sends until the answer is not a retry-safe refusal, checking that refusals are well-formed.
-async fn send_until_accepted(server: &Server, channel: &str, id: &str, data: Value) -> Value {
-    until_ok(async || {
-        let (status, body) = server.send(channel, id, data.clone()).await;
-        if status != 409 {
-            assert_eq!(status, 202, "{body}");
-            return Ok(body);
-        }
-        assert_eq!(body["code"], "SUTRA.RUNTIME.RESUME.CLAIM_HELD", "{body}");
-        Err("the dead holder's claim was never cleared".to_owned())
-    })
-    .await
+/// Pays order `id`, which waits for it: accepted at once, since no step holds its instance.
+async fn pay(server: &Server, id: &str) -> Value {
+    let (status, body) = server
+        .send("payments", &format!("pay-{id}"), payment(id))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    body
+}
+
+fn payment(id: &str) -> Value {
+    json!({"order": id, "amount": 5})
 }
 
 async fn assert_paid_exactly_once(server: &Server, instance: &str) {
@@ -87,85 +108,66 @@ async fn assert_paid_exactly_once(server: &Server, instance: &str) {
     assert_eq!(count_kind(&history, "completed"), 1);
 }
 
-#[tokio::test]
-async fn a_holder_killed_after_its_claim_is_cleared_and_the_relay_is_taken_once() {
-    for round in 0..3 {
+/// The payment's step dies after its claim, before its commit. Its transaction never committed,
+/// and its claim was that transaction's: the restarted process is not refused, and the resent
+/// payment is taken at once — as a first consumption, not a duplicate.
+async fn a_step_killed_after_its_claim_rolls_back_and_its_message_is_taken_once(lanes: usize) {
+    for round in 0..ROUNDS {
         let scratch = Scratch::new("after-claim");
-        let mut server = options(&scratch).fault("after-claim").deployed(FLOWS).await;
-        let instance = start_order(&server, &format!("a{round}"), false).await;
-        server
-            .send_into_fault(
-                "payments",
-                "pay-1",
-                json!({"order": format!("a{round}"), "amount": 5}),
-            )
+        let mut lives = Incarnations::new("after-claim", lanes);
+        (lives.deployed(&options(&scratch).fault("after-claim"), FLOWS)).await;
+        let id = format!("a{round}");
+        let instance = start_order(&mut lives, &id, false).await;
+        (lives.last())
+            .send_into_fault("payments", &format!("pay-{id}"), payment(&id))
             .await;
 
-        let server = Server::start(&options(&scratch));
-        let body = send_until_accepted(
-            &server,
-            "payments",
-            "pay-1",
-            json!({"order": format!("a{round}"), "amount": 5}),
-        )
-        .await;
+        let server = lives.start(&options(&scratch));
+        let body = pay(server, &id).await;
         assert_eq!(
             (body["instance"].as_str(), body["dedup"].as_bool()),
-            (Some(instance.as_str()), Some(false))
+            (Some(instance.as_str()), Some(false)),
+            "{body}"
         );
-        assert_paid_exactly_once(&server, &instance).await;
+        assert_paid_exactly_once(server, &instance).await;
+        lives.assert_history_clean();
     }
 }
 
-#[tokio::test]
-async fn a_reply_lost_after_the_commit_is_answered_as_a_duplicate() {
-    for round in 0..3 {
+async fn a_reply_lost_after_the_commit_is_answered_as_a_duplicate(lanes: usize) {
+    for round in 0..ROUNDS {
         let scratch = Scratch::new("after-commit");
-        let mut server = options(&scratch)
-            .fault("after-commit")
-            .deployed(FLOWS)
-            .await;
-        let instance = start_order(&server, &format!("b{round}"), false).await;
-        server
-            .send_into_fault(
-                "payments",
-                "pay-1",
-                json!({"order": format!("b{round}"), "amount": 5}),
-            )
+        let mut lives = Incarnations::new("after-commit", lanes);
+        (lives.deployed(&options(&scratch).fault("after-commit"), FLOWS)).await;
+        let id = format!("b{round}");
+        let instance = start_order(&mut lives, &id, false).await;
+        (lives.last())
+            .send_into_fault("payments", &format!("pay-{id}"), payment(&id))
             .await;
 
-        let server = Server::start(&options(&scratch));
-        let (status, body) = server
-            .send(
-                "payments",
-                "pay-1",
-                json!({"order": format!("b{round}"), "amount": 5}),
-            )
-            .await;
-        assert_eq!(status, 202, "{body}");
+        let server = lives.start(&options(&scratch));
+        let body = pay(server, &id).await;
         assert_eq!(
             (body["instance"].as_str(), body["dedup"].as_bool()),
-            (Some(instance.as_str()), Some(true))
+            (Some(instance.as_str()), Some(true)),
+            "{body}"
         );
-        assert_paid_exactly_once(&server, &instance).await;
+        assert_paid_exactly_once(server, &instance).await;
+        lives.assert_history_clean();
     }
 }
 
-#[tokio::test]
-async fn a_start_killed_before_its_reply_is_not_started_twice() {
+async fn a_start_killed_before_its_reply_is_not_started_twice(lanes: usize) {
     let scratch = Scratch::new("after-start-commit");
-    let mut server = options(&scratch)
-        .fault("after-start-commit")
-        .deployed(FLOWS)
-        .await;
-    server
-        .send_into_fault("orders", "order-s1", json!({"id": "s1", "cool": false}))
+    let mut lives = Incarnations::new("after-start-commit", lanes);
+    (lives.deployed(&options(&scratch).fault("after-start-commit"), FLOWS)).await;
+    let order = json!({"id": "s1", "cool": false});
+    (lives.last())
+        .send_into_fault("orders", "order-s1", order.clone())
         .await;
 
-    let server = Server::start(&options(&scratch));
-    let (status, body) = server
-        .send("orders", "order-s1", json!({"id": "s1", "cool": false}))
-        .await;
+    let server = lives.start(&options(&scratch));
+    let (status, body) = server.send("orders", "order-s1", order).await;
     assert_eq!(
         (status, body["dedup"].as_bool()),
         (202, Some(true)),
@@ -173,166 +175,123 @@ async fn a_start_killed_before_its_reply_is_not_started_twice() {
     );
     let (_, list) = server.get("/v1/instances").await;
     assert_eq!(list["items"].as_array().unwrap().len(), 1, "{list}");
+    lives.accepted("order-s1", &body);
+    lives.assert_history_clean();
 }
 
-#[tokio::test]
-async fn a_timer_fire_killed_midway_is_taken_after_restart() {
-    let scratch = Scratch::new("timer-fire");
-    let mut server = options(&scratch).fault("timer-fire").deployed(FLOWS).await;
-    let instance = start_order(&server, "t1", true).await;
-    assert!(server.wait_for_death(), "the timer never fired");
+/// Starts an order that cools off on a timer and waits for a payment, on a process that dies at
+/// `fault` as it runs the timer; then restarts, and checks that the timer fired once and the
+/// order was paid once.
+async fn a_timer_killed_at(fault: &str, lanes: usize) {
+    let scratch = Scratch::new(fault);
+    let mut lives = Incarnations::new(fault, lanes);
+    (lives.deployed(&options(&scratch).fault(fault), FLOWS)).await;
+    let instance = start_order(&mut lives, "t1", true).await;
+    assert!(lives.last().wait_for_death(), "the timer never fired");
 
-    let server = Server::start(&options(&scratch));
+    let server = lives.start(&options(&scratch));
     server.wait_for_node(&instance, "pay").await;
-    send_until_accepted(
-        &server,
-        "payments",
-        "pay-t1",
-        json!({"order": "t1", "amount": 5}),
-    )
-    .await;
-    assert_paid_exactly_once(&server, &instance).await;
+    pay(server, "t1").await;
+    assert_paid_exactly_once(server, &instance).await;
     assert_eq!(
         count_kind(&server.history(&instance).await, "timer_fired"),
         1
     );
+    lives.assert_history_clean();
 }
 
-#[tokio::test]
-async fn asked_is_taken_after_holder_dies() {
-    // The timer's delivery is claimed, then its holder dies holding the claim. The restarted
-    // process is refused by that claim, looks again, and takes the delivery once the sweep has
-    // cleared it: within claim-timeout plus sweep-interval (plus slack for a slow machine).
-    let scratch = Scratch::new("asked-taken");
-    let mut server = options(&scratch).fault("after-claim").deployed(FLOWS).await;
-    let instance = start_order(&server, "k1", true).await;
-    assert!(server.wait_for_death(), "the timer's claim was never taken");
-
-    let restarted = Instant::now();
-    let server = Server::start(&options(&scratch));
-    server.wait_for_node(&instance, "pay").await;
-    let bound = CLAIM_TIMEOUT + SWEEP_INTERVAL + Duration::from_secs(10);
-    assert!(
-        restarted.elapsed() < bound,
-        "took {:?}, bound {bound:?}",
-        restarted.elapsed()
-    );
-    send_until_accepted(
-        &server,
-        "payments",
-        "pay-k1",
-        json!({"order": "k1", "amount": 5}),
-    )
-    .await;
-    assert_paid_exactly_once(&server, &instance).await;
-    assert_eq!(
-        count_kind(&server.history(&instance).await, "timer_fired"),
-        1
-    );
+/// The dispatcher dies as it takes the timer, before any step: the delivery, handed out but never
+/// taken, is due again a claim timeout later and taken then.
+async fn a_timer_fire_killed_midway_is_taken_after_restart(lanes: usize) {
+    a_timer_killed_at("timer-fire", lanes).await;
 }
 
-#[tokio::test]
-async fn a_panicking_step_releases_its_claim() {
-    // The step panics just before its commit. The panic is caught where the step runs and is
-    // not re-raised: the caller is answered `SUTRA.RUNTIME.STEP.PANICKED`, a retryable 500, the
-    // step's transaction rolls back and its claim (the row lock) with it, and the lane goes on —
-    // so the very next attempt is not refused.
+/// The timer's step dies after its claim, before its commit: the transaction rolls back, and its
+/// claim with it, so nothing is left for the sweep to clear. The delivery, handed out but never
+/// taken, is due again a claim timeout later and the restarted process takes it then.
+async fn a_timer_step_killed_after_its_claim_rolls_back_and_is_taken_after_restart(lanes: usize) {
+    a_timer_killed_at("after-claim", lanes).await;
+}
+
+/// The step panics just before its commit. The panic is caught where the step runs and is not
+/// re-raised: the caller is answered `SUTRA.RUNTIME.STEP.PANICKED`, a retryable 500, the step's
+/// transaction rolls back and its claim (the row lock) with it, and the lane goes on — so the
+/// very next attempt, on the same lane at any lane count (a lane owns its instances), is not
+/// refused.
+async fn a_panicking_step_releases_its_claim(lanes: usize) {
     let scratch = Scratch::new("panic");
-    let server = options(&scratch)
-        .fault("before-commit@2:panic")
-        .deployed(FLOWS)
-        .await;
-    let instance = start_order(&server, "p1", false).await;
-    let (status, body) = server
-        .send("payments", "pay-p1", json!({"order": "p1", "amount": 5}))
-        .await;
+    let mut lives = Incarnations::new("panic", lanes);
+    (lives.deployed(&options(&scratch).fault("before-commit@2:panic"), FLOWS)).await;
+    let instance = start_order(&mut lives, "p1", false).await;
+    let server = lives.last();
+    let (status, body) = server.send("payments", "pay-p1", payment("p1")).await;
     assert_eq!(status, 500, "{body}");
-    let (status, body) = server
-        .send("payments", "pay-p1", json!({"order": "p1", "amount": 5}))
-        .await;
+    let (status, body) = server.send("payments", "pay-p1", payment("p1")).await;
     assert_eq!(
         (status, body["status"].as_str()),
         (202, Some("completed")),
         "{body}"
     );
-    assert_paid_exactly_once(&server, &instance).await;
+    assert_paid_exactly_once(server, &instance).await;
+    lives.assert_history_clean();
 }
 
-#[tokio::test]
-async fn a_step_that_keeps_killing_its_replica_is_poisoned() {
-    // Every process dies on its first claim. The sweep counts the recoveries and, after
-    // max-recoveries in a row, fails the instance instead of letting it crash-loop the fleet.
-    let scratch = Scratch::new("poison");
-    let doomed_options = options(&scratch)
-        .fault("after-claim")
-        .env("SUTRA_INSTANCE_MAX_RECOVERIES", "2")
-        .env("SUTRA_LOG", HISTORY_LOG);
-    let mut server = Server::start(&doomed_options);
-    // A longer cool-off, so that the start is answered before the first claim kills the process
-    // even on a loaded machine.
-    server
-        .deploy_accepted(&FLOWS.replace("PT0.2S", "PT2S"))
-        .await;
-    let instance = start_order(&server, "x1", true).await;
-    for _ in 0..10 {
-        if !server.wait_for_death_or_status(&instance, "failed").await {
-            break;
-        }
-        server = Server::start(&doomed_options);
-    }
-    let failed = server.wait_for_status(&instance, "failed").await;
-    assert_eq!(
-        failed["failure"]["code"], "SUTRA.RUNTIME.STEP.POISONED",
-        "{failed}"
-    );
-    let history = server.history(&instance).await;
-    assert_audit_sequence_is_whole(&history);
-    assert_poisoning_recorded(&mut server, &instance);
-}
-
-#[tokio::test]
-async fn a_delivery_that_keeps_killing_its_replica_poisons_its_instance() {
-    // Every process dies as its dispatcher takes the timer, before any claim: no durable claim
-    // is left for the sweep to count, only the delivery's dispatch count. Past max-recoveries
-    // the dispatcher fails the instance instead of handing the timer out once more.
-    let scratch = Scratch::new("poison-delivery");
-    let doomed_options = options(&scratch)
-        .fault("timer-fire")
-        .env("SUTRA_INSTANCE_MAX_RECOVERIES", "2")
-        .env("SUTRA_LOG", HISTORY_LOG);
-    let mut server = Server::start(&doomed_options);
+/// Every process dies on `fault` as it runs the order's timer, past max-recoveries processes in
+/// a row; the instance ends failed as poisoned, and the last process recorded that.
+async fn poisoned_by(fault: &str, lanes: usize) -> usize {
+    let scratch = Scratch::new(fault);
+    let mut lives = Incarnations::new(&format!("poison-{fault}"), lanes);
+    let doomed = (options(&scratch).fault(fault)).env("SUTRA_INSTANCE_MAX_RECOVERIES", "2");
     // A longer cool-off, so that the start is answered before the timer kills the process even
     // on a loaded machine.
-    server
-        .deploy_accepted(&FLOWS.replace("PT0.2S", "PT2S"))
-        .await;
-    let instance = start_order(&server, "d1", true).await;
+    (lives.deployed(&doomed, &FLOWS.replace("PT0.2S", "PT2S"))).await;
+    let instance = start_order(&mut lives, "x1", true).await;
     let mut deaths = 0;
     for _ in 0..10 {
-        if !server.wait_for_death_or_status(&instance, "failed").await {
+        if !(lives.last())
+            .wait_for_death_or_status(&instance, "failed")
+            .await
+        {
             break;
         }
         deaths += 1;
-        server = Server::start(&doomed_options);
+        lives.start(&doomed);
     }
+    let server = lives.last();
     let failed = server.wait_for_status(&instance, "failed").await;
     assert_eq!(
         failed["failure"]["code"], "SUTRA.RUNTIME.STEP.POISONED",
         "{failed}"
     );
-    assert_eq!(deaths, 2, "one death per dispatch up to max-recoveries");
-    let history = server.history(&instance).await;
-    assert_audit_sequence_is_whole(&history);
+    assert_audit_sequence_is_whole(&server.history(&instance).await);
     assert_eq!(
-        count_kind(&history, "timer_fired"),
+        count_kind(&server.history(&instance).await, "timer_fired"),
         0,
-        "the timer never ran: {history:?}"
+        "the timer never ran: {instance}"
     );
-    assert_poisoning_recorded(&mut server, &instance);
+    assert_poisoning_recorded(server, &instance);
+    lives.assert_history_clean();
+    deaths
 }
 
-/// The history log (decision 0043) on, besides the warnings.
-const HISTORY_LOG: &str = "warn,sutra::history=info";
+/// Every process dies on its first claim, inside the timer's step. Each death rolls the step's
+/// transaction back, its claim with it: no claim is left for the sweep to count. What counts is
+/// the timer delivery's dispatches, as when the process dies before the claim (below): past
+/// max-recoveries the dispatcher fails the instance instead of handing the timer out once more.
+async fn a_step_that_keeps_killing_its_replica_poisons_its_instance_through_its_delivery(
+    lanes: usize,
+) {
+    let deaths = poisoned_by("after-claim", lanes).await;
+    assert_eq!(deaths, 2, "one death per dispatch up to max-recoveries");
+}
+
+/// Every process dies as its dispatcher takes the timer, before any claim: only the delivery's
+/// dispatch count tells. Past max-recoveries the dispatcher fails the instance instead of
+/// handing the timer out once more.
+async fn a_delivery_that_keeps_killing_its_replica_poisons_its_instance(lanes: usize) {
+    let deaths = poisoned_by("timer-fire", lanes).await;
+    assert_eq!(deaths, 2, "one death per dispatch up to max-recoveries");
+}
 
 /// The replica that poisoned `instance` — the one up once it failed: every other died before —
 /// recorded the poisoning in its history log as a commit of kind `poison`, like any step's.

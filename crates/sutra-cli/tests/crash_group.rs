@@ -1,17 +1,25 @@
-//! Crash tests of group commit (decision 0024): a real `sutra serve` with one lane, so that
-//! concurrent starts queue behind each other and commit as the members of one group, killed
-//! with SIGKILL just before and just after such a group's `COMMIT`.
+//! Crash tests of group commit (decision 0024): a real `sutra serve` whose concurrent starts
+//! queue behind each other on their lanes and commit as the members of one group, killed with
+//! SIGKILL just before and just after such a group's `COMMIT`. Each runs at one lane and at four
+//! (`<test>::lanes_1`, `<test>::lanes_4`): a start goes to the lane its new instance's id hashes
+//! to, so at four lanes the same burst makes about a quarter as many members queue on each lane —
+//! still groups of several — while the other lanes' groups are in flight at the kill too.
 //!
 //! After the restart every message is sent again until it is accepted. No member is lost (each
 //! message starts exactly one instance), none is applied twice (one start each, whole audit
 //! sequences), and none was answered before it committed: a start answered before the kill is
-//! answered as a duplicate of the same instance afterwards.
+//! answered as a duplicate of the same instance afterwards. The history both processes recorded
+//! passes the history checker (`common::history`, decision 0043).
+
+mod common;
 
 use std::collections::HashMap;
 
+use common::incarnations::Incarnations;
 use serde_json::{Value, json};
 use sutra_testkit::{
-    Scratch, Server, ServerOptions, assert_audit_sequence_is_whole, count_kind, event, serve,
+    Scratch, Server, ServerOptions, assert_audit_sequence_is_whole, at_lanes_1_and_4, count_kind,
+    event, serve,
 };
 
 const FLOWS: &str = r#"
@@ -34,13 +42,19 @@ flows:
         end: {}
 "#;
 
-/// Enough concurrent starts that, on one lane, some queue behind a step in flight.
+/// Enough concurrent starts that, on one lane or on each of four, some queue behind a step in
+/// flight.
 const STARTS: usize = 24;
 /// Rounds before the test gives up on ever seeing a group of several members.
 const ROUNDS: usize = 3;
 
+at_lanes_1_and_4!(
+    a_group_killed_before_its_commit_loses_no_member_and_answered_none,
+    a_group_killed_after_its_commit_applies_every_member_once,
+);
+
 fn options(scratch: &Scratch) -> ServerOptions {
-    serve!(scratch.database()).lanes(1)
+    serve!(scratch.database())
 }
 
 /// Sends every start at once to a server that dies at `fault`; returns the answers that arrived
@@ -70,29 +84,44 @@ async fn starts_into_fault(server: &mut Server) -> HashMap<String, Value> {
 
 /// Kills a server at `fault` in the middle of a group of starts and checks the restarted one;
 /// returns, of the starts that were not answered before the kill, how many had committed.
-async fn a_group_killed_at(fault: &str) -> (usize, usize) {
+async fn a_group_killed_at(fault: &str, lanes: usize) -> (usize, usize) {
     for round in 0..ROUNDS {
-        let scratch = Scratch::new(&format!("{fault}-{round}"));
-        let mut server = options(&scratch).fault(fault).deployed(FLOWS).await;
-        let answered = starts_into_fault(&mut server).await;
+        let name = format!("{fault}-{round}");
+        let scratch = Scratch::new(&name);
+        let mut lives = Incarnations::new(&name, lanes);
+        let server = lives.deployed(&options(&scratch).fault(fault), FLOWS).await;
+        let answered = starts_into_fault(server).await;
         if answered.len() == STARTS {
-            // Every start committed as a group of one: the point was never reached.
-            server.kill();
+            // Every start committed as a group of one: the point was never reached. Dropping
+            // the processes kills them.
             continue;
         }
         assert!(
-            server.wait_for_death(),
+            lives.last().wait_for_death(),
             "the server was not killed by a signal"
         );
-        let server = Server::start(&options(&scratch));
-        let committed = check_after_restart(&server, &answered).await;
+        let server = lives.start(&options(&scratch));
+        let (committed, answers) = check_after_restart(server, &answered).await;
+        let told = answers.iter().map(|(id, body)| (id, body));
+        for (id, body) in answered.iter().chain(told) {
+            lives.accepted(id, body);
+        }
+        lives.assert_history_clean();
         return (STARTS - answered.len(), committed);
     }
-    panic!("no group of several members formed in {ROUNDS} rounds of {STARTS} concurrent starts");
+    panic!(
+        "no group of several members formed in {ROUNDS} rounds of {STARTS} concurrent starts at \
+         {lanes} lane(s)"
+    );
 }
 
-async fn check_after_restart(server: &Server, answered: &HashMap<String, Value>) -> usize {
-    let mut instances = Vec::new();
+/// Sends every start again; returns how many of those not answered before the kill had
+/// committed, and every answer, by message id.
+async fn check_after_restart(
+    server: &Server,
+    answered: &HashMap<String, Value>,
+) -> (usize, Vec<(String, Value)>) {
+    let mut answers = Vec::new();
     let mut unanswered_but_committed = 0;
     for n in 0..STARTS {
         let id = format!("order-{n}");
@@ -109,7 +138,7 @@ async fn check_after_restart(server: &Server, answered: &HashMap<String, Value>)
         } else if body["dedup"] == true {
             unanswered_but_committed += 1;
         }
-        instances.push(body["instance"].as_str().unwrap().to_owned());
+        answers.push((id, body));
     }
     let (_, list) = server.get("/v1/instances?limit=100").await;
     assert_eq!(
@@ -117,26 +146,26 @@ async fn check_after_restart(server: &Server, answered: &HashMap<String, Value>)
         STARTS,
         "each message started exactly one instance: {list}"
     );
-    for instance in &instances {
-        let history = server.history(instance).await;
+    for (_, body) in &answers {
+        let history = server.history(body["instance"].as_str().unwrap()).await;
         assert_audit_sequence_is_whole(&history);
         assert_eq!(count_kind(&history, "started"), 1, "{history:?}");
     }
-    unanswered_but_committed
+    (unanswered_but_committed, answers)
 }
 
-#[tokio::test]
-async fn a_group_killed_before_its_commit_loses_no_member_and_answered_none() {
-    let (unanswered, committed) = a_group_killed_at("before-group-commit").await;
+async fn a_group_killed_before_its_commit_loses_no_member_and_answered_none(lanes: usize) {
+    let (unanswered, committed) = a_group_killed_at("before-group-commit", lanes).await;
     assert!(
         committed < unanswered,
         "the killed group's members never committed, so they start afresh after the restart"
     );
 }
 
-#[tokio::test]
-async fn a_group_killed_after_its_commit_applies_every_member_once() {
-    let (unanswered, committed) = a_group_killed_at("after-group-commit").await;
+/// At four lanes the killed group is one lane's; the others' groups in flight at the kill may
+/// have committed or not, which the count of committed members only adds to.
+async fn a_group_killed_after_its_commit_applies_every_member_once(lanes: usize) {
+    let (unanswered, committed) = a_group_killed_at("after-group-commit", lanes).await;
     assert!(
         committed >= 2,
         "the killed group committed its {unanswered} unanswered members' starts, at least two, \

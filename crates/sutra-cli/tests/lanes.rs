@@ -149,11 +149,25 @@ async fn metric(server: &Server, series: &str) -> f64 {
 #[tokio::test]
 async fn a_misrouted_relay_bounces_on_the_claim_and_never_interleaves() {
     // On PostgreSQL, where lanes commit side by side: a lane's step holds the instance's row
-    // from its claim to its commit, so a mis-routed relay meets it and is refused at once. (On
-    // SQLite the single writer orders whole steps, and a mis-route only waits its turn.)
-    const TICKS: usize = 60;
+    // from its claim to its commit, so a mis-routed relay meets it and is refused at once.
     let database = TestDatabase::create().await;
-    let server = serve_on(database.url(), 2, &["SUTRA_TEST_MISROUTE"]).await;
+    misrouted_relays_bounce(database.url()).await;
+}
+
+#[tokio::test]
+async fn a_misrouted_relay_bounces_on_the_embedded_store_too() {
+    // On SQLite the single writer orders whole steps: a mis-routed relay waits for the write
+    // lock while the owner lane's step holds its instance, and is then refused as held all the
+    // same (decision 0048) — so the bounce meter sees a mis-route on this store too.
+    let scratch = Scratch::new("misroute");
+    misrouted_relays_bounce(&scratch.database()).await;
+}
+
+/// Concurrent relays to one instance on two lanes, every other one handed to the wrong lane: some
+/// bounce, the meter counts each, and each is applied once.
+async fn misrouted_relays_bounce(datasource: &str) {
+    const TICKS: usize = 60;
+    let server = serve_on(datasource, 2, &["SUTRA_TEST_MISROUTE"]).await;
     // Concurrent relays to one instance: every other one is handed to the wrong lane, which
     // finds the owner lane mid-step on the instance.
     let (id, refusals) = tick_concurrently(&server, TICKS).await;

@@ -1,12 +1,16 @@
 //! The stuck-instance sweep, the loop of lease role `instance-sweeper` (SPEC §5.2, §6): it runs
 //! only while this replica leads the role ([`crate::leadership`]).
 //!
-//! A claim whose holder died is cleared once it has lapsed (one claim timeout); an instance
-//! cleared `max_recoveries` sweeps in a row is failed as poisoned through the administrative
-//! executor ([`crate::admin`]), instead of crash-looping the fleet. Every sweep then wakes the
-//! delivery dispatcher (`deliveries`), whose pass is `recover`: the rows the dead
-//! holders were asked are taken now. The sweep is owner-blind, judges by the store's clock and is
-//! idempotent: one cut short simply runs again (SPEC §5.2).
+//! A durable claim whose holder died is cleared once it has lapsed (one claim timeout); an
+//! instance cleared `max_recoveries` sweeps in a row is failed as poisoned through the
+//! administrative executor ([`crate::admin`]). No production path takes a durable claim any
+//! more (decision 0024): every step, administrative ones and poisoning included, claims with its
+//! transaction's row lock, which a holder's death ends with the transaction — so a replica killed
+//! mid-step leaves this sweep nothing to clear, and a step that keeps killing its replica is
+//! poisoned by its delivery's dispatch count (`deliveries`), not here (decision 0048). What every
+//! sweep does in practice is wake the delivery dispatcher, whose pass is `recover`: the rows the
+//! dead holders were asked are taken now. The sweep is owner-blind, judges by the store's clock
+//! and is idempotent: one cut short simply runs again (SPEC §5.2).
 
 use std::sync::Arc;
 
@@ -46,7 +50,8 @@ async fn sweep_loop(sweeper: Arc<Sweeper>) {
 }
 
 impl Sweeper {
-    /// Clears lapsed claims, fails poisoned instances, then runs `recover`.
+    /// Clears lapsed durable claims (none, unless one was taken outside the engine's steps),
+    /// fails the instances they poisoned, then runs `recover`.
     async fn sweep(&self) -> Result<(), Error> {
         let config = &self.shared.config;
         let outcome = self

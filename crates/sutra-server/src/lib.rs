@@ -110,6 +110,8 @@ pub async fn open_store(settings: &Settings, clock: &Clock) -> Result<Arc<dyn St
                 migrate: settings.store_migrate,
                 migrate_url: settings.store_migrate_url.clone(),
                 system_url: settings.store_system_url.clone(),
+                // No statement of a step outlasts its claim (decision 0048).
+                step_statement_timeout: Some(settings.engine.claim_timeout.unsigned_abs()),
             };
             let store = sutra_store_postgres::open(url, &options)
                 .await

@@ -84,6 +84,12 @@ pub struct PostgresOptions {
     /// member of `sutra_system`; `None`: the serving URL, whose role must then be one
     /// (docs/decisions/0040-a-role-for-cross-tenant-work.md).
     pub system_url: Option<String>,
+    /// The `statement_timeout` of every transaction acting for a tenant — where every claim is
+    /// taken: a lane's group, an administrative step — which the server sets to the claim
+    /// timeout, so that no statement holds a claim (its transaction's row lock) longer than a
+    /// claim lasts (docs/decisions/0048-a-steps-statements-bounded-by-the-claim-timeout.md).
+    /// The system's work is not bounded by it. `None`: unbounded.
+    pub step_statement_timeout: Option<Duration>,
 }
 
 impl Default for PostgresOptions {
@@ -93,6 +99,7 @@ impl Default for PostgresOptions {
             migrate: true,
             migrate_url: None,
             system_url: None,
+            step_statement_timeout: None,
         }
     }
 }
@@ -106,6 +113,8 @@ pub type PostgresStore = SqlStore<Postgres>;
 pub struct Postgres {
     pool: PgPool,
     system: PgPool,
+    /// [`PostgresOptions::step_statement_timeout`].
+    step_statement_timeout: Option<Duration>,
     deployments: notices::Notices,
     ended: notices::Notices,
 }
@@ -132,6 +141,7 @@ pub async fn open(url: &str, options: &PostgresOptions) -> Result<PostgresStore>
     Ok(SqlStore::new(Postgres {
         pool,
         system,
+        step_statement_timeout: options.step_statement_timeout,
         deployments,
         ended,
     }))

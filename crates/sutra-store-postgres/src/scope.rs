@@ -12,6 +12,8 @@
 //! rows, never insert — and only as a member of `sutra_system`, which is why it runs in a pool
 //! of its own (migration 0011, decision 0040). Declared by any other role, `'*'` shows nothing.
 
+use std::time::Duration;
+
 use sqlx::{AssertSqlSafe, PgPool, Postgres, Transaction};
 use sutra_store::{Error, Result};
 pub use sutra_store_sql::Scope;
@@ -36,8 +38,16 @@ pub enum Flush {
     Later,
 }
 
-/// Takes a pooled connection and begins a transaction scoped to `scope`.
-pub async fn begin(pool: &PgPool, scope: Scope<'_>, flush: Flush) -> Result<Tx> {
+/// Takes a pooled connection and begins a transaction scoped to `scope`, each of whose
+/// statements is cancelled once it has run for `bound`, if given: `SET LOCAL`, riding in the
+/// `BEGIN` like the declaration, so that the bound costs no round trip and ends with the
+/// transaction (decision 0048).
+pub async fn begin(
+    pool: &PgPool,
+    scope: Scope<'_>,
+    flush: Flush,
+    bound: Option<Duration>,
+) -> Result<Tx> {
     let tenant = match scope {
         Scope::Tenant(tenant) => tenant,
         Scope::System => SYSTEM,
@@ -46,7 +56,14 @@ pub async fn begin(pool: &PgPool, scope: Scope<'_>, flush: Flush) -> Result<Tx> 
         Flush::Wait => "",
         Flush::Later => "; SET LOCAL synchronous_commit = off",
     };
-    let statement = format!("BEGIN; {}{unflushed}", declare(tenant)?);
+    // In milliseconds, at least one: zero would mean no bound at all.
+    let bounded = bound.map_or(String::new(), |bound| {
+        format!(
+            "; SET LOCAL statement_timeout = {}",
+            bound.as_millis().max(1)
+        )
+    });
+    let statement = format!("BEGIN; {}{unflushed}{bounded}", declare(tenant)?);
     // Safe: the only dynamic part is a literal quoted by `literal`.
     pool.begin_with(AssertSqlSafe(statement)).await.map_err(db)
 }

@@ -2,6 +2,8 @@
 //! runs, and the advisory locks that order the transactions SQLite's single writer orders for
 //! free.
 
+use std::time::Duration;
+
 use sqlx::postgres::PgArguments;
 use sqlx::types::Json;
 use sqlx::{AssertSqlSafe, PgConnection, PgPool};
@@ -27,8 +29,13 @@ pub struct Scoped {
 }
 
 impl Scoped {
-    async fn begin(pool: &PgPool, scope: Scope<'_>, flush: Flush) -> Result<Scoped> {
-        let tx = begin(pool, scope, flush).await?;
+    async fn begin(
+        pool: &PgPool,
+        scope: Scope<'_>,
+        flush: Flush,
+        bound: Option<Duration>,
+    ) -> Result<Scoped> {
+        let tx = begin(pool, scope, flush, bound).await?;
         let acting_for = match scope {
             Scope::Tenant(tenant) => tenant.to_owned(),
             Scope::System => SYSTEM.to_owned(),
@@ -89,19 +96,30 @@ impl Postgres {
             Scope::System => &self.system,
         }
     }
+
+    /// A transaction in `scope`'s pool. One acting for a tenant — every claim is taken in one —
+    /// has its statements bounded by the step statement timeout; the system's work is not:
+    /// it takes no claim, and some of it (purge, the outbox) grows with the backlog it clears.
+    async fn scoped(&self, scope: Scope<'_>, flush: Flush) -> Result<Scoped> {
+        let bound = match scope {
+            Scope::Tenant(_) => self.step_statement_timeout,
+            Scope::System => None,
+        };
+        Scoped::begin(self.pool_for(scope), scope, flush, bound).await
+    }
 }
 
 impl Backend for Postgres {
     type Tx = Scoped;
 
     async fn begin(&self, scope: Scope<'_>) -> Result<Scoped> {
-        Scoped::begin(self.pool_for(scope), scope, Flush::Wait).await
+        self.scoped(scope, Flush::Wait).await
     }
 
     /// A commit answered before its WAL is flushed: a poll's is one of the most frequent on the
     /// task path, and a lost lock only hands its task out again.
     async fn begin_redoable(&self, scope: Scope<'_>) -> Result<Scoped> {
-        Scoped::begin(self.pool_for(scope), scope, Flush::Later).await
+        self.scoped(scope, Flush::Later).await
     }
 
     /// The one database of a fleet of replicas: its singleton roles are led by one replica at a

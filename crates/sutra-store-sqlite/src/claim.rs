@@ -30,9 +30,16 @@ impl ClaimStatements for Session {
         .map_err(db)
     }
 
-    /// Inside the write transaction, whose lock is the row lock: the read is the claim.
+    /// Inside the write transaction, whose lock is the row lock: the read is the claim. Getting
+    /// that lock waited for every other writer; an instance another session of this process held
+    /// as this one began was waited for as a claim, and refuses as held, as PostgreSQL's claim
+    /// would have at once ([`crate::holdings`]).
     async fn lock_claimable(&mut self, claim: &NewClaim<'_>) -> Result<Option<ClaimedRow>> {
         let now = self.write().await?.now();
+        let key = (claim.tenant.to_owned(), claim.instance.to_owned());
+        if self.held.held_by_another(&key) {
+            return Ok(None);
+        }
         let query = sqlx::query_as(
             "SELECT fence, snapshot, held_by FROM instances
              WHERE tenant = ?2 AND id = ?3
@@ -42,7 +49,11 @@ impl ClaimStatements for Session {
         .bind(claim.tenant)
         .bind(claim.instance)
         .bind(micros_before(now, claim.timeout));
-        self.fetch_optional(query).await
+        let claimed: Option<ClaimedRow> = self.fetch_optional(query).await?;
+        if claimed.is_some() {
+            self.held.hold(key);
+        }
+        Ok(claimed)
     }
 
     async fn instance_exists(&mut self, tenant: &str, instance: &str) -> Result<bool> {

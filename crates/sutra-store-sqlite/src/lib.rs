@@ -20,6 +20,7 @@ mod codec;
 mod commit;
 mod deliveries;
 mod deployments;
+mod holdings;
 mod intake;
 mod leases;
 mod outbox;
@@ -30,6 +31,7 @@ mod statements;
 mod tasks;
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::migrate::{MigrateError, Migrator};
@@ -40,6 +42,7 @@ use sutra_store::{Clock, Error, Result};
 use sutra_store_sql::SqlStore;
 
 use crate::codec::db;
+use crate::holdings::Holdings;
 
 /// The schema, embedded in the binary and applied by [`open`].
 static MIGRATOR: Migrator = sqlx::migrate!();
@@ -56,6 +59,8 @@ pub type SqliteStore = SqlStore<Sqlite>;
 pub struct Sqlite {
     pool: SqlitePool,
     clock: Clock,
+    /// What this process's open write transactions have claimed ([`holdings`]).
+    holdings: Arc<Holdings>,
 }
 
 /// Opens `sqlite://path.db` or `sqlite:path.db` (creating the file if missing), or a new, empty
@@ -78,7 +83,11 @@ pub async fn open_with(url: &str, clock: Clock) -> Result<SqliteStore> {
     }
     .map_err(db)?;
     MIGRATOR.run(&pool).await.map_err(migration_failed)?;
-    Ok(SqlStore::new(Sqlite { pool, clock }))
+    Ok(SqlStore::new(Sqlite {
+        pool,
+        clock,
+        holdings: Arc::default(),
+    }))
 }
 
 impl Sqlite {

@@ -12,6 +12,7 @@ use sutra_store_sql::{Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Sc
 
 use crate::Sqlite;
 use crate::codec::{db, micros, park};
+use crate::holdings::Held;
 
 pub type Query<'q> = sqlx::query::Query<'q, sqlx::Sqlite, SqliteArguments>;
 pub type QueryAs<'q, O> = sqlx::query::QueryAs<'q, sqlx::Sqlite, O, SqliteArguments>;
@@ -27,6 +28,9 @@ pub struct Session {
     clock: Clock,
     write: Option<Write>,
     alone: Option<PoolConnection<sqlx::Sqlite>>,
+    /// The instances this session claimed, and those other sessions of this process held as it
+    /// began; after `write`, so that its transaction is ended before its claims are let go.
+    pub(crate) held: Held,
 }
 
 /// A write transaction, and the one "now" every statement in it writes: the store's clock,
@@ -165,6 +169,7 @@ impl Backend for Sqlite {
             clock: self.clock.clone(),
             write: None,
             alone: None,
+            held: Held::begin(&self.holdings),
         })
     }
 

@@ -71,6 +71,26 @@ macro_rules! serve {
     };
 }
 
+/// For each named `async fn(lanes: usize)`, a module of that name holding two tests, `lanes_1`
+/// and `lanes_4`, which run it at one engine lane and at four (issue 32): the windows between
+/// lanes (group commit, deferred acknowledgement, the hand-off) exist only at several, and the
+/// one-lane default must hold too. A failure's test name says the lane count.
+#[macro_export]
+macro_rules! at_lanes_1_and_4 {
+    ($($body:ident),+ $(,)?) => {$(
+        mod $body {
+            #[tokio::test]
+            async fn lanes_1() {
+                super::$body(1).await
+            }
+            #[tokio::test]
+            async fn lanes_4() {
+                super::$body(4).await
+            }
+        }
+    )+};
+}
+
 /// How to start a server: [`serve!`] for the binary under test, then what a test needs
 /// besides the defaults, as options.
 #[derive(Clone)]

@@ -10,6 +10,7 @@
 #![allow(dead_code)]
 
 pub mod history;
+pub mod incarnations;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -135,9 +136,16 @@ pub struct FleetOptions {
     timing: Timing,
     switches: Vec<String>,
     proxied: bool,
+    lanes: usize,
 }
 
 impl FleetOptions {
+    /// Every replica runs `lanes` engine lanes (`sutra.engine.lanes`; 1 unless told).
+    pub fn lanes(mut self, lanes: usize) -> FleetOptions {
+        self.lanes = lanes;
+        self
+    }
+
     /// Every replica with the test build's `switches` on ([`ServerOptions::switches`]).
     pub fn switches(mut self, switches: &[&str]) -> FleetOptions {
         let switches = switches.iter().map(|switch| (*switch).to_owned());
@@ -161,6 +169,7 @@ impl FleetOptions {
             .timing
             .apply(serve!(datasource))
             .env("SUTRA_LOG", history::LOG_FILTER)
+            .lanes(self.lanes)
             .switches(&self.switches);
         let mut fleet = Fleet {
             options,
@@ -214,6 +223,7 @@ impl Fleet {
             timing,
             switches: Vec::new(),
             proxied: false,
+            lanes: 1,
         }
     }
 

@@ -10,3 +10,4 @@ mod migrations;
 mod notices;
 mod races;
 mod row_security;
+mod timeouts;

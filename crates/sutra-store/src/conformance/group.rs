@@ -114,8 +114,9 @@ pub async fn a_group_claim_of_a_step_in_flight_is_refused<S: Store>(store: &S) {
     // A second group while the first still holds the instance must not get it while the first
     // is in flight. A store whose writers run side by side (one replicas share) must refuse it
     // at once, with the first still open. SQLite's single writer makes the second wait for the
-    // first to end (bounded by the busy timeout), and then the instance is free, since the
-    // first wrote nothing: there, only that order is checked.
+    // first to end (bounded by the busy timeout), and then refuses it as held all the same
+    // (decision 0048): the wait was for the instance's claim, and the claim-bounce meter must
+    // see it. The instance is free once the first ended: a group begun after takes it.
     let second = async {
         let mut second = store.group(TENANT).await?;
         second.member(TENANT).await?;
@@ -146,9 +147,14 @@ pub async fn a_group_claim_of_a_step_in_flight_is_refused<S: Store>(store: &S) {
     };
     let ((claimed, after_first), ()) = tokio::join!(second, first_ends);
     assert!(
-        claimed.is_ok() && after_first,
-        "the single writer takes the instance only after the first group ended: {claimed:?}"
+        claimed == Err(Error::ClaimHeld) && after_first,
+        "the single writer answers the second only after the first group ended, and refuses \
+         it as held: {claimed:?}"
     );
+    let mut third = store.group(TENANT).await.unwrap();
+    third.member(TENANT).await.unwrap();
+    let taken = third.claim(TENANT, &id, &owner(LANE_B), HOUR).await;
+    assert!(taken.is_ok(), "nobody holds the instance now: {taken:?}");
 }
 
 pub async fn each_member_acts_for_its_own_tenant<S: Store>(store: &S) {
