@@ -89,3 +89,17 @@ async fn a_held_caller_whose_step_does_not_commit_is_answered_and_deregistered()
     assert_eq!(reply, Reply::Completed(json!({"answered": true})));
     assert_eq!(harness.engine.held_callers(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_caller_that_goes_away_is_deregistered() {
+    let harness = Harness::start(ASKS, EngineConfig::default()).await;
+    let engine = Arc::clone(&harness.engine);
+    let first = tokio::spawn(async move { engine.intake(ask("ask-1")).await });
+    until_held(&harness.engine, 1).await;
+
+    // Its future dropped, as when its HTTP client disconnects or its broker consumer stops,
+    // long before the instance ends or the channel's `ack-timeout` passes.
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    until_held(&harness.engine, 0).await;
+}
