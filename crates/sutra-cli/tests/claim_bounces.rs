@@ -102,16 +102,13 @@ async fn held(document: &str, brokers: impl FnOnce(ServerOptions) -> ServerOptio
 }
 
 impl Held {
-    /// Waits until `b` counted a bounce on `path`; its count.
-    async fn until_bounced(&self, path: &str) -> f64 {
+    /// Waits until `b` counted a bounce on `path`.
+    async fn until_bounced(&self, path: &str) {
         let series = format!("sutra_claim_bounces_total{{path=\"{path}\"}}");
-        let mut bounces = 0.0;
         until(&format!("a bounce on the {path} path"), async || {
-            bounces = self.other.metric(&series).await.unwrap_or(0.0);
-            bounces > 0.0
+            self.other.metric(&series).await.unwrap_or(0.0) > 0.0
         })
         .await;
-        bounces
     }
 
     /// Thaws `a`: its step goes on and commits, releasing the claim. Should it have outlived
