@@ -154,3 +154,41 @@ async fn a_draining_version_retires_only_once_nothing_keeps_it_and_every_replica
     let (first, second) = (replica("a"), replica("b"));
     the_gate_opens_only_when_nothing_keeps_the_version(&[&first, &second]).await;
 }
+
+/// An order that emits to `webhook` on a channel that gives up after two tries.
+fn giving_up(webhook: &str) -> String {
+    format!(
+        r#"
+name: shop
+channels:
+  orders: {{ transport: http, correlate: data.id }}
+  ledger: {{ transport: http, url: "{webhook}", max-attempts: 2 }}
+flows:
+  order:
+    start: {{ channel: orders }}
+    nodes:
+      - id: notify
+        emit: {{ channel: ledger, data: {{ order: "= vars.input.id" }} }}
+      - id: done
+        end: {{}}
+"#
+    )
+}
+
+#[tokio::test]
+async fn a_poisoned_outbox_row_no_longer_keeps_its_draining_version_on_postgres() {
+    let database = TestDatabase::create().await;
+    let server = Server::start(&options(database.url()));
+    let webhook = Receiver::start(&[], 500);
+    let document = giving_up(&webhook.url("/ledger"));
+    server.deploy_accepted(&document).await;
+    let emitting = start(&server, "o-emit", "emit").await;
+    server.wait_for_status(&emitting, "completed").await;
+    server.deploy_accepted(&document).await;
+
+    // Refused twice, the row reaches the channel's `max-attempts`: poisoned, kept, never sent.
+    let rows = server.wait_for_outbox(&emitting, "poisoned").await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(webhook.received().len(), 2);
+    until_every_replica_says(&[&server], "retired", Value::Null).await;
+}

@@ -328,20 +328,17 @@ async fn answer(
             },
         });
     };
-    let (hold_id, settled) = (hold.id, hold.reply);
+    let _withdrawn = shared.settle.withdrawn_on_drop(&instance, hold.id);
     match shared
         .clock
-        .timeout(channel.ack_timeout.unsigned_abs(), settled)
+        .timeout(channel.ack_timeout.unsigned_abs(), hold.reply)
         .await
     {
         Ok(Ok(reply)) => Ok(Answer::Ended { instance, reply }),
-        _ => {
-            shared.settle.deregister(&instance, hold_id);
-            Ok(Answer::StillRunning {
-                instance,
-                status: status.as_str().into(),
-            })
-        }
+        _ => Ok(Answer::StillRunning {
+            instance,
+            status: status.as_str().into(),
+        }),
     }
 }
 
@@ -355,7 +352,7 @@ pub(crate) async fn await_end(
     timeout: std::time::Duration,
 ) -> Result<Option<Reply>, Error> {
     let hold = shared.settle.register(key);
-    let hold_id = hold.id;
+    let withdrawn = shared.settle.withdrawn_on_drop(&key.id, hold.id);
     let told = match ended(shared, key).await {
         Ok(None) => shared
             .clock
@@ -363,12 +360,9 @@ pub(crate) async fn await_end(
             .await
             .ok()
             .and_then(Result::ok),
-        other => {
-            shared.settle.deregister(&key.id, hold_id);
-            return other;
-        }
+        other => return other,
     };
-    shared.settle.deregister(&key.id, hold_id);
+    drop(withdrawn);
     match told {
         Some(reply) => Ok(Some(reply)),
         None => ended(shared, key).await,

@@ -4,7 +4,8 @@
 //! instance commits, and is deregistered if that commit fails. The order matters once there is
 //! more than one lane: registering after the commit leaves a window in which another lane
 //! completes the instance and finds no one to tell. The invariant the transport relies on is:
-//! *told to defer ⇒ registered ∧ committed*.
+//! *told to defer ⇒ registered ∧ committed*. A caller told to defer is deregistered however its
+//! wait ends, even by its going away ([`Registration`]).
 //!
 //! The registry is this process's. The step that registers a caller also records on the instance
 //! which replica holds it ([`holder_after`]); a step that ends the instance on another replica
@@ -80,6 +81,15 @@ impl SettleRegistry {
         }
     }
 
+    /// `id`'s registration on `instance`, withdrawn when the returned guard is dropped.
+    pub fn withdrawn_on_drop(&self, instance: &str, id: HoldId) -> Registration<'_> {
+        Registration {
+            registry: self,
+            instance: instance.to_owned(),
+            id,
+        }
+    }
+
     /// Answers every caller held on `instance`. Called after the ending step committed.
     pub fn settle(&self, instance: &str, reply: &Reply) {
         let callers = self.lock().remove(instance);
@@ -113,6 +123,22 @@ impl SettleRegistry {
         self.waiting
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A held caller's registration, withdrawn however its wait ends: answered, past its
+/// `ack-timeout`, or abandoned — its future dropped because its HTTP client went away or its
+/// broker consumer stopped, which no line after the wait would see. Withdrawing a caller
+/// already answered finds nothing to remove.
+pub struct Registration<'r> {
+    registry: &'r SettleRegistry,
+    instance: String,
+    id: HoldId,
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        self.registry.deregister(&self.instance, self.id);
     }
 }
 

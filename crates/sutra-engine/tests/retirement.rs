@@ -184,3 +184,55 @@ async fn a_draining_version_retires_only_once_nothing_keeps_it_on_sqlite() {
     );
     until_version_1_is(&harness, Retired, None).await;
 }
+
+/// An order that emits to a webhook which refuses every try, on a channel that gives up after
+/// two; version 2 is the same document again.
+const GIVING_UP: &str = r#"
+name: shop
+channels:
+  orders: { transport: http, correlate: data.id }
+  ledger: { transport: http, url: "http://127.0.0.1:9/ledger", max-attempts: 2 }
+flows:
+  order:
+    start: { channel: orders }
+    nodes:
+      - id: notify
+        emit: { channel: ledger, data: { order: "= vars.input.id" } }
+      - id: done
+        end: {}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poisoned_outbox_row_no_longer_keeps_its_draining_version() {
+    use DeploymentStatus::{Draining, Retired};
+    let harness = Harness::start(GIVING_UP, config()).await;
+    harness.sender.fail_next(usize::MAX);
+    let emitting = start(&harness, "o-emit", "emit").await;
+    harness.wait_for_status(&emitting, Status::Completed).await;
+    until_tried(&harness, &emitting, 1).await;
+    harness.engine.deploy(TENANT, GIVING_UP).await.unwrap();
+    harness.advance(Duration::from_secs(1));
+    until_version_1_is(&harness, Draining, kept(0, 1, 0)).await;
+
+    // The second refusal reaches the channel's `max-attempts`: the row is poisoned, kept and
+    // visible, and never sent again.
+    harness.advance(OUTBOX_BACKOFF);
+    until_tried(&harness, &emitting, 2).await;
+    let rows = harness
+        .engine
+        .store()
+        .outbox(TENANT, &emitting)
+        .await
+        .unwrap();
+    assert!(rows[0].poisoned, "{:?}", rows[0]);
+    assert_eq!(rows[0].sent_at, None);
+
+    // Short of the harness's own patience, so that a version kept anyway says what kept it.
+    let retiring = until_version_1_is(&harness, Retired, None);
+    let retired = tokio::time::timeout(Duration::from_secs(15), retiring).await;
+    assert!(
+        retired.is_ok(),
+        "version 1 did not retire, its only blocker a poisoned row: {:?}",
+        version_1(&harness).await
+    );
+}

@@ -252,10 +252,22 @@ pub fn redacted(url: &str) -> String {
 pub async fn serve(settings: Settings) -> Result<(), ServeError> {
     let replica = settings.engine.replica_id.clone();
     let store = redacted(&settings.datasource);
+    let engine = settings.engine.clone();
     serve_until(settings, shutdown_signal(), |bound| {
         // Tests and scripts wait for this exact line to learn the bound port.
         eprintln!("sutra: listening on http://{bound} (replica {replica}, store {store})");
-        info!(%bound, %replica, "serving");
+        // The timings recovery and leadership run on, as in force: what the operator reads to
+        // know what a defaulted or overridden key came to (crates/sutra-cli/tests/defaults.rs).
+        info!(
+            %bound,
+            %replica,
+            lanes = engine.lanes,
+            claim_timeout = %engine.claim_timeout,
+            sweep_interval = %engine.sweep_interval,
+            lease_ttl = %engine.lease_ttl,
+            lease_poll = %engine.lease_poll,
+            "serving"
+        );
     })
     .await
 }
