@@ -303,6 +303,16 @@ fn record(
 ) {
     let LeaseTerms { holder, clock, .. } = lease_terms;
     match acquired {
+        // Granted too late to act on (this process froze while the acquire was in flight): no
+        // work runs on it (`while_leading`), so it is not signalled, nor recorded as a term that
+        // never ran, overlapping whoever took the lease meanwhile.
+        Ok(Some(lease)) if until <= clock.instant() => {
+            warn!(
+                role,
+                epoch = lease.epoch,
+                "a lease reply came after the term it grants had run out; not leading on it"
+            );
+        }
         Ok(Some(lease)) => {
             let term = Term {
                 epoch: lease.epoch,
