@@ -3,10 +3,6 @@
 //! named queues and streams and removes them; what a queue holds unacknowledged is read from
 //! RabbitMQ itself.
 
-use std::time::Duration;
-
-use futures_util::StreamExt;
-
 use serde_json::{Value, json};
 use sutra_testkit::brokers::{TestQueue, TestStream, TestVhost};
 use sutra_testkit::{Scratch, Server, ServerOptions, event, serve, until};
@@ -122,11 +118,7 @@ async fn an_instance_started_from_amqp_resumes_from_nats_and_emits_to_both() {
     confirmations
         .publish(async_nats::HeaderMap::new(), b"{not json".to_vec())
         .await;
-    let advisory = tokio::time::timeout(Duration::from_secs(20), terminations.next())
-        .await
-        .expect("JetStream tells of the terminated message")
-        .unwrap();
-    let advisory: Value = serde_json::from_slice(&advisory.payload).unwrap();
+    let advisory = TestStream::next_termination(&mut terminations).await;
     assert_eq!(advisory["stream_seq"], 2, "{advisory}");
     orders
         .wait_for_counts("settle every message", |c| {

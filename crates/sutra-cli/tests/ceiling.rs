@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use serde_json::{Value, json};
 use sqlx::{Connection, SqliteConnection};
 use sutra_testkit::brokers::{TestQueue, TestStream};
@@ -345,11 +344,7 @@ async fn a_nats_relay_whose_step_always_fails_is_terminated_within_the_ceiling()
         .publish_binary("confirmation-1", &json!({"order": "o1"}))
         .await;
 
-    let advisory = tokio::time::timeout(Duration::from_secs(20), terminations.next())
-        .await
-        .expect("JetStream tells of the terminated message")
-        .unwrap();
-    let advisory: Value = serde_json::from_slice(&advisory.payload).unwrap();
+    let advisory = TestStream::next_termination(&mut terminations).await;
     assert_eq!(advisory["stream_seq"], 1, "{advisory}");
     assert_eq!(
         (

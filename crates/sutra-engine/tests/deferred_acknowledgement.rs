@@ -8,12 +8,11 @@ mod common;
 use std::sync::Arc;
 
 use serde_json::json;
-use sutra_core::model::Transport;
-use sutra_core::step::{Message, Reply};
+use sutra_core::step::Reply;
 use sutra_engine::intake::{Answer, Inbound};
 use sutra_engine::{Engine, EngineConfig};
 
-use common::{Harness, TENANT};
+use common::Harness;
 
 /// A caller of `asks` is held until its instance has its answer.
 const ASKS: &str = r#"
@@ -32,19 +31,7 @@ flows:
 "#;
 
 fn ask(id: &str) -> Inbound {
-    Inbound {
-        tenant: TENANT.to_owned(),
-        channel: "asks".to_owned(),
-        message: Message {
-            id: id.to_owned(),
-            kind: "test".to_owned(),
-            source: "test".to_owned(),
-            subject: None,
-            time: None,
-            data: json!({"id": "k"}),
-        },
-        via: Transport::Http,
-    }
+    common::inbound("asks", id, json!({"id": "k"}))
 }
 
 async fn until_held(engine: &Engine, callers: usize) {

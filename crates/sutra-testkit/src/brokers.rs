@@ -381,6 +381,17 @@ impl TestStream {
         subscriber
     }
 
+    /// The next termination advisory `terminations` hears, as JSON: JetStream's word that a
+    /// message was dead-lettered. Fails the test if none comes within 20 s.
+    pub async fn next_termination(terminations: &mut async_nats::Subscriber) -> serde_json::Value {
+        use futures_util::StreamExt;
+        let advisory = tokio::time::timeout(Duration::from_secs(20), terminations.next())
+            .await
+            .expect("JetStream tells of the terminated message")
+            .expect("the advisory subscription is open");
+        serde_json::from_slice(&advisory.payload).expect("an advisory is JSON")
+    }
+
     /// How many messages the stream holds.
     pub async fn stored(&mut self) -> u64 {
         self.stream.info().await.unwrap().state.messages

@@ -73,20 +73,7 @@ impl Harness {
 
     /// Sends `data` on `channel` as message `id`; the instance it started or resumed.
     pub async fn send(&self, channel: &str, id: &str, data: Value) -> String {
-        let inbound = Inbound {
-            tenant: TENANT.to_owned(),
-            channel: channel.to_owned(),
-            message: Message {
-                id: id.to_owned(),
-                kind: "test".to_owned(),
-                source: "test".to_owned(),
-                subject: None,
-                time: None,
-                data,
-            },
-            via: Transport::Http,
-        };
-        match self.engine.intake(inbound).await {
+        match self.engine.intake(inbound(channel, id, data)).await {
             Ok(Answer::Accepted {
                 instance: Some(instance),
                 ..
@@ -223,5 +210,22 @@ impl Sender for Outbound {
         }
         *failing -= 1;
         Err(SendError("the receiver is down".to_owned()))
+    }
+}
+
+/// Message `id` carrying `data` on `channel`, as HTTP intake decodes it.
+pub fn inbound(channel: &str, id: &str, data: Value) -> Inbound {
+    Inbound {
+        tenant: TENANT.to_owned(),
+        channel: channel.to_owned(),
+        message: Message {
+            id: id.to_owned(),
+            kind: "test".to_owned(),
+            source: "test".to_owned(),
+            subject: None,
+            time: None,
+            data,
+        },
+        via: Transport::Http,
     }
 }
