@@ -18,25 +18,29 @@
 //!
 //! This file is the step driver: the events, the choice of the next token, settling what became
 //! of it, parks, endings and failures. What each node kind does when a token reaches it is in
-//! `exec/nodes.rs`.
+//! `exec/nodes.rs`, what a park's answer does in `exec/answers.rs`, races in `exec/race.rs`, and
+//! a waiting node's deadline and reminders in `exec/boundary.rs`.
 
+mod answers;
+mod boundary;
 mod migration;
 mod nodes;
+mod race;
 
 pub use migration::migrate;
 
-use jiff::SignedDuration;
+use answers::Answer;
+
 use serde_json::{Value, json};
 
 use crate::codes;
 use crate::expr::{Bindings, EvalError};
-use crate::model::{After, Flow, Node, NodeIndex, NodeKind};
+use crate::model::{After, Flow, Node, NodeIndex};
 use crate::snapshot::{
-    Failure, Park, ParkId, ParkKind, Snapshot, Status, Token, TokenId, TokenState,
+    Failure, Park, ParkId, ParkKind, Role, Snapshot, Status, Token, TokenId, TokenState,
 };
 use crate::step::{
     Disarm, Effect, Event, HistoryEvent, HistoryKind, Message, Rejection, Reply, Step, StepContext,
-    TaskError,
 };
 
 /// Applies `event` to the instance in `snapshot`, running every runnable token until each is
@@ -113,32 +117,6 @@ pub fn fail(
         history,
         reply,
     })
-}
-
-/// An event that answers a park.
-enum Answer {
-    Message(Message),
-    Timer,
-    Output(Value),
-    Error(TaskError),
-    Exhausted(TaskError),
-}
-
-impl Answer {
-    /// Whether this answer is one a park of `kind` waits for. A timer answers a park with a due
-    /// time: a `wait`, or a `receive` with a timeout, whose message and timer rows are one park,
-    /// consumed by whichever comes first.
-    fn answers(&self, kind: &ParkKind) -> bool {
-        match (self, kind) {
-            (Answer::Message(_), ParkKind::Receive { .. }) => true,
-            (Answer::Timer, kind) => kind.due().is_some(),
-            (
-                Answer::Output(_) | Answer::Error(_) | Answer::Exhausted(_),
-                ParkKind::Task { .. },
-            ) => true,
-            _ => false,
-        }
-    }
 }
 
 /// A fatal failure on its way to the snapshot.
@@ -250,6 +228,7 @@ impl<'a> Run<'a> {
                     node: String::new(),
                     parent: None,
                     state: TokenState::Ready,
+                    role: None,
                 };
                 let outcome = self.goto(&mut root, entry);
                 self.settle(root, outcome);
@@ -291,6 +270,12 @@ impl<'a> Run<'a> {
             json!({"code": failure.as_ref().map(|f| &f.code)}),
         );
         let failed = failure.and_then(|f| f.token);
+        // The failed token runs its node again, which makes its satellites anew.
+        if let Some(failed) = failed {
+            self.snap
+                .tokens
+                .retain(|token| !boundary::is_satellite_of(token, failed));
+        }
         for mut token in std::mem::take(&mut self.snap.tokens) {
             match &token.state {
                 TokenState::Ready | TokenState::Parked(_) if Some(token.id) == failed => {
@@ -321,92 +306,24 @@ impl<'a> Run<'a> {
         };
         let mut token = self.snap.tokens.remove(i);
         token.state = TokenState::Ready;
-        let outcome = self.answer(&mut token, park, answer);
-        self.settle(token, outcome);
+        match token.role {
+            Some(Role::Arm { index }) => {
+                let (racer, outcome) = self.race_won(token, index, park, answer)?;
+                self.settle(racer, outcome);
+            }
+            Some(Role::Reminder { fired }) => {
+                let outcome = self.remind(&mut token, fired);
+                self.settle(token, outcome);
+            }
+            Some(Role::Detached) | None => {
+                // The token leaves its node, and what waited beside it goes.
+                self.resolve_satellites(token.id);
+                let outcome = self.answer(&mut token, park, answer);
+                self.settle(token, outcome);
+            }
+        }
         self.run();
         Ok(())
-    }
-
-    fn answer(&mut self, token: &mut Token, park: ParkId, answer: Answer) -> Outcome {
-        let node = self.node_named(&token.node)?;
-        match answer {
-            Answer::Message(message) => {
-                self.record_at(
-                    HistoryKind::MessageReceived,
-                    token,
-                    json!({"park": park, "message": message.id}),
-                );
-                self.set_output(node, message.data.clone());
-                self.msg = Some(message.to_json());
-                self.proceed(token, node.after)
-            }
-            Answer::Timer => {
-                self.record_at(HistoryKind::TimerFired, token, json!({"park": park}));
-                match &node.kind {
-                    NodeKind::Receive(spec) => match spec.on_timeout {
-                        Some(target) => self.goto(token, target),
-                        None => {
-                            let message = receive_timeout_message(&spec.channel, spec.timeout);
-                            self.route_error(token, node, codes::RECEIVE_TIMEOUT.code, message)
-                        }
-                    },
-                    _ => self.proceed(token, node.after),
-                }
-            }
-            Answer::Output(output) => {
-                self.record_at(HistoryKind::TaskCompleted, token, json!({"park": park}));
-                self.set_output(node, output);
-                self.proceed(token, node.after)
-            }
-            Answer::Error(error) => {
-                self.record_task_failure(token, park, &error, false);
-                self.route_error(token, node, &error.code, error.message)
-            }
-            Answer::Exhausted(error) => {
-                self.record_task_failure(token, park, &error, true);
-                let code = codes::TASK_RETRIES_EXHAUSTED.code;
-                self.route_error(token, node, code, error.message)
-            }
-        }
-    }
-
-    fn record_task_failure(
-        &mut self,
-        token: &Token,
-        park: ParkId,
-        error: &TaskError,
-        exhausted: bool,
-    ) {
-        let detail = json!({
-            "park": park,
-            "code": error.code,
-            "message": error.message,
-            "exhausted": exhausted,
-        });
-        self.record_at(HistoryKind::TaskFailed, token, detail);
-    }
-
-    /// Sends a task's or a receive's error to the node's `on-error` with `vars.error` set, or
-    /// fails the instance with it when there is no `on-error`.
-    fn route_error(
-        &mut self,
-        token: &mut Token,
-        node: &Node,
-        code: &str,
-        message: String,
-    ) -> Outcome {
-        let Some(target) = node.on_error else {
-            return Err(Fault::new(code, message));
-        };
-        let error = json!({"code": code, "message": message});
-        self.snap.vars.insert("error".into(), error);
-        self.goto(token, target)
-    }
-
-    fn set_output(&mut self, node: &Node, value: Value) {
-        if let Some(name) = &node.output {
-            self.snap.vars.insert(name.clone(), value);
-        }
     }
 
     // ---- running tokens ----------------------------------------------------------------------
@@ -462,10 +379,13 @@ impl<'a> Run<'a> {
     }
 
     /// A branch token that runs off its list ends, and its fork waits for one token fewer; when
-    /// none is left the fork's token becomes runnable and joins. The top-level token running off
-    /// its list completes the instance. So does a branch token whose fork no longer waits for it
+    /// none is left the fork's token becomes runnable and joins. A reminder's token just ends.
+    /// The top-level token running off its list completes the instance. So does a branch token whose fork no longer waits for it
     /// (a snapshot that does not match its flow): nothing else could ever end the instance.
     fn end_of_list(&mut self, token: &Token) {
+        if token.role == Some(Role::Detached) {
+            return;
+        }
         let fork = token.parent.and_then(|parent| {
             self.snap
                 .tokens
@@ -533,16 +453,21 @@ impl<'a> Run<'a> {
     /// made in this step loses its `Arm`, so a park made and resolved in one step leaves no trace
     /// among the effects.
     fn tear_down_parks(&mut self) {
-        let parks: Vec<Disarm> = self.snap.parks().map(Disarm::of).collect();
-        for disarm in parks {
-            let park = disarm.park;
-            if self.was_armed(park) {
-                self.effects.push(Effect::Disarm(disarm));
-            } else {
-                self.effects.retain(
-                    |effect| !matches!(effect, Effect::Arm { park: p, .. } if p.id == park),
-                );
-            }
+        let parks: Vec<Park> = self.snap.parks().cloned().collect();
+        for park in &parks {
+            self.release(park);
+        }
+    }
+
+    /// Resolves one park: disarmed when it had rows before this step, its `Arm` dropped when it
+    /// was made in this step.
+    fn release(&mut self, park: &Park) {
+        let id = park.id;
+        if self.was_armed(id) {
+            self.effects.push(Effect::Disarm(Disarm::of(park)));
+        } else {
+            self.effects
+                .retain(|effect| !matches!(effect, Effect::Arm { park: p, .. } if p.id == id));
         }
     }
 
@@ -620,14 +545,6 @@ fn is_runnable(token: &Token) -> bool {
     )
 }
 
-/// Why a receive timed out. Its node may have lost its `timeout` since it parked (a migration).
-fn receive_timeout_message(channel: &str, timeout: Option<SignedDuration>) -> String {
-    match timeout {
-        Some(timeout) => format!("no message on channel `{channel}` within {timeout}"),
-        None => format!("the receive on channel `{channel}` timed out"),
-    }
-}
-
 /// A `parked` event's detail: what the park waits on, without a task's (possibly large) input.
 fn park_detail(park: &Park) -> Value {
     match &park.kind {
@@ -635,6 +552,8 @@ fn park_detail(park: &Park) -> Value {
             json!({"park": park.id, "kind": "receive", "channel": channel, "key": key, "due": due})
         }
         ParkKind::Wait { due } => json!({"park": park.id, "kind": "wait", "due": due}),
-        ParkKind::Task { topic, .. } => json!({"park": park.id, "kind": "task", "topic": topic}),
+        ParkKind::Task { topic, due, .. } => {
+            json!({"park": park.id, "kind": "task", "topic": topic, "due": due})
+        }
     }
 }

@@ -43,9 +43,10 @@ impl Deployment {
     pub fn consumes(&self, channel: &str) -> bool {
         self.flows.values().any(|flow| {
             flow.start.channel == channel
-                || flow.nodes.iter().any(
-                    |node| matches!(&node.kind, NodeKind::Receive(receive) if receive.channel == channel),
-                )
+                || flow
+                    .nodes
+                    .iter()
+                    .any(|node| node.kind.receives_on().any(|on| on == channel))
         })
     }
 }
@@ -204,6 +205,31 @@ pub struct Node {
     /// Where control goes when this node finishes: its `next`, else the following node of the
     /// same list, else the end of that list.
     pub after: After,
+    /// An interrupting timer on a node that waits (`task`, `receive`): when it fires first, the
+    /// wait ends and control goes to its `next` (BPMN's interrupting boundary timer event).
+    pub deadline: Option<Deadline>,
+    /// A non-interrupting timer on a node that waits: each time it fires while the node still
+    /// waits, its branch runs beside it (BPMN's non-interrupting boundary timer event).
+    pub remind: Option<Remind>,
+}
+
+/// A node's `deadline`.
+#[derive(Debug, Clone)]
+pub struct Deadline {
+    pub after: SignedDuration,
+    pub next: NodeIndex,
+}
+
+/// A node's `remind`.
+#[derive(Debug, Clone)]
+pub struct Remind {
+    /// From the moment the node parks to the first reminder.
+    pub after: SignedDuration,
+    /// Between reminders after the first; `None`: only one.
+    pub every: Option<SignedDuration>,
+    /// The first node of the reminder's own list; `None` for an empty list (the reminder is
+    /// recorded, nothing runs).
+    pub head: Option<NodeIndex>,
 }
 
 /// Where a token goes when its node is done.
@@ -226,6 +252,9 @@ pub enum NodeKind {
     Choice(ChoiceSpec),
     /// One entry per branch: the branch's first node, or `None` for an empty branch.
     Parallel(Vec<Option<NodeIndex>>),
+    /// Whichever arm fires first wins; the others are disarmed in the same step (BPMN's
+    /// event-based gateway).
+    Race(Vec<RaceArm>),
     End {
         reply: Option<Template>,
     },
@@ -246,9 +275,27 @@ impl NodeKind {
             NodeKind::Wait(_) => "wait",
             NodeKind::Choice(_) => "choice",
             NodeKind::Parallel(_) => "parallel",
+            NodeKind::Race(_) => "race",
             NodeKind::End { .. } => "end",
             NodeKind::Fail { .. } => "fail",
         }
+    }
+}
+
+impl NodeKind {
+    /// The channels whose messages this node waits for: a `receive`'s, or its arms' for a
+    /// `race`.
+    pub fn receives_on(&self) -> impl Iterator<Item = &str> {
+        let (single, arms) = match self {
+            NodeKind::Receive(receive) => (Some(receive.channel.as_str()), &[][..]),
+            NodeKind::Race(arms) => (None, arms.as_slice()),
+            _ => (None, &[][..]),
+        };
+        let armed = arms.iter().filter_map(|arm| match &arm.waits {
+            ArmWait::Receive { channel, .. } => Some(channel.as_str()),
+            ArmWait::Wait(_) => None,
+        });
+        single.into_iter().chain(armed)
     }
 }
 
@@ -301,4 +348,21 @@ pub struct ChoiceSpec {
 pub struct ChoiceArm {
     pub when: Expr,
     pub next: NodeIndex,
+}
+
+/// One arm of a `race`.
+#[derive(Debug, Clone)]
+pub struct RaceArm {
+    pub waits: ArmWait,
+    /// Variable that receives the winning message's `data`.
+    pub output: Option<String>,
+    /// Where the race goes on when this arm wins: its `next`, else the node after the race.
+    pub after: After,
+}
+
+/// What a race arm waits for: a message, or a time.
+#[derive(Debug, Clone)]
+pub enum ArmWait {
+    Receive { channel: String, key: Expr },
+    Wait(WaitSpec),
 }

@@ -169,9 +169,29 @@ pub struct Token {
     pub id: TokenId,
     /// The id of the node the token is at.
     pub node: String,
-    /// The token that forked this one (a `parallel` node's token); `None` for the root token.
+    /// The token that forked this one (a `parallel` node's token), or the token a satellite
+    /// serves (a race arm's race, a reminder's waiting node); `None` for the root token.
     pub parent: Option<TokenId>,
     pub state: TokenState,
+    /// What the token is for when it is not an ordinary position in the graph. Absent in
+    /// snapshots written before races and reminders: every token of those is ordinary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
+}
+
+/// The part a token plays besides being at its node (decision 0050). A token holds at most one
+/// park, so an extra wait of a node — a race's arms, a reminder's timer — is a satellite token
+/// of its own, parked beside the token it serves (`parent`) at the same node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "role")]
+pub enum Role {
+    /// Arm `index` of the race its parent waits at.
+    Arm { index: u32 },
+    /// The timer of the `remind` of the node its parent waits at; `fired` reminders so far.
+    Reminder { fired: u32 },
+    /// A token running a reminder's list: it ends at the end of the list without joining
+    /// anything or completing the instance.
+    Detached,
 }
 
 impl Token {
@@ -193,6 +213,8 @@ pub enum TokenState {
     Joining {
         pending: u32,
     },
+    /// At a `race` node, waiting for the first of its arms (satellite tokens) to fire.
+    Racing,
 }
 
 /// What a parked token waits on. The store keeps one durable row (a wait, a timer, a task) per
@@ -215,7 +237,7 @@ pub enum ParkKind {
     },
     /// A durable timer.
     Wait { due: Timestamp },
-    /// An external task for pull workers.
+    /// An external task for pull workers; withdrawn at `due` when its node has a deadline.
     Task {
         topic: String,
         input: Value,
@@ -224,6 +246,9 @@ pub enum ParkKind {
         backoff: SignedDuration,
         #[serde(with = "iso_duration")]
         lock: SignedDuration,
+        /// The node's deadline. Absent in snapshots written before deadlines: no timer.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        due: Option<Timestamp>,
     },
 }
 
@@ -250,7 +275,7 @@ impl ParkKind {
         match self {
             ParkKind::Receive { due, .. } => *due,
             ParkKind::Wait { due } => Some(*due),
-            ParkKind::Task { .. } => None,
+            ParkKind::Task { due, .. } => *due,
         }
     }
 }

@@ -216,6 +216,12 @@ pub enum HistoryKind {
     Restored,
     /// Moved onto another version of its flow (SPEC §7.4): `{from, to, map}`.
     Migrated,
+    /// A race's arm fired first: `{arm, next}`; the other arms were disarmed.
+    RaceWon,
+    /// A node's deadline fired before its wait ended: `{next}`.
+    DeadlineFired,
+    /// A node's reminder fired while it waited: `{fired}`, counting from 1.
+    Reminded,
 }
 
 /// The result of applying one event.

@@ -567,6 +567,7 @@ fn parks_carry_what_the_store_needs_to_arm_them() {
                 retries: 3,
                 backoff: SignedDuration::from_secs(5),
                 lock: SignedDuration::from_secs(300),
+                due: None,
             },
             ParkKind::Receive {
                 channel: "replies".into(),

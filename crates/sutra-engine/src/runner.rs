@@ -610,6 +610,7 @@ fn arms_for(park: &Park) -> Vec<Arm> {
             retries,
             backoff,
             lock,
+            ..
         } => Some(Arm::Task {
             park: park.id,
             topic: topic.clone(),

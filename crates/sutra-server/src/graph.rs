@@ -3,7 +3,7 @@
 //! instance's tokens out on it; the edges are read off the checked model, so they are the ones
 //! the engine follows.
 
-use sutra_core::model::{After, Deployment, Flow, NodeIndex, NodeKind, WaitSpec};
+use sutra_core::model::{After, ArmWait, Deployment, Flow, NodeIndex, NodeKind, WaitSpec};
 use sutra_wire::{Extra, FlowGraph, GraphEdge, GraphNode};
 
 /// The graph of every flow of `deployment`, in name order.
@@ -57,7 +57,9 @@ fn detail(kind: &NodeKind) -> Option<String> {
                 .collect::<Vec<_>>()
                 .join(", "),
         ),
-        NodeKind::Choice(_) | NodeKind::Parallel(_) | NodeKind::End { .. } => None,
+        NodeKind::Choice(_) | NodeKind::Parallel(_) | NodeKind::Race(_) | NodeKind::End { .. } => {
+            None
+        }
     }
 }
 
@@ -99,6 +101,15 @@ fn edges(flow: &Flow, index: NodeIndex) -> Vec<GraphEdge> {
                 push(id(on_timeout), "on-timeout");
             }
         }
+        NodeKind::Race(arms) => {
+            for (number, arm) in (1..).zip(arms) {
+                let to = match arm.after {
+                    After::Node(next) => id(next),
+                    After::End => None,
+                };
+                push(to, &format!("arm {number}: {}", arm_label(&arm.waits)));
+            }
+        }
         NodeKind::Set(_) | NodeKind::Task(_) | NodeKind::Emit(_) | NodeKind::Wait(_) => {
             push(after(node), "next")
         }
@@ -106,7 +117,25 @@ fn edges(flow: &Flow, index: NodeIndex) -> Vec<GraphEdge> {
     if let Some(on_error) = node.on_error {
         push(id(on_error), "on-error");
     }
+    if let Some(deadline) = &node.deadline {
+        push(id(deadline.next), &format!("deadline {:#}", deadline.after));
+    }
+    if let Some(remind) = &node.remind {
+        push(
+            remind.head.and_then(id),
+            &format!("remind {:#}", remind.after),
+        );
+    }
     edges
+}
+
+/// What a race arm waits for: `receive <channel>`, `wait <duration>`, `wait until <expr>`.
+fn arm_label(waits: &ArmWait) -> String {
+    match waits {
+        ArmWait::Receive { channel, .. } => format!("receive {channel}"),
+        ArmWait::Wait(WaitSpec::Duration(duration)) => format!("wait {duration:#}"),
+        ArmWait::Wait(WaitSpec::Until(until)) => format!("wait until {}", until.source()),
+    }
 }
 
 /// For each node, the `parallel` node whose branch holds it and the branch's index: a branch
@@ -145,11 +174,16 @@ fn successors(flow: &Flow, index: NodeIndex) -> Vec<NodeIndex> {
         }
         NodeKind::End { .. } | NodeKind::Fail { .. } => {}
         NodeKind::Receive(receive) => next.extend(receive.on_timeout),
+        NodeKind::Race(arms) => next.extend(arms.iter().filter_map(|arm| match arm.after {
+            After::Node(next) => Some(next),
+            After::End => None,
+        })),
         _ => {}
     }
+    next.extend(node.deadline.as_ref().map(|deadline| deadline.next));
     if !matches!(
         node.kind,
-        NodeKind::Choice(_) | NodeKind::End { .. } | NodeKind::Fail { .. }
+        NodeKind::Choice(_) | NodeKind::End { .. } | NodeKind::Fail { .. } | NodeKind::Race(_)
     ) && let After::Node(after) = node.after
     {
         next.push(after);

@@ -105,13 +105,20 @@ fn token(token: &Token, instance: &str) -> Result<sutra_wire::Token> {
         TokenState::Joining { pending } => {
             ("joining", Some(serde_json::json!({"pending": pending})))
         }
+        TokenState::Racing => ("racing", None),
     };
+    let role = token
+        .role
+        .map(serde_json::to_value)
+        .transpose()
+        .map_err(|e| Problem::unrenderable(&format!("a token role of instance {instance}"), e))?;
     Ok(sutra_wire::Token {
         id: token.id.0,
         node: token.node.clone(),
         parent: token.parent.map(|parent| parent.0),
         state: state.to_owned(),
         park,
+        role,
         extra: Extra::new(),
     })
 }

@@ -103,7 +103,7 @@ pub struct FlowGraph {
 pub struct GraphNode {
     pub id: String,
     /// The YAML key of its kind: `set`, `task`, `emit`, `receive`, `wait`, `choice`,
-    /// `parallel`, `end` or `fail`.
+    /// `parallel`, `race`, `end` or `fail`.
     pub kind: String,
     /// A word on what it does: a task's topic, a channel, a failure code.
     pub detail: Option<String>,
@@ -124,7 +124,9 @@ pub struct GraphEdge {
     /// The node it goes to; `None` for the end of the node's list: the instance completes at
     /// the top level, a branch ends and joins its `parallel` node otherwise.
     pub to: Option<String>,
-    /// `next`, `branch`, `when …`, `otherwise`, `on-error`, `on-timeout` or `join`.
+    /// `next`, `branch`, `when …`, `otherwise`, `on-error`, `on-timeout`, `join`,
+    /// `arm N: receive <channel>` / `arm N: wait <duration>` (a race's arms),
+    /// `deadline <duration>` or `remind <duration>` (to the reminder's first node).
     pub label: String,
     #[serde(flatten)]
     #[cfg_attr(feature = "openapi", schema(ignore))]

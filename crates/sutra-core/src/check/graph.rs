@@ -14,7 +14,13 @@ fn successors(node: &Node) -> Vec<NodeIndex> {
         After::Node(next) => Some(next),
         After::End => None,
     };
-    match &node.kind {
+    let boundary = node
+        .deadline
+        .as_ref()
+        .map(|deadline| deadline.next)
+        .into_iter()
+        .chain(node.remind.as_ref().and_then(|remind| remind.head));
+    let mut successors = match &node.kind {
         NodeKind::End { .. } | NodeKind::Fail { .. } => vec![],
         NodeKind::Choice(choice) => choice
             .arms
@@ -25,8 +31,17 @@ fn successors(node: &Node) -> Vec<NodeIndex> {
         NodeKind::Parallel(heads) => heads.iter().flatten().copied().chain(after).collect(),
         NodeKind::Task(_) => after.into_iter().chain(node.on_error).collect(),
         NodeKind::Receive(receive) => after.into_iter().chain(receive.on_timeout).collect(),
+        NodeKind::Race(arms) => arms
+            .iter()
+            .filter_map(|arm| match arm.after {
+                After::Node(next) => Some(next),
+                After::End => None,
+            })
+            .collect(),
         NodeKind::Set(_) | NodeKind::Emit(_) | NodeKind::Wait(_) => after.into_iter().collect(),
-    }
+    };
+    successors.extend(boundary);
+    successors
 }
 
 /// Marks every node reachable from `from` in `seen`; returns how many were newly marked.

@@ -113,6 +113,8 @@ pub(super) fn build(
         output: None,
         on_error: None,
         after: After::End,
+        deadline: None,
+        remind: None,
     };
     let example = "{ id: done, end: {} }";
     let Some(record) = cx.record(slot.node, site.what.clone(), slot.at, example) else {

@@ -3,14 +3,15 @@
 //!
 //! Everything is checked before anything changes: every name the map gives must be a node of
 //! the version it names, and every token must land on a node of the target version; a token
-//! parked at a `receive`, `task` or `wait` must land on a node of the same kind, since what it
+//! parked at a `receive`, `task`, `wait` or `race` must land on a node of the same kind, since what it
 //! waits for (a message, a worker, a timer) is that kind's. A refusal says which token or which
 //! entry of the map is wrong, and what to do.
 //!
 //! A suspended instance's parks are disarmed and each parked token runs its new node again,
 //! which parks it there: a `receive` waits on the key the new node computes, a `task` is
 //! offered again under the new node's topic and input (a worker holding the old one loses its
-//! lock), a `wait` starts its timer afresh. A failed instance stays failed: its parked tokens are
+//! lock), a `wait` starts its timer afresh, a `race` arms its arms again; reminders and
+//! deadlines start afresh with the node that parks. A failed instance stays failed: its parked tokens are
 //! left ready at their new nodes, and `restore` runs them there.
 
 use std::collections::BTreeMap;
@@ -19,7 +20,7 @@ use serde_json::json;
 
 use super::Run;
 use crate::model::{Flow, NodeKind};
-use crate::snapshot::{Snapshot, Status, TokenState};
+use crate::snapshot::{Role, Snapshot, Status, TokenState};
 use crate::step::{HistoryKind, Rejection, Step, StepContext};
 
 /// Moves the instance of `snapshot`, running `from`, onto `to`, version `version` of its
@@ -47,9 +48,14 @@ pub fn migrate(
     if suspended {
         run.tear_down_parks();
     }
+    // Satellites (race arms, reminder timers) go: the token they serve runs its new node
+    // again, which arms that node's own.
+    run.snap
+        .tokens
+        .retain(|token| !matches!(token.role, Some(Role::Arm { .. } | Role::Reminder { .. })));
     for token in &mut run.snap.tokens {
         token.node = landing(map, &token.node).to_owned();
-        if matches!(token.state, TokenState::Parked(_)) {
+        if matches!(token.state, TokenState::Parked(_) | TokenState::Racing) {
             token.state = TokenState::Ready;
         }
     }
@@ -120,7 +126,7 @@ fn check_landing(
     let waits = |kind: &NodeKind| {
         matches!(
             kind,
-            NodeKind::Receive(_) | NodeKind::Task(_) | NodeKind::Wait(_)
+            NodeKind::Receive(_) | NodeKind::Task(_) | NodeKind::Wait(_) | NodeKind::Race(_)
         )
     };
     match source {

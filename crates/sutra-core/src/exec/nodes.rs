@@ -34,8 +34,9 @@ impl Run<'_> {
                     retries: spec.retries,
                     backoff: spec.backoff,
                     lock: spec.lock,
+                    due: node.deadline.as_ref().map(|d| self.due_in(d.after)),
                 };
-                self.park(token, kind);
+                self.park_waiting(token, node, kind);
                 Ok(Fate::Stays)
             }
             NodeKind::Emit(spec) => {
@@ -43,12 +44,15 @@ impl Run<'_> {
                 self.proceed(token, node.after)
             }
             NodeKind::Receive(spec) => {
+                // The checker allows a `timeout` or a `deadline`, not both: either is the
+                // park's one timer.
+                let timeout = spec.timeout.or(node.deadline.as_ref().map(|d| d.after));
                 let kind = ParkKind::Receive {
                     channel: spec.channel.clone(),
                     key: spec.key.eval_key(&self.bindings())?,
-                    due: spec.timeout.map(|timeout| self.deadline(timeout)),
+                    due: timeout.map(|timeout| self.due_in(timeout)),
                 };
-                self.park(token, kind);
+                self.park_waiting(token, node, kind);
                 Ok(Fate::Stays)
             }
             NodeKind::Wait(spec) => {
@@ -61,6 +65,7 @@ impl Run<'_> {
                 self.goto(token, target)
             }
             NodeKind::Parallel(branches) => self.fork(token, branches),
+            NodeKind::Race(arms) => self.race(token, arms),
             NodeKind::End { reply } => {
                 let reply = match reply {
                     Some(template) => template.render(&self.bindings())?,
@@ -108,6 +113,7 @@ impl Run<'_> {
                 node,
                 parent: Some(token.id),
                 state: TokenState::Ready,
+                role: None,
             });
         }
         token.state = TokenState::Joining {
@@ -169,15 +175,15 @@ impl Run<'_> {
     /// When a `wait` is due. A time already past still parks the token, due at that time: the
     /// store fires it at once, in a step of its own, so a `wait` never continues within the step
     /// that reached it and the history shows the deadline the flow asked for.
-    fn wait_due(&self, spec: &WaitSpec) -> Result<Timestamp, Fault> {
+    pub(super) fn wait_due(&self, spec: &WaitSpec) -> Result<Timestamp, Fault> {
         match spec {
-            WaitSpec::Duration(duration) => Ok(self.deadline(*duration)),
+            WaitSpec::Duration(duration) => Ok(self.due_in(*duration)),
             WaitSpec::Until(expr) => Ok(parse_until(expr, &expr.eval(&self.bindings())?)?),
         }
     }
 
     /// `now + duration`; a deadline beyond the representable range is "never" in practice.
-    fn deadline(&self, duration: SignedDuration) -> Timestamp {
+    pub(super) fn due_in(&self, duration: SignedDuration) -> Timestamp {
         self.ctx
             .now
             .saturating_add(duration)

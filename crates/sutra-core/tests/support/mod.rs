@@ -229,6 +229,8 @@ fn lay_out(list: &[N], index: &HashMap<String, NodeIndex>, arena: &mut Vec<Node>
             output: n.output.clone(),
             on_error: n.on_error.as_ref().map(at),
             after,
+            deadline: None,
+            remind: None,
         });
         if let K::Parallel(branches) = &n.kind {
             branches.iter().for_each(|b| lay_out(b, index, arena));
