@@ -183,14 +183,23 @@ async fn resolve(
         return started;
     }
     let store = &shared.store;
-    let lookup = store
-        .look_up(&tenant, &channel, &message.id, key.as_deref())
-        .await?;
-    if let Some(answer) = lookup.answer {
-        return Ok(dedup(answer));
-    }
-    if let Some(target) = lookup.wait {
-        return relay(shared, lanes, definition, &arrived, target).await;
+    // The wait found may be resolved before the relay's step runs — another arm of its race
+    // won, its timer fired: the message is then looked up once more, as if it had come a
+    // moment later (decision 0053). A second stale relay is the sender's to send again.
+    for attempt in 0..2 {
+        let lookup = store
+            .look_up(&tenant, &channel, &message.id, key.as_deref())
+            .await?;
+        if let Some(answer) = lookup.answer {
+            return Ok(dedup(answer));
+        }
+        let Some(target) = lookup.wait else {
+            break;
+        };
+        match relay(shared, lanes, definition, &arrived, target).await {
+            Err(IntakeError::Engine(Error::Stale(_))) if attempt == 0 => continue,
+            relayed => return relayed,
+        }
     }
     // The instance the start found waiting moved on before the look: start after all. One
     // found waiting again is a race the sender settles by sending again.

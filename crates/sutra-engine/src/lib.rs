@@ -54,6 +54,7 @@
 
 mod admin;
 mod answers;
+mod arms;
 pub mod bulk;
 mod config;
 mod converge;

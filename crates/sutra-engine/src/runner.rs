@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use sutra_core::codes::{self, Code};
 use sutra_core::exec;
-use sutra_core::snapshot::{InstanceInfo, Park, ParkId, ParkKind, Snapshot};
+use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot};
 use sutra_core::step::{Disarm, Effect, Event, Message, Rejection, Step, StepContext};
 use sutra_store::{
     Arm, ClaimToken, Claimed, CompletingClaim, DeliveryId, Group, InboxAnswer, InboxEntry,
@@ -29,7 +29,7 @@ use crate::request::{Completion, Consumed, StepRequest, Work};
 use crate::settle;
 use crate::shared::Shared;
 use crate::written::Written;
-use crate::{fault, history_log, metrics};
+use crate::{arms, fault, history_log, metrics};
 
 /// Who runs a member's step: the replica's shared parts, the claim's owner, the deployments
 /// the lane sees.
@@ -545,7 +545,9 @@ fn to_commit(
     let mut outbox = Vec::new();
     for effect in &step.effects {
         match effect {
-            Effect::Arm { park, .. } => arms.extend(arms_for(park)),
+            Effect::Arm { token, park, .. } => {
+                arms.extend(arms::of(park, arms::race_of(&step.snapshot, *token)))
+            }
             Effect::Disarm(disarm) => disarms.push(*disarm),
             Effect::Emit {
                 channel,
@@ -592,36 +594,6 @@ fn to_commit(
         announce_end: step.reply.is_some()
             && settle::held_elsewhere(pending.held_by.as_deref(), me),
     }
-}
-
-/// The durable rows behind a park.
-fn arms_for(park: &Park) -> Vec<Arm> {
-    let timer = park.kind.due().map(|due| Arm::Timer { park: park.id, due });
-    let waiting = match &park.kind {
-        ParkKind::Receive { channel, key, .. } => Some(Arm::Wait {
-            park: park.id,
-            channel: channel.clone(),
-            key: key.clone(),
-        }),
-        ParkKind::Wait { .. } => None,
-        ParkKind::Task {
-            topic,
-            input,
-            retries,
-            backoff,
-            lock,
-            ..
-        } => Some(Arm::Task {
-            park: park.id,
-            topic: topic.clone(),
-            input: input.clone(),
-            retries: *retries,
-            backoff: *backoff,
-            lock: *lock,
-            taken_by: None,
-        }),
-    };
-    waiting.into_iter().chain(timer).collect()
 }
 
 fn rejected(rejection: Rejection) -> Error {

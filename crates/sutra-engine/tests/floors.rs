@@ -19,6 +19,7 @@ use std::path::Path;
 const FLOORS: &[&[&str]] = &[
     // 0. The ground: the pieces everything stands on, each naming no other module.
     &[
+        "arms",
         "config",
         "error",
         "fault",

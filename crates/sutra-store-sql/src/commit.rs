@@ -80,8 +80,20 @@ pub(crate) async fn write_step<T: StepStatements>(
     let taken = writer.write_rows().await?;
     lock_waits(writer.tx, step).await?;
     let mut due_now = Vec::new();
+    // Races of this step whose arm matched a buffered message already: their other arms take
+    // none, so that a losing arm's message is not consumed by a delivery that can never apply.
+    let mut matched_races = Vec::new();
     for arm in &step.arms {
-        due_now.extend(writer.arm(arm).await?);
+        let group = match arm {
+            Arm::Wait { group, .. } => *group,
+            _ => None,
+        };
+        let buffered = group.is_none_or(|group| !matched_races.contains(&group));
+        let matched = writer.arm(arm, buffered).await?;
+        if let (Some(_), Some(group)) = (matched, group) {
+            matched_races.push(group);
+        }
+        due_now.extend(matched);
     }
     writer.tx.insert_outbox(instance, &step.outbox).await?;
     if let Some(taken) = step.taken {
@@ -245,10 +257,13 @@ impl<T: StepStatements> StepWriter<'_, T> {
     }
 
     /// Writes the row behind a park that [`StepWriter::write_rows`] did not (a wait or a
-    /// timer); returns the delivery of a buffered message it matched.
-    async fn arm(&mut self, arm: &Arm) -> Result<Option<DeliveryId>> {
+    /// timer); returns the delivery of a buffered message it matched, when `buffered` lets a
+    /// wait take one.
+    async fn arm(&mut self, arm: &Arm, buffered: bool) -> Result<Option<DeliveryId>> {
         match arm {
-            Arm::Wait { park, channel, key } => self.arm_wait(*park, channel, key).await,
+            Arm::Wait {
+                park, channel, key, ..
+            } => self.arm_wait(*park, channel, key, buffered).await,
             Arm::Timer { park, due } => {
                 self.deliver(*park, &DeliveryKind::Timer, Some(*due))
                     .await?;
@@ -266,6 +281,7 @@ impl<T: StepStatements> StepWriter<'_, T> {
         park: ParkId,
         channel: &str,
         key: &str,
+        buffered: bool,
     ) -> Result<Option<DeliveryId>> {
         let on = Correlation {
             tenant: &self.instance.tenant,
@@ -283,6 +299,9 @@ impl<T: StepStatements> StepWriter<'_, T> {
                 "the correlation key `{key}` on `{channel}` was taken while the step was written; \
                  retry"
             )));
+        }
+        if !buffered {
+            return Ok(None);
         }
         let Some(early) = self.tx.take_buffered(on).await? else {
             return Ok(None);

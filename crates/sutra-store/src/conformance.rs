@@ -83,6 +83,7 @@ macro_rules! conformance_tests {
             timer_arm_is_a_future_delivery,
             buffered_message_is_matched_in_the_parks_own_transaction,
             buffer_relays_to_a_wait_armed_since_the_intake_looked,
+            one_arm_of_a_race_takes_a_buffered_message,
             a_lookup_answers_a_consumed_message_and_otherwise_finds_its_wait,
             a_start_an_instance_waits_for_is_refused_before_it_writes,
             history_sequence_cannot_repeat,

@@ -47,6 +47,10 @@ pub enum Arm {
         park: ParkId,
         channel: String,
         key: String,
+        /// The race this wait is an arm of (its racing token's id), if any. A buffered message
+        /// is taken for at most one wait of a group in a commit: the first match wins the race,
+        /// and the other arms' messages stay buffered, as uncorrelated ones do.
+        group: Option<u64>,
     },
     /// A timer: a delivery of kind [`crate::DeliveryKind::Timer`] due at `due`.
     Timer { park: ParkId, due: Timestamp },

@@ -124,6 +124,7 @@ pub fn wait(park: u64, key: &str) -> Arm {
         park: ParkId(park),
         channel: REPLIES.to_owned(),
         key: key.to_owned(),
+        group: None,
     }
 }
 

@@ -219,6 +219,7 @@ pub(super) fn wait(park: ParkId, key: &str) -> Arm {
         park,
         channel: REPLIES.to_owned(),
         key: key.to_owned(),
+        group: None,
     }
 }
 
@@ -285,7 +286,9 @@ pub(super) fn armed_waits(commit: &StepCommit) -> Vec<(&str, &str, ParkId)> {
         .arms
         .iter()
         .filter_map(|arm| match arm {
-            Arm::Wait { park, channel, key } => Some((channel.as_str(), key.as_str(), *park)),
+            Arm::Wait {
+                park, channel, key, ..
+            } => Some((channel.as_str(), key.as_str(), *park)),
             _ => None,
         })
         .collect()

@@ -210,3 +210,46 @@ pub async fn a_start_an_instance_waits_for_is_refused_before_it_writes<S: Store>
         .await
         .expect("a key nobody waits on starts");
 }
+
+/// Two arms of one race ([`Arm::Wait`]'s `group`) each with a buffered message on its key: the
+/// first arm's is taken and the second's stays buffered, since the first match wins the race
+/// and a delivery to the losing arm could never apply.
+pub async fn one_arm_of_a_race_takes_a_buffered_message<S: Store>(store: &S) {
+    let id = id(1);
+    started(store, TENANT, &id).await;
+    for key in ["pay-1", "cancel-1"] {
+        let early = BufferedMessage {
+            channel: REPLIES.to_owned(),
+            key: key.to_owned(),
+            message: message(&format!("early-{key}")),
+            expires_at: now() + HOUR,
+        };
+        assert_eq!(store.buffer(TENANT, &early).await.unwrap(), None);
+    }
+    let arm = |park: u64, key: &str| Arm::Wait {
+        park: ParkId(park),
+        channel: REPLIES.to_owned(),
+        key: key.to_owned(),
+        group: Some(7),
+    };
+    let claim = claimed(store, &id, LANE_A).await;
+    let race = arming(&claim, vec![arm(1, "pay-1"), arm(2, "cancel-1")]);
+    let committed = store.commit(&race).await.unwrap();
+
+    let [matched] = <[DeliveryId; 1]>::try_from(committed.due_now).expect("one arm matched");
+    let delivery = store.delivery(matched).await.unwrap().expect("a delivery");
+    assert_eq!(delivery.park, ParkId(1));
+
+    // The losing arm disarmed, its message is still there for a receive that parks later.
+    let claim = claimed(store, &id, LANE_A).await;
+    let later = StepCommit {
+        disarms: vec![disarm(ParkId(2), ParkSort::Receive)],
+        ..arming(&claim, vec![wait(ParkId(3), "cancel-1")])
+    };
+    let committed = store.commit(&later).await.unwrap();
+    assert_eq!(
+        committed.due_now.len(),
+        1,
+        "the losing arm's message stayed buffered"
+    );
+}

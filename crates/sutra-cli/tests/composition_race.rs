@@ -1,0 +1,194 @@
+//! `race` (issue 33, decision 0053), through the HTTP API of a real `sutra serve`: on SQLite,
+//! and on PostgreSQL with two replicas.
+//!
+//! - The first arm to fire wins: its message's data lands in the arm's `output`, and the
+//!   instance goes on at the arm's `next`.
+//! - The losing arms are disarmed in the winner's step: a message for one afterwards is an
+//!   uncorrelated message (`SUTRA.RUNTIME.RELAY.NO_MATCH`), and changes nothing.
+//! - Two arms' messages sent at the same moment, to two replicas: exactly one wins.
+//! - A `wait` arm wins when no message comes in time.
+
+mod common;
+
+use common::{Fleet, Timing};
+use serde_json::{Value, json};
+use sutra_testkit::postgres::TestDatabase;
+use sutra_testkit::{Scratch, Server, serve};
+
+const SETTLEMENT: &str = r#"
+name: settlement
+channels:
+  orders: { transport: http, correlate: data.id }
+  quotes: { transport: http, correlate: data.id }
+  payments: { transport: http, correlate: data.order }
+  cancellations: { transport: http, correlate: data.order }
+flows:
+  settle:
+    start: { channel: orders }
+    nodes:
+      - id: settle
+        race:
+          - receive: { channel: payments, key: vars.input.id }
+            output: payment
+            next: paid
+          - receive: { channel: cancellations, key: vars.input.id }
+            next: cancelled
+          - wait: { duration: P1D }
+            next: expired
+      - id: paid
+        end: { reply: paid }
+      - id: cancelled
+        end: { reply: cancelled }
+      - id: expired
+        end: { reply: expired }
+  quote:
+    start: { channel: quotes }
+    nodes:
+      - id: accept
+        race:
+          - receive: { channel: payments, key: "'q-' + vars.input.id" }
+            next: accepted
+          - wait: { duration: PT1S }
+            next: lapsed
+      - id: accepted
+        end: { reply: accepted }
+      - id: lapsed
+        end: { reply: lapsed }
+"#;
+
+async fn start(server: &Server, channel: &str, id: &str) -> String {
+    let (status, body) = server
+        .send(channel, &format!("start-{id}"), json!({"id": id}))
+        .await;
+    assert_eq!(
+        (status, &body["status"]),
+        (202, &json!("suspended")),
+        "{body}"
+    );
+    body["instance"]
+        .as_str()
+        .expect("an instance id")
+        .to_owned()
+}
+
+async fn pay(server: &Server, order: &str, event: &str) -> (u16, Value) {
+    server
+        .send("payments", event, json!({"order": order, "amount": 12}))
+        .await
+}
+
+async fn cancel(server: &Server, order: &str, event: &str) -> (u16, Value) {
+    server
+        .send("cancellations", event, json!({"order": order}))
+        .await
+}
+
+fn races_won(history: &[Value]) -> Vec<Value> {
+    history
+        .iter()
+        .filter(|e| e["kind"] == "race_won")
+        .map(|e| e["detail"].clone())
+        .collect()
+}
+
+async fn the_first_arm_wins_and_a_late_message_for_another_is_uncorrelated(a: &Server, b: &Server) {
+    let instance = start(a, "orders", "o1").await;
+    let racing = a.instance(&instance).await;
+    let states: Vec<&Value> = racing["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| &t["state"])
+        .collect();
+    assert_eq!(states[0], "racing", "{racing}");
+    assert_eq!(
+        states.len(),
+        4,
+        "the racing token and its three arms: {racing}"
+    );
+
+    let (status, paid) = pay(b, "o1", "pay-o1").await;
+    assert_eq!(
+        (status, &paid["status"]),
+        (202, &json!("completed")),
+        "{paid}"
+    );
+    let done = a.wait_for_status(&instance, "completed").await;
+    assert_eq!(
+        done["vars"]["payment"],
+        json!({"order": "o1", "amount": 12})
+    );
+    assert_eq!(
+        races_won(&a.history(&instance).await),
+        [json!({"arm": 0, "next": "paid"})]
+    );
+
+    let (status, late) = cancel(a, "o1", "cancel-o1").await;
+    assert_eq!(
+        (status, late["code"].as_str()),
+        (404, Some("SUTRA.RUNTIME.RELAY.NO_MATCH")),
+        "{late}"
+    );
+    assert_eq!(a.instance(&instance).await["status"], "completed");
+}
+
+async fn two_arms_at_the_same_moment_have_exactly_one_winner(a: &Server, b: &Server) {
+    for round in 0..5 {
+        let order = format!("same-{round}");
+        let instance = start(a, "orders", &order).await;
+        let (pay_event, cancel_event) = (format!("pay-{order}"), format!("cancel-{order}"));
+        let (paid, cancelled) =
+            tokio::join!(pay(a, &order, &pay_event), cancel(b, &order, &cancel_event),);
+        let answers = [paid, cancelled];
+        let won: Vec<&(u16, Value)> = answers
+            .iter()
+            .filter(|(status, _)| *status == 202)
+            .collect();
+        assert_eq!(won.len(), 1, "exactly one arm wins: {answers:?}");
+        let lost = answers.iter().find(|(status, _)| *status != 202).unwrap();
+        assert_eq!(
+            lost.1["code"], "SUTRA.RUNTIME.RELAY.NO_MATCH",
+            "{answers:?}"
+        );
+        let done = a.wait_for_status(&instance, "completed").await;
+        assert_eq!(races_won(&a.history(&instance).await).len(), 1, "{done}");
+    }
+}
+
+async fn a_wait_arm_wins_when_no_message_comes_in_time(a: &Server) {
+    let instance = start(a, "quotes", "q1").await;
+    let lapsed = a.wait_for_status(&instance, "completed").await;
+    let history = a.history(&instance).await;
+    assert_eq!(
+        races_won(&history),
+        [json!({"arm": 1, "next": "lapsed"})],
+        "{lapsed}"
+    );
+    let (status, late) = pay(a, "q-q1", "pay-q1").await;
+    assert_eq!(
+        (status, late["code"].as_str()),
+        (404, Some("SUTRA.RUNTIME.RELAY.NO_MATCH"))
+    );
+}
+
+async fn every_rule(a: &Server, b: &Server) {
+    the_first_arm_wins_and_a_late_message_for_another_is_uncorrelated(a, b).await;
+    two_arms_at_the_same_moment_have_exactly_one_winner(a, b).await;
+    a_wait_arm_wins_when_no_message_comes_in_time(a).await;
+}
+
+#[tokio::test]
+async fn races_on_sqlite() {
+    let scratch = Scratch::new("composition-race");
+    let server = serve!(scratch.database()).deployed(SETTLEMENT).await;
+    every_rule(&server, &server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn races_on_postgres_with_two_replicas() {
+    let database = TestDatabase::create().await;
+    let fleet = Fleet::of("composition-race", 2, Timing::SHORT)
+        .start(database.url(), SETTLEMENT)
+        .await;
+    every_rule(fleet.replica(0), fleet.replica(1)).await;
+}

@@ -1,0 +1,49 @@
+//! The durable rows behind a park (SPEC §5.6: what was asked): a correlation wait, a timer, a
+//! task, as the store arms them.
+
+use sutra_core::snapshot::{Park, ParkKind, Role, Snapshot, TokenId};
+use sutra_store::Arm;
+
+/// The rows of `park`. A park with a due time (a `wait`, a `receive`'s timeout, a deadline)
+/// has a timer beside its wait or task, and whichever answers first consumes both. `race` names
+/// the race a receive park is an arm of: the store lets one arm of a race take a buffered
+/// message ([`Arm::Wait`]'s `group`).
+pub fn of(park: &Park, race: Option<TokenId>) -> Vec<Arm> {
+    let timer = park.kind.due().map(|due| Arm::Timer { park: park.id, due });
+    let waiting = match &park.kind {
+        ParkKind::Receive { channel, key, .. } => Some(Arm::Wait {
+            park: park.id,
+            channel: channel.clone(),
+            key: key.clone(),
+            group: race.map(|racer| racer.0),
+        }),
+        ParkKind::Wait { .. } => None,
+        ParkKind::Task {
+            topic,
+            input,
+            retries,
+            backoff,
+            lock,
+            ..
+        } => Some(Arm::Task {
+            park: park.id,
+            topic: topic.clone(),
+            input: input.clone(),
+            retries: *retries,
+            backoff: *backoff,
+            lock: *lock,
+            taken_by: None,
+        }),
+    };
+    waiting.into_iter().chain(timer).collect()
+}
+
+/// The racing token whose arm `token` is, in the snapshot a step left; `None` for any other
+/// token.
+pub fn race_of(snapshot: &Snapshot, token: TokenId) -> Option<TokenId> {
+    let token = snapshot.token(token)?;
+    match token.role {
+        Some(Role::Arm { .. }) => token.parent,
+        _ => None,
+    }
+}
