@@ -6,6 +6,8 @@
 //!
 //! Decided: like AWS Step Functions, parallel branches are self-contained. A jump must land in the
 //! list it starts from; a branch leaves only by ending, and the flow continues after the join.
+//! A reminder's `nodes` are a list of their own too, laid out like a branch: they run beside the
+//! waiting node and end on their own.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -18,9 +20,9 @@ use super::channels::Channels;
 use super::reader::{Checker, NameRule, suggestion};
 use super::{LOWERCASE_NAME, graph, nodes};
 
-/// The most nodes a flow has, parallel branches included: as many as one step visits by
-/// default, so that a straight sequence of them still runs in a step, and far more than any
-/// flow written by hand.
+/// The most nodes a flow has, parallel branches and reminders included: as many as one step
+/// visits by default, so that a straight sequence of them still runs in a step, and far more
+/// than any flow written by hand.
 pub const FLOW_NODES_MAX: usize = TRANSITIONS_PER_STEP_DEFAULT as usize;
 
 /// Node ids: jumps, history and `migrate --map old=new` refer to them.
@@ -111,8 +113,8 @@ fn flow<'a>(
         && let Some(entry) = record.entry("nodes")
     {
         let message = format!(
-            "flow `{name}` has {} nodes, parallel branches included; a flow has at most \
-             {FLOW_NODES_MAX}",
+            "flow `{name}` has {} nodes, parallel branches and reminders included; a flow has \
+             at most {FLOW_NODES_MAX}",
             outline.slots.len()
         );
         let hint = "split it into flows that hand over by a channel: one step runs at most \
@@ -161,12 +163,25 @@ pub(super) struct Slot<'a> {
     /// A parallel node's branches (indices into [`Outline::lists`]); `None` when they are
     /// malformed or the node is not a parallel.
     pub branches: Option<Vec<usize>>,
+    /// The list of the node's `remind` `nodes` (an index into [`Outline::lists`]); `None` when
+    /// the node has no such list or it is malformed (the second pass reports how).
+    pub reminder: Option<usize>,
 }
 
-/// A list of nodes: the flow's top-level list, or one parallel branch.
+/// Whose list a list is.
+#[derive(Clone, Copy)]
+pub(super) enum Owner {
+    /// The flow's top-level list.
+    Flow,
+    /// A branch of a parallel node, by its 1-based number.
+    Branch(NodeIndex, usize),
+    /// The `remind` `nodes` of a waiting node.
+    Reminder(NodeIndex),
+}
+
+/// A list of nodes: the flow's top-level list, one parallel branch, or one reminder's nodes.
 pub(super) struct List {
-    /// The parallel node and the branch's 1-based number; `None` for the top-level list.
-    pub parallel: Option<(NodeIndex, usize)>,
+    pub owner: Owner,
     pub members: Vec<NodeIndex>,
 }
 
@@ -186,20 +201,16 @@ impl<'a> Outline<'a> {
             lists: Vec::new(),
             ids: HashMap::new(),
         };
-        outline.lay_out(cx, nodes, None);
+        outline.lay_out(cx, nodes, Owner::Flow);
         outline
     }
 
-    /// Lays out one list. Recursion follows parallel nesting, which the YAML depth bounds.
-    fn lay_out(
-        &mut self,
-        cx: &mut Checker,
-        nodes: &'a [Node],
-        parallel: Option<(NodeIndex, usize)>,
-    ) {
+    /// Lays out one list. Recursion follows the nesting of branches and reminders, which the
+    /// YAML depth bounds.
+    fn lay_out(&mut self, cx: &mut Checker, nodes: &'a [Node], owner: Owner) {
         let list = self.lists.len();
         self.lists.push(List {
-            parallel,
+            owner,
             members: Vec::new(),
         });
         for node in nodes {
@@ -220,10 +231,22 @@ impl<'a> Outline<'a> {
                 list,
                 position,
                 branches: None,
+                reminder: None,
             });
             let branches = self.branches(cx, node, index, id);
             self.slots[index.0 as usize].branches = branches;
+            let reminder = self.reminder(cx, node, index);
+            self.slots[index.0 as usize].reminder = reminder;
         }
+    }
+
+    /// Lays out the list of a node's `remind` `nodes`, whatever the node's kind: the second
+    /// pass reports a `remind` where it does not belong, and a malformed one.
+    fn reminder(&mut self, cx: &mut Checker, node: &'a Node, index: NodeIndex) -> Option<usize> {
+        let nodes = node.entry("remind")?.value.entry("nodes")?.value.as_seq()?;
+        let list = self.lists.len();
+        self.lay_out(cx, nodes, Owner::Reminder(index));
+        Some(list)
     }
 
     /// The node's id when it is valid; duplicates are reported where they repeat.
@@ -239,7 +262,7 @@ impl<'a> Outline<'a> {
                     format!("node id `{id}` is already used in flow `{}`", self.flow),
                 )
                 .with_hint(format!(
-                    "the first `{id}` is on line {line}; node ids must be unique in the flow, parallel branches included"
+                    "the first `{id}` is on line {line}; node ids must be unique in the flow, parallel branches and reminders included"
                 )),
             );
             return Some(id);
@@ -279,7 +302,7 @@ impl<'a> Outline<'a> {
             match cx.list(branch, &branch_label, "- - { id: a, ... }") {
                 Some(nodes) => {
                     lists.push(self.lists.len());
-                    self.lay_out(cx, nodes, Some((index, number)));
+                    self.lay_out(cx, nodes, Owner::Branch(index, number));
                 }
                 None => valid = false,
             }
@@ -300,13 +323,17 @@ impl<'a> Outline<'a> {
             .map_or(After::End, |&next| After::Node(next))
     }
 
-    /// "the top-level list", "branch 2 of parallel `both`".
+    /// "the top-level list", "branch 2 of parallel `both`", "the reminder of node `approve`".
     fn describe_list(&self, list: usize) -> String {
-        match self.lists[list].parallel {
-            None => "the top-level list".to_owned(),
-            Some((parallel, number)) => {
+        match self.lists[list].owner {
+            Owner::Flow => "the top-level list".to_owned(),
+            Owner::Branch(parallel, number) => {
                 let owner = self.slot(parallel).id.unwrap_or("?");
                 format!("branch {number} of parallel `{owner}`")
+            }
+            Owner::Reminder(host) => {
+                let owner = self.slot(host).id.unwrap_or("?");
+                format!("the reminder of node `{owner}`")
             }
         }
     }
@@ -346,6 +373,16 @@ impl<'a> Outline<'a> {
         };
         let target_list = self.slot(to).list;
         if target_list != list {
+            let reminder = [list, target_list]
+                .iter()
+                .any(|&list| matches!(self.lists[list].owner, Owner::Reminder(_)));
+            let hint = if reminder {
+                "a reminder's nodes are self-contained: they run beside the waiting node, and a \
+                 jump must stay in their own list; to leave the wait, give the node a `deadline`"
+            } else {
+                "parallel branches are self-contained: a jump must stay in its own list; \
+                 let the branch end, and put what follows the join after the `parallel` node"
+            };
             cx.report(
                 Diagnostic::error(
                     "cross-branch-jump",
@@ -356,10 +393,7 @@ impl<'a> Outline<'a> {
                         self.describe_list(target_list)
                     ),
                 )
-                .with_hint(
-                    "parallel branches are self-contained: a jump must stay in its own list; \
-                     let the branch end, and put what follows the join after the `parallel` node",
-                ),
+                .with_hint(hint),
             );
             return None;
         }

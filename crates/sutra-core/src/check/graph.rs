@@ -84,8 +84,8 @@ pub(super) fn warn_unreachable(
         };
         cx.report(
             Diagnostic::warning("unreachable-node", spans[index], message).with_hint(
-                "no `next`, choice arm, `on-error` or `on-timeout` leads here, and the node \
-                 before does not continue here; jump to it, or remove it",
+                "no `next`, choice or race arm, `on-error`, `on-timeout` or `deadline` leads \
+                 here, and the node before does not continue here; jump to it, or remove it",
             ),
         );
     }

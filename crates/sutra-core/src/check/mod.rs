@@ -5,11 +5,13 @@
 //! every problem it can; the model it builds along the way is only handed out when no error was
 //! found. `sutra check` and `POST /v1/deployments` both call [`check`], so they always agree.
 
+mod boundary;
 mod channels;
 mod flows;
 pub use flows::FLOW_NODES_MAX;
 mod graph;
 mod nodes;
+mod race;
 mod reader;
 
 use crate::diagnostic::{self, Diagnostic};

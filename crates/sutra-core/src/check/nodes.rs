@@ -1,10 +1,11 @@
 //! Nodes: exactly one kind each, the kind's own fields, and the node-level fields that only
-//! some kinds accept.
+//! some kinds accept. A `race`'s arms are read in [`super::race`], a waiting node's `deadline`
+//! and `remind` in [`super::boundary`].
 
 use serde_json::Value as Json;
 
 use crate::diagnostic::Diagnostic;
-use crate::expr::{INSTANCE_ROOTS, Template};
+use crate::expr::{Expr, INSTANCE_ROOTS, Template};
 use crate::model::{
     After, ChoiceArm, ChoiceSpec, EmitSpec, Node, NodeIndex, NodeKind, ReceiveSpec,
     TASK_BACKOFF_DEFAULT, TASK_LOCK_DEFAULT, TASK_RETRIES_DEFAULT, TaskSpec, WaitSpec,
@@ -14,13 +15,29 @@ use crate::yaml::{self, Entry};
 use super::channels::Channels;
 use super::flows::Outline;
 use super::reader::{Checker, NameRule, Record, Zero, listing, suggestion};
+use super::{boundary, race};
 
-const KINDS: &[&str] = &[
-    "set", "task", "emit", "receive", "wait", "choice", "parallel", "end", "fail",
+pub(super) const KINDS: &[&str] = &[
+    "set", "task", "emit", "receive", "wait", "choice", "parallel", "race", "end", "fail",
 ];
 
 /// The fields of a node besides its kind.
-const NODE_FIELDS: &[&str] = &["id", "next", "output", "on-error", "otherwise"];
+const NODE_FIELDS: &[&str] = &[
+    "id",
+    "next",
+    "output",
+    "on-error",
+    "otherwise",
+    "deadline",
+    "remind",
+];
+
+/// The kinds of node that wait, and so may have a `deadline` and a `remind`.
+pub(super) const WAITING_KINDS: &[&str] = &["task", "receive"];
+
+/// What to do instead of a `next` or an `output` on a `race` node.
+const RACE_FIELD_HINT: &str =
+    "a `race` goes on through the arm that wins: put `next` and `output` on its arms";
 
 /// Node-level fields that only some kinds accept, and what to do instead.
 const RESTRICTED_FIELDS: &[(&str, &[&str], &str)] = &[
@@ -44,10 +61,20 @@ const RESTRICTED_FIELDS: &[(&str, &[&str], &str)] = &[
         &["set", "task", "emit", "receive", "wait", "parallel"],
         "a `choice` goes on through its arms or `otherwise`, and `end` and `fail` stop the instance; remove `next`",
     ),
+    (
+        "deadline",
+        WAITING_KINDS,
+        "only a node that waits (`task`, `receive`) has a deadline; to bound a `wait`, shorten it, or use a `race` with a `wait` arm",
+    ),
+    (
+        "remind",
+        WAITING_KINDS,
+        "only a node that waits (`task`, `receive`) has a reminder; put `remind` on the `task` or `receive` it is about, or remove it",
+    ),
 ];
 
 /// Variable names: expressions read them as `vars.name`.
-const VARIABLE: NameRule = NameRule {
+pub(super) const VARIABLE: NameRule = NameRule {
     first: |c| c.is_ascii_alphabetic() || c == '_',
     rest: |c| c.is_ascii_alphanumeric() || c == '_',
     max_chars: 64,
@@ -55,37 +82,49 @@ const VARIABLE: NameRule = NameRule {
 };
 
 /// The node being built and what it needs from its flow.
-struct Site<'o, 'a> {
-    outline: &'o Outline<'a>,
-    channels: &'o Channels,
-    index: NodeIndex,
+pub(super) struct Site<'o, 'a> {
+    pub outline: &'o Outline<'a>,
+    pub channels: &'o Channels,
+    pub index: NodeIndex,
     /// "node `debit`".
-    what: String,
+    pub what: String,
 }
 
 impl Site<'_, '_> {
-    fn jump(&self, cx: &mut Checker, target: &yaml::Node, label: &str) -> Option<NodeIndex> {
+    pub fn jump(&self, cx: &mut Checker, target: &yaml::Node, label: &str) -> Option<NodeIndex> {
         self.outline.jump(cx, self.index, target, label)
     }
 
     /// The kind's own map, e.g. the `{ topic: …, input: … }` of `task:`.
-    fn spec<'y>(
+    pub fn spec<'y>(
         &self,
         cx: &mut Checker,
         kind: &'y Entry,
         fields: &[&str],
         example: &str,
     ) -> Option<Record<'y>> {
-        let what = format!("the `{}` of {}", kind.key, self.what);
-        let record = cx.record(&kind.value, what, kind.key_span, example)?;
-        cx.unknown_fields(&record, fields);
-        Some(record)
+        spec_of(cx, kind, &self.what, fields, example)
     }
 
     fn template(&self, cx: &mut Checker, record: &Record, field: &str) -> Option<Template> {
         let node = record.get(field)?;
         cx.template(node, &record.label(field), INSTANCE_ROOTS)
     }
+}
+
+/// The map under `kind`, a field of `owner` ("node `debit`", "arm 2 of the `race` of node
+/// `settle`"), with its unknown fields reported.
+pub(super) fn spec_of<'y>(
+    cx: &mut Checker,
+    kind: &'y Entry,
+    owner: &str,
+    fields: &[&str],
+    example: &str,
+) -> Option<Record<'y>> {
+    let what = format!("the `{}` of {owner}", kind.key);
+    let record = cx.record(&kind.value, what, kind.key_span, example)?;
+    cx.unknown_fields(&record, fields);
+    Some(record)
 }
 
 /// Builds the node at `index`. Where it has errors (all of them reported), parts of it are
@@ -129,6 +168,10 @@ pub(super) fn build(
     if let Some(kind) = kind {
         check_restricted_fields(cx, &record, &kind.key);
     }
+    // Only on a kind that takes them: elsewhere they were reported as misplaced.
+    let waits = kind.filter(|kind| WAITING_KINDS.contains(&kind.key.as_str()));
+    let deadline = waits.and_then(|kind| boundary::deadline(cx, &site, &record, kind));
+    let remind = waits.and_then(|_| boundary::remind(cx, &site, &record));
     let kind = kind.and_then(|kind| kind_of(cx, &site, &record, kind));
     let label = |field: &str| record.label(field);
     let next = record
@@ -144,6 +187,8 @@ pub(super) fn build(
             .get("on-error")
             .and_then(|node| site.jump(cx, node, &label("on-error"))),
         after: next.map_or_else(|| outline.following(index), After::Node),
+        deadline,
+        remind,
         ..placeholder
     }
 }
@@ -216,6 +261,14 @@ fn the_kind<'y>(cx: &mut Checker, record: &Record<'y>) -> Option<&'y Entry> {
 fn check_restricted_fields(cx: &mut Checker, record: &Record, kind: &str) {
     for &(field, kinds, hint) in RESTRICTED_FIELDS {
         if let Some(entry) = record.entry(field).filter(|_| !kinds.contains(&kind)) {
+            let hint = match (kind, field) {
+                ("race", "next" | "output") => RACE_FIELD_HINT,
+                ("race", "deadline") => {
+                    "a `race` is bounded by a `wait` arm: add one, such as \
+                     `- wait: { duration: P2D }` with its `next`"
+                }
+                _ => hint,
+            };
             cx.report(
                 Diagnostic::error(
                     "misplaced-field",
@@ -240,6 +293,7 @@ fn kind_of(cx: &mut Checker, site: &Site, node: &Record, kind: &Entry) -> Option
         "wait" => wait(cx, site, kind),
         "choice" => choice(cx, site, node, kind),
         "parallel" => parallel(site),
+        "race" => race::race(cx, site, kind),
         "end" => end(cx, site, kind),
         // `the_kind` only returns keys from KINDS: this is `fail`.
         _ => fail(cx, site, kind),
@@ -334,19 +388,7 @@ fn receive(cx: &mut Checker, site: &Site, kind: &Entry) -> Option<NodeKind> {
         &fields,
         "{ channel: replies, key: vars.input.id }",
     )?;
-    let channel = cx.required(&record, "channel", "add `channel: <channel name>`")?;
-    let declared = site.channels.lookup(cx, channel, &record.label("channel"));
-    if let Some((name, declared)) = &declared {
-        declared.check_receivable(cx, name, channel.span, &site.what);
-        declared.check_consumable(cx, name, channel.span, &site.what);
-    }
-    let key = cx
-        .required(
-            &record,
-            "key",
-            "add `key: <expression>`: it must equal the correlation key of the awaited message",
-        )
-        .and_then(|node| cx.expression(node, &record.label("key"), INSTANCE_ROOTS));
+    let (channel, key) = awaited(cx, site, &record, &site.what)?;
     let timeout = record
         .get("timeout")
         .and_then(|node| cx.duration(node, &record.label("timeout"), Zero::Refused));
@@ -366,22 +408,55 @@ fn receive(cx: &mut Checker, site: &Site, kind: &Entry) -> Option<NodeKind> {
         site.jump(cx, &entry.value, &record.label("on-timeout"))
     });
     Some(NodeKind::Receive(ReceiveSpec {
-        channel: declared?.0,
+        channel: channel?,
         key: key?,
         timeout,
         on_timeout,
     }))
 }
 
+/// The `channel` and `key` of a `receive` node or a `race`'s receive arm, `who` waiting on them:
+/// the channel must be declared, correlated and consumable. `None` when `channel` is missing;
+/// otherwise each part is `None` when it was refused.
+pub(super) fn awaited(
+    cx: &mut Checker,
+    site: &Site,
+    record: &Record,
+    who: &str,
+) -> Option<(Option<String>, Option<Expr>)> {
+    let channel = cx.required(record, "channel", "add `channel: <channel name>`")?;
+    let declared = site.channels.lookup(cx, channel, &record.label("channel"));
+    if let Some((name, declared)) = &declared {
+        declared.check_receivable(cx, name, channel.span, who);
+        declared.check_consumable(cx, name, channel.span, who);
+    }
+    let key = cx
+        .required(
+            record,
+            "key",
+            "add `key: <expression>`: it must equal the correlation key of the awaited message",
+        )
+        .and_then(|node| cx.expression(node, &record.label("key"), INSTANCE_ROOTS));
+    Some((declared.map(|(name, _)| name), key))
+}
+
 fn wait(cx: &mut Checker, site: &Site, kind: &Entry) -> Option<NodeKind> {
-    let record = site.spec(cx, kind, &["duration", "until"], "{ duration: PT10S }")?;
+    let record = site.spec(cx, kind, WAIT_FIELDS, "{ duration: PT10S }")?;
+    wait_spec(cx, &record).map(NodeKind::Wait)
+}
+
+/// The fields of a `wait`, a node's or a `race` arm's.
+pub(super) const WAIT_FIELDS: &[&str] = &["duration", "until"];
+
+/// What a `wait` node or a `race`'s wait arm waits for.
+pub(super) fn wait_spec(cx: &mut Checker, record: &Record) -> Option<WaitSpec> {
     match (record.entry("duration"), record.entry("until")) {
         (Some(duration), None) => cx
             .duration(&duration.value, &record.label("duration"), Zero::Refused)
-            .map(|d| NodeKind::Wait(WaitSpec::Duration(d))),
+            .map(WaitSpec::Duration),
         (None, Some(until)) => cx
             .expression(&until.value, &record.label("until"), INSTANCE_ROOTS)
-            .map(|e| NodeKind::Wait(WaitSpec::Until(e))),
+            .map(WaitSpec::Until),
         (Some(_), Some(until)) => {
             cx.report(
                 Diagnostic::error(

@@ -264,6 +264,173 @@ fn a_flow_has_at_most_its_node_limit() {
     );
 }
 
+/// A flow `f` on channel `c` (http) with `payments` and `cancellations` correlated, and `nodes`.
+fn waiting_flow(nodes: &str) -> String {
+    format!(
+        "name: d\nchannels:\n  c: {{ transport: http }}\n  \
+         payments: {{ transport: http, correlate: data.orderId }}\n  \
+         cancellations: {{ transport: http, correlate: data.orderId }}\n  \
+         reminders: {{ transport: http, url: 'https://chat.internal/hook' }}\nflows:\n  f:\n    \
+         start: {{ channel: c }}\n    nodes:\n{nodes}"
+    )
+}
+
+fn rules(source: &str) -> Vec<&'static str> {
+    check(source).diagnostics.iter().map(|d| d.rule).collect()
+}
+
+const APPROVE: &str = "      - id: approve
+        task: { topic: manual-approval, input: { order: \"= vars.input.orderId\" } }
+        deadline: { after: P2D, next: escalate }
+        remind:
+          after: PT4H
+          every: PT2H
+          nodes:
+            - { id: nudge, emit: { channel: reminders, data: { order: \"= vars.input.orderId\" } } }
+            - { id: log, set: { nudged: true } }
+      - { id: done, end: {} }
+      - { id: escalate, fail: { code: ORDER.NOT_APPROVED } }
+";
+
+#[test]
+fn a_waiting_node_has_its_deadline_and_its_reminder() {
+    let checked = check(&waiting_flow(APPROVE));
+    assert!(
+        checked.diagnostics.is_empty(),
+        "the reminder's nodes are reachable: {:#?}",
+        checked.diagnostics
+    );
+    let deployment = checked.deployment.expect("a valid document");
+    let flow = &deployment.flows["f"];
+    let approve = node(flow, "approve");
+    let deadline = approve.deadline.as_ref().expect("a deadline");
+    assert_eq!(deadline.after, SignedDuration::from_hours(48));
+    assert_eq!(Some(deadline.next), flow.find("escalate"));
+    let remind = approve.remind.as_ref().expect("a reminder");
+    assert_eq!(remind.after, SignedDuration::from_hours(4));
+    assert_eq!(remind.every, Some(SignedDuration::from_hours(2)));
+    assert_eq!(remind.head, flow.find("nudge"));
+    assert_eq!(after(flow, "approve"), to(flow, "done"));
+    assert_eq!(after(flow, "nudge"), to(flow, "log"));
+    assert_eq!(after(flow, "log"), After::End, "a reminder ends on its own");
+    assert!(matches!(node(flow, "nudge").kind, NodeKind::Emit(_)));
+}
+
+#[test]
+fn a_reminder_without_nodes_or_repeat_has_no_head() {
+    let deployment = deployment(&waiting_flow(
+        "      - id: pay
+        receive: { channel: payments, key: vars.input.orderId }
+        remind: { after: PT1H }
+",
+    ));
+    let remind = node(&deployment.flows["f"], "pay").remind.clone();
+    let remind = remind.expect("a reminder");
+    assert_eq!(
+        (remind.after, remind.every, remind.head),
+        (SignedDuration::from_hours(1), None, None)
+    );
+}
+
+#[test]
+fn a_race_resolves_its_arms() {
+    let deployment = deployment(&waiting_flow(
+        "      - id: settle
+        race:
+          - receive: { channel: payments, key: vars.input.orderId }
+            output: payment
+            next: ship
+          - receive: { channel: cancellations, key: vars.input.orderId }
+          - wait: { duration: PT1H }
+            next: expired
+      - { id: cancelled, end: {} }
+      - { id: ship, end: {} }
+      - { id: expired, fail: { code: ORDER.EXPIRED } }
+",
+    ));
+    let flow = &deployment.flows["f"];
+    let NodeKind::Race(arms) = &node(flow, "settle").kind else {
+        panic!("not a race");
+    };
+    let [paid, cancelled, expired] = arms.as_slice() else {
+        panic!("three arms: {arms:#?}");
+    };
+    let ArmWait::Receive { channel, key } = &paid.waits else {
+        panic!("not a receive arm");
+    };
+    assert_eq!(
+        (channel.as_str(), key.source()),
+        ("payments", "vars.input.orderId")
+    );
+    assert_eq!(paid.output.as_deref(), Some("payment"));
+    assert_eq!(paid.after, to(flow, "ship"));
+    assert!(
+        matches!(&cancelled.waits, ArmWait::Receive { channel, .. } if channel == "cancellations")
+    );
+    assert_eq!(cancelled.output, None);
+    assert_eq!(
+        cancelled.after,
+        to(flow, "cancelled"),
+        "the node after the race"
+    );
+    let ArmWait::Wait(WaitSpec::Duration(hour)) = &expired.waits else {
+        panic!("not a duration arm");
+    };
+    assert_eq!(*hour, SignedDuration::from_hours(1));
+    assert_eq!(expired.after, to(flow, "expired"));
+    assert!(deployment.consumes("cancellations"));
+}
+
+#[test]
+fn misplaced_boundaries_and_malformed_arms_are_refused() {
+    let remind_on_wait = "      - id: w
+        wait: { duration: PT1H }
+        remind: { after: PT1M, nodes: [{ id: x, end: {} }] }
+";
+    assert_eq!(rules(&waiting_flow(remind_on_wait)), ["misplaced-field"]);
+    let race_with_next = "      - id: r
+        race: [{ wait: { duration: PT1M } }, { wait: { duration: PT2M } }]
+        next: r
+        output: v
+";
+    let checked = check(&waiting_flow(race_with_next));
+    let found: Vec<&str> = checked.diagnostics.iter().map(|d| d.rule).collect();
+    assert_eq!(found, ["misplaced-field", "misplaced-field"]);
+    assert!(
+        checked.diagnostics[0]
+            .hint
+            .as_deref()
+            .is_some_and(|hint| hint.contains("on its arms")),
+        "{:#?}",
+        checked.diagnostics
+    );
+    let arms = "      - id: r
+        race:
+          - { receive: { channel: payments, key: vars.input.orderId }, wait: { duration: PT1M } }
+          - { next: r }
+          - { receive: { channel: payments, key: vars.a, timeout: PT1M } }
+";
+    assert_eq!(
+        rules(&waiting_flow(arms)),
+        ["multiple-kinds", "missing-kind", "unknown-field"]
+    );
+    let malformed = "      - id: t
+        task: { topic: t }
+        deadline: P1D
+        remind: { after: 0s, every: PT0S, nodes: {}, extra: 1 }
+";
+    assert_eq!(
+        rules(&waiting_flow(malformed)),
+        [
+            "wrong-type",
+            "invalid-duration",
+            "invalid-duration",
+            "wrong-type",
+            "unknown-field"
+        ]
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
