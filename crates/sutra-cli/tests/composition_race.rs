@@ -1,4 +1,4 @@
-//! `race` (issue 33, decision 0053), through the HTTP API of a real `sutra serve`: on SQLite,
+//! `race` (issue 33, decision 0050), through the HTTP API of a real `sutra serve`: on SQLite,
 //! and on PostgreSQL with two replicas.
 //!
 //! - The first arm to fire wins: its message's data lands in the arm's `output`, and the
@@ -72,15 +72,29 @@ async fn start(server: &Server, channel: &str, id: &str) -> String {
 }
 
 async fn pay(server: &Server, order: &str, event: &str) -> (u16, Value) {
-    server
-        .send("payments", event, json!({"order": order, "amount": 12}))
-        .await
+    let data = json!({"order": order, "amount": 12});
+    send_until_final(server, "payments", event, data).await
 }
 
 async fn cancel(server: &Server, order: &str, event: &str) -> (u16, Value) {
-    server
-        .send("cancellations", event, json!({"order": order}))
-        .await
+    send_until_final(server, "cancellations", event, json!({"order": order})).await
+}
+
+/// Sends a message as a sender does: again, unchanged, while the answer says to retry (another
+/// replica's step held the instance's claim).
+async fn send_until_final(
+    server: &Server,
+    channel: &str,
+    event: &str,
+    data: Value,
+) -> (u16, Value) {
+    loop {
+        let (status, body) = server.send(channel, event, data.clone()).await;
+        if body["retryable"] != true {
+            return (status, body);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 fn races_won(history: &[Value]) -> Vec<Value> {

@@ -1,4 +1,4 @@
-//! Deadlines and reminders on a waiting node (issue 33, decision 0053), through the HTTP API of
+//! Deadlines and reminders on a waiting node (issue 33, decision 0050), through the HTTP API of
 //! a real `sutra serve`: on SQLite, and on PostgreSQL with two replicas (instances started on
 //! one, their tasks polled and completed on the other, timers fired by whichever leads).
 //!

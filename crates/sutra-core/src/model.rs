@@ -155,7 +155,7 @@ pub struct NodeIndex(pub u32);
 pub struct Flow {
     pub name: String,
     pub start: Start,
-    /// Every node of the flow, including those inside parallel branches. Ids are unique flow-wide.
+    /// Every node of the flow, including those inside parallel branches and reminders. Ids are unique flow-wide.
     pub nodes: Vec<Node>,
     /// The first node of the top-level list; `None` for a flow with no nodes (it completes at once).
     pub entry: Option<NodeIndex>,

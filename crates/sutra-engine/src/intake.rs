@@ -185,7 +185,7 @@ async fn resolve(
     let store = &shared.store;
     // The wait found may be resolved before the relay's step runs — another arm of its race
     // won, its timer fired: the message is then looked up once more, as if it had come a
-    // moment later (decision 0053). A second stale relay is the sender's to send again.
+    // moment later (decision 0050). A second stale relay is the sender's to send again.
     for attempt in 0..2 {
         let lookup = store
             .look_up(&tenant, &channel, &message.id, key.as_deref())

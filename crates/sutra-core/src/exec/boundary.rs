@@ -1,4 +1,4 @@
-//! Timers on a waiting node (decision 0053): a `deadline`, which ends the wait, and a `remind`,
+//! Timers on a waiting node (decision 0050): a `deadline`, which ends the wait, and a `remind`,
 //! which runs a branch beside it.
 //!
 //! A deadline is the waiting park's own timer (`due`): a task's or a receive's park is answered

@@ -1,4 +1,4 @@
-//! `race`: whichever arm fires first wins (BPMN's event-based gateway, decision 0053).
+//! `race`: whichever arm fires first wins (BPMN's event-based gateway, decision 0050).
 //!
 //! The racing token waits at the node in `TokenState::Racing` and each arm is a satellite token
 //! (`Role::Arm`) parked on an ordinary receive or timer park, all armed in the step that reaches
