@@ -553,7 +553,12 @@ fn park_detail(park: &Park) -> Value {
         }
         ParkKind::Wait { due } => json!({"park": park.id, "kind": "wait", "due": due}),
         ParkKind::Task { topic, due, .. } => {
-            json!({"park": park.id, "kind": "task", "topic": topic, "due": due})
+            let mut detail = json!({"park": park.id, "kind": "task", "topic": topic});
+            // A task's deadline, when it has one: a task without stays recorded as before.
+            if let Some(due) = due {
+                detail["due"] = json!(due);
+            }
+            detail
         }
     }
 }
