@@ -1,7 +1,8 @@
 // A flow drawn as SVG from its deployment's graph (GET /v1/deployments/{name}/{version}/graph):
 // nodes in layers by their longest path from the start, a `parallel` node forking into its
-// branches and a join node gathering them, choice arms and error routes labelled, and the
-// instance's tokens and failure marked on the nodes they are at.
+// branches and a join node gathering them, a `race` drawn as a gateway with its arms labelled,
+// choice arms, error routes, deadlines and reminders labelled, and the instance's tokens,
+// failure and the path it has taken so far (from its history) marked.
 
 import { s } from './dom.js';
 
@@ -30,7 +31,25 @@ function vertices(flow) {
     }
   }
   vs.set('end', { id: 'end', kind: 'end-of-flow', synthetic: true });
-  const endOf = (node) => (node.branch_of ? `join:${node.branch_of}` : 'end');
+  // A reminder's list runs on a token of its own, which just ends at the end of the list: its
+  // nodes (reached from the `remind` edge; a list's `next` stays in it) end at a vertex of their
+  // own, not at the end of the flow.
+  const reminderOf = new Map();
+  for (const node of flow.nodes) {
+    for (const edge of node.edges) {
+      if (!edge.label.startsWith('remind ')) continue;
+      vs.set(`reminded:${node.id}`, { id: `reminded:${node.id}`, kind: 'end-of-reminder', synthetic: true, of: node.id });
+      const todo = edge.to ? [edge.to] : [];
+      while (todo.length) {
+        const id = todo.pop();
+        if (reminderOf.has(id) || !byId.has(id)) continue;
+        reminderOf.set(id, node.id);
+        for (const next of byId.get(id).edges) if (next.to && next.label !== 'branch') todo.push(next.to);
+      }
+    }
+  }
+  const endOf = (node) =>
+    node.branch_of ? `join:${node.branch_of}` : reminderOf.has(node.id) ? `reminded:${reminderOf.get(node.id)}` : 'end';
   const edges = [{ from: 'start', to: flow.entry ?? 'end', label: 'next' }];
   for (const node of flow.nodes) {
     for (const edge of node.edges) {
@@ -38,8 +57,10 @@ function vertices(flow) {
         edges.push({ from: node.id, to: edge.to ?? `join:${node.id}`, label: 'branch' });
       } else if (edge.label === 'join') {
         edges.push({ from: `join:${node.id}`, to: edge.to ?? endOf(node), label: 'next' });
+      } else if (edge.label.startsWith('remind ')) {
+        edges.push({ from: node.id, to: edge.to ?? `reminded:${node.id}`, label: edge.label });
       } else {
-        edges.push({ from: node.id, to: edge.to ?? endOf(byId.get(node.id)), label: edge.label });
+        edges.push({ from: node.id, to: edge.to ?? endOf(node), label: edge.label });
       }
     }
   }
@@ -111,6 +132,104 @@ function layout(vs, edges) {
   return { pos, rank, width, height };
 }
 
+// The path the instance has taken, from its history: the vertices its tokens visited (every
+// event's node) and the edges between a token's consecutive nodes. A race's, a choice's and a
+// deadline's event names the node it went on to; `forked` starts each branch's token at the
+// parallel node and `joined` ends them at its join; a race's arms and a reminder's timer
+// (satellites while they wait) count as their host token; a `reminded` event takes the
+// `remind` edge, and a reminder's token that is gone reached its list's end. The token that
+// completed an instance ran on from its last recorded node along single `next` edges to the
+// end, through nodes that record nothing (an `end` node). Nodes of an earlier version (before
+// a migration) are left out.
+function pathTaken(vs, edges, history, tokens) {
+  const visited = new Set();
+  const taken = new Set();
+  if (!history?.length) return { visited, taken };
+  const out = new Map();
+  for (const edge of edges) (out.get(edge.from) || out.set(edge.from, []).get(edge.from)).push(edge);
+  const from = (node, prefix) => (out.get(node) || []).find((edge) => edge.label.startsWith(prefix));
+  const host = new Map(
+    tokens.filter((t) => ['arm', 'reminder'].includes(t.role?.role)).map((t) => [t.id, t.parent]),
+  );
+  const seqs = new Map();
+  const push = (token, v, via = null) => {
+    if (!vs.has(v)) return;
+    if (!seqs.has(token)) seqs.set(token, []);
+    const seq = seqs.get(token);
+    if (seq.at(-1)?.v !== v) seq.push({ v, via });
+  };
+  const children = new Map();
+  const order = new Set();
+  let completed = false;
+  for (const event of history) {
+    if (event.kind === 'started') visited.add('start');
+    if (event.kind === 'completed') completed = true;
+    if (!event.node || event.token === null || event.token === undefined) continue;
+    const token = host.get(event.token) ?? event.token;
+    order.delete(token);
+    if (vs.has(event.node) || vs.has(`join:${event.node}`)) order.add(token);
+    const detail = event.detail || {};
+    if (event.kind === 'joined') {
+      const join = `join:${event.node}`;
+      for (const kid of children.get(token) || []) push(kid, join);
+      push(token, join);
+      continue;
+    }
+    push(token, event.node);
+    if (event.kind === 'forked') {
+      children.set(token, detail.tokens || []);
+      for (const kid of detail.tokens || []) push(kid, event.node);
+    } else if (event.kind === 'race_won') {
+      const edge = from(event.node, `arm ${Number(detail.arm) + 1}:`);
+      if (edge) push(token, edge.to, edge);
+    } else if (event.kind === 'deadline_fired') {
+      const edge = from(event.node, 'deadline ');
+      if (edge) push(token, edge.to, edge);
+    } else if (event.kind === 'choice_taken' && detail.next) {
+      push(token, detail.next);
+    } else if (event.kind === 'reminded') {
+      const edge = from(event.node, 'remind ');
+      if (edge) taken.add(edge);
+    }
+  }
+  if (completed) {
+    // The token that completed it: the latest to run whose walk reaches the end of the flow
+    // (not a reminder's token, whose list has an end of its own).
+    const recorded = new Set([...seqs.values()].flat().map((step) => step.v));
+    for (const token of [...order].reverse()) {
+      const walk = [];
+      let at = seqs.get(token).at(-1).v;
+      for (let n = 0; n < vs.size && !['end', 'end-of-flow'].includes(vs.get(at)?.kind); n += 1) {
+        const nexts = (out.get(at) || []).filter((edge) => edge.label === 'next');
+        if (nexts.length !== 1 || recorded.has(nexts[0].to)) break;
+        walk.push(nexts[0]);
+        at = nexts[0].to;
+      }
+      if (['end', 'end-of-flow'].includes(vs.get(at)?.kind)) {
+        for (const edge of walk) push(token, edge.to, edge);
+        break;
+      }
+    }
+  }
+  // A token that ran a reminder's list to its end is gone, its list's end reached.
+  const live = new Set(tokens.map((t) => t.id));
+  for (const [token, seq] of seqs) {
+    if (live.has(token)) continue;
+    const end = (out.get(seq.at(-1).v) || []).find((edge) => edge.label === 'next' && vs.get(edge.to)?.kind === 'end-of-reminder');
+    if (end) seq.push({ v: end.to, via: end });
+  }
+  for (const seq of seqs.values()) {
+    seq.forEach((step, i) => {
+      visited.add(step.v);
+      if (i === 0) return;
+      if (step.via) taken.add(step.via);
+      else for (const edge of out.get(seq[i - 1].v) || []) if (edge.to === step.v) taken.add(edge);
+    });
+  }
+  for (const edge of out.get('start') || []) if (visited.has('start') && visited.has(edge.to)) taken.add(edge);
+  return { visited, taken };
+}
+
 function edgePath(a, b, back, skips) {
   if (skips) {
     // Around the layers it skips, on the left.
@@ -127,23 +246,35 @@ function edgePath(a, b, back, skips) {
   return `M${a.x},${y1} C${a.x},${mid} ${b.x},${mid} ${b.x},${y2}`;
 }
 
-// The SVG of `flow`, with `tokens` (the instance's) and `failure` marked.
-export function drawFlow(flow, { tokens = [], failure = null } = {}) {
+// A token that serves another at its node: a race's arm, a reminder's timer. It is drawn as
+// part of its host's mark, not as a token of its own.
+const isSatellite = (token) => ['arm', 'reminder'].includes(token.role?.role);
+
+// The SVG of `flow`, with `tokens` (the instance's), `failure` and the path its `history`
+// took marked.
+export function drawFlow(flow, { tokens = [], failure = null, history = null } = {}) {
   const { vs, edges } = vertices(flow);
   const { pos, rank, width: drawn, height } = layout(vs, edges);
+  const { visited, taken } = pathTaken(vs, edges, history, tokens);
   // A failure code is written beside its node.
   const width = failure?.node ? drawn + 2 * 190 : drawn;
   if (width !== drawn) for (const p of pos.values()) p.x += 190;
   const at = new Map();
+  const satellites = new Map();
   for (const token of tokens) {
-    if (!at.has(token.node)) at.set(token.node, []);
-    at.get(token.node).push(token);
+    const where = isSatellite(token) ? satellites : at;
+    if (!where.has(token.node)) where.set(token.node, []);
+    where.get(token.node).push(token);
   }
+  const arms = (token) => tokens.filter((t) => t.parent === token.id && t.role?.role === 'arm').length;
+  const stateOf = (token) => (token.state === 'racing' ? `racing, ${arms(token)} arms waiting` : token.state);
   const summary = [...at.entries()]
-    .map(([node, ts]) => `${ts.length} token${ts.length > 1 ? 's' : ''} at ${node} (${ts.map((t) => t.state).join(', ')})`)
+    .map(([node, ts]) => `${ts.length} token${ts.length > 1 ? 's' : ''} at ${node} (${ts.map(stateOf).join('; ')})`)
     .join('; ');
   const failed = failure?.node ? `; failed at ${failure.node} with ${failure.code}` : '';
-  const description = `Flow ${flow.name}, ${flow.nodes.length} nodes. ${summary || 'No tokens.'}${failed}`;
+  const been = [...visited].filter((id) => !vs.get(id)?.synthetic);
+  const path = history ? ` Visited: ${been.join(', ') || 'no node yet'}.` : '';
+  const description = `Flow ${flow.name}, ${flow.nodes.length} nodes. ${summary || 'No tokens.'}${failed}${path}`;
   const svg = s(
     'svg',
     {
@@ -163,6 +294,11 @@ export function drawFlow(flow, { tokens = [], failure = null } = {}) {
         { id: 'arrow', viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' },
         s('path', { d: 'M0,0 L10,5 L0,10 z', class: 'arrowhead' }),
       ),
+      s(
+        'marker',
+        { id: 'arrow-taken', viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 4, markerHeight: 4, orient: 'auto-start-reverse' },
+        s('path', { d: 'M0,0 L10,5 L0,10 z', class: 'arrowhead-taken' }),
+      ),
     ),
   );
   for (const edge of edges) {
@@ -171,10 +307,18 @@ export function drawFlow(flow, { tokens = [], failure = null } = {}) {
     if (!a || !b) continue;
     const labelled = !['next', 'branch'].includes(edge.label);
     const skips = !edge.back && rank.get(edge.to) - rank.get(edge.from) > 1 && Math.abs(a.x - b.x) < BOX_W;
-    const group = s('g', { class: `edge edge-${edge.label.split(' ')[0]}${edge.back ? ' edge-back' : ''}` },
-      s('path', { d: edgePath(a, b, edge.back, skips), 'marker-end': 'url(#arrow)' }));
+    const classes = ['edge', `edge-${edge.label.split(' ')[0]}`];
+    if (edge.back) classes.push('edge-back');
+    if (taken.has(edge)) classes.push('taken');
+    const group = s('g', { class: classes.join(' '), 'data-from': edge.from, 'data-to': edge.to, 'data-label': edge.label },
+      s('path', { d: edgePath(a, b, edge.back, skips), 'marker-end': taken.has(edge) ? 'url(#arrow-taken)' : 'url(#arrow)' }));
     if (labelled) {
-      let [x, y, anchor] = [(a.x + b.x) / 2 + 4, (a.y + BOX_H + b.y) / 2 + 4, 'start'];
+      // Beside the arrow's head when its node fans out to several nodes below (a race's arms,
+      // a task's deadline and reminder), where the labels do not run into each other.
+      const fans = edges.filter((e) => e.from === edge.from && !e.back && pos.has(e.to)).length > 1;
+      let [x, y, anchor] = fans
+        ? [b.x + 5, b.y - 7, 'start']
+        : [(a.x + b.x) / 2 + 4, (a.y + BOX_H + b.y) / 2 + 4, 'start'];
       if (edge.back) [x, y] = [Math.max(a.x, b.x) + BOX_W / 2 + 18, (a.y + b.y) / 2 + BOX_H / 2];
       if (skips) [x, y, anchor] = [Math.min(a.x, b.x) - BOX_W / 2 - SIDE / 2 - 4, (a.y + b.y) / 2 + BOX_H / 2, 'end'];
       const text = clip(edge.label, skips ? 14 : 26);
@@ -190,29 +334,44 @@ export function drawFlow(flow, { tokens = [], failure = null } = {}) {
     const classes = ['node', `kind-${v.kind}`];
     if (here.length) classes.push('has-token');
     if (isFailed) classes.push('failed');
+    if (visited.has(id)) classes.push('visited');
     const g = s('g', { class: classes.join(' '), 'data-node': id });
+    const seen = visited.has(id) ? ' (visited)' : '';
     if (v.synthetic) {
-      const label = v.kind === 'join' ? 'join' : v.kind === 'start' ? `start · ${flow.start}` : 'end';
+      const label = { join: 'join', start: `start · ${flow.start}`, 'end-of-reminder': 'end of reminder' }[v.kind] || 'end';
+      const long = { join: `join of ${id.slice(5)}`, 'end-of-reminder': `end of ${v.of}'s reminder` }[v.kind] || label;
       g.append(
-        s('title', {}, v.kind === 'join' ? `join of ${id.slice(5)}` : label),
-        s('rect', { x: p.x - 50, y: p.y + BOX_H / 2 - 14, width: 100, height: 28, rx: 14 }),
+        s('title', {}, `${long}${seen}`),
+        s('rect', { x: p.x - 56, y: p.y + BOX_H / 2 - 14, width: 112, height: 28, rx: 14 }),
         s('text', { x: p.x, y: p.y + BOX_H / 2 + 5, 'text-anchor': 'middle' }, clip(label, 16)),
       );
     } else {
-      const title = [`${v.id} (${v.kind}${v.detail ? `: ${v.detail}` : ''})`];
-      for (const t of here) title.push(`token ${t.id}: ${t.state}`);
+      const title = [`${v.id} (${v.kind}${v.detail ? `: ${v.detail}` : ''})${seen}`];
+      for (const t of here) title.push(`token ${t.id}: ${stateOf(t)}`);
+      for (const t of satellites.get(id) || []) {
+        if (t.role.role === 'reminder') title.push(`reminder timer armed (fired ${t.role.fired} time${t.role.fired === 1 ? '' : 's'})`);
+      }
       if (isFailed) title.push(`failed: ${failure.code}`);
+      // A race is a gateway: a diamond, BPMN's shape for a node that only routes.
+      const shape = v.kind === 'race'
+        ? s('polygon', {
+            class: 'gateway',
+            points: `${p.x - BOX_W / 2},${p.y + BOX_H / 2} ${p.x},${p.y} ${p.x + BOX_W / 2},${p.y + BOX_H / 2} ${p.x},${p.y + BOX_H}`,
+          })
+        : s('rect', { x: p.x - BOX_W / 2, y: p.y, width: BOX_W, height: BOX_H, rx: 6 });
       g.append(
         s('title', {}, title.join('\n')),
-        s('rect', { x: p.x - BOX_W / 2, y: p.y, width: BOX_W, height: BOX_H, rx: 6 }),
-        s('text', { x: p.x, y: p.y + 19, 'text-anchor': 'middle', class: 'node-id' }, clip(v.id, 22)),
+        shape,
+        s('text', { x: p.x, y: p.y + 19, 'text-anchor': 'middle', class: 'node-id' }, clip(v.id, v.kind === 'race' ? 16 : 22)),
         s('text', { x: p.x, y: p.y + 36, 'text-anchor': 'middle', class: 'node-kind' },
-          clip(v.detail ? `${v.kind} · ${v.detail}` : v.kind, 26)),
+          clip(v.detail ? `${v.kind} · ${v.detail}` : v.kind, v.kind === 'race' ? 12 : 26)),
       );
       if (here.length) {
+        // On a gateway, by its upper right side.
+        const dx = v.kind === 'race' ? 52 : BOX_W / 2 - 4;
         g.append(
-          s('circle', { cx: p.x + BOX_W / 2 - 4, cy: p.y + 4, r: 10, class: 'token-dot' }),
-          s('text', { x: p.x + BOX_W / 2 - 4, y: p.y + 8, 'text-anchor': 'middle', class: 'token-count' }, here.length),
+          s('circle', { cx: p.x + dx, cy: p.y + 4, r: 10, class: 'token-dot' }),
+          s('text', { x: p.x + dx, y: p.y + 8, 'text-anchor': 'middle', class: 'token-count' }, here.length),
         );
       }
       if (isFailed) {

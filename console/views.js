@@ -140,8 +140,12 @@ export async function instances(main, _params, query) {
 // ---------------------------------------------------------------------------------------------
 // One instance
 
-function waitsFor(token) {
+function waitsFor(token, tokens) {
   const park = token.park;
+  if (token.state === 'racing') {
+    const arms = tokens.filter((t) => t.parent === token.id && t.role?.role === 'arm').length;
+    return `the first of its ${arms} race arms`;
+  }
   if (!park) return token.state === 'ready' ? 'stopped here' : '—';
   switch (park.kind) {
     case 'task':
@@ -208,13 +212,26 @@ export async function instance(main, [id]) {
     flow instanceof Error
       ? problemBox(flow)
       : flow
-        ? h('div', { class: 'graph' }, drawFlow(flow, { tokens: inst.tokens, failure: inst.failure }))
+        ? h('div', { class: 'graph' }, drawFlow(flow, { tokens: inst.tokens, failure: inst.failure, history }))
         : h('p', {}, 'The flow is not in its deployment version.');
+  // A race's arms and a reminder's timer say whom they serve.
+  const role = (t) => {
+    switch (t.role?.role) {
+      case 'arm':
+        return ` (arm ${t.role.index + 1} of token ${t.parent})`;
+      case 'reminder':
+        return ` (reminder of token ${t.parent}, fired ${t.role.fired})`;
+      case 'detached':
+        return ' (running a reminder)';
+      default:
+        return '';
+    }
+  };
   const tokens = inst.tokens.map((t) => [
-    t.id,
+    `${t.id}${role(t)}`,
     h('code', {}, t.node),
     t.state,
-    waitsFor(t),
+    waitsFor(t, inst.tokens),
     t.park?.due ? when(t.park.due) : '—',
     t.park?.id ?? '—',
   ]);

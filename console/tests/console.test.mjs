@@ -66,6 +66,40 @@ flows:
         end: { reply: { receipt: "= vars.receipt" } }
 `;
 
+// A task with a deadline and a reminder, then a race of two messages and a day's timer.
+const SETTLEMENT = `
+name: settlement
+channels:
+  settlements: { transport: http, correlate: data.id }
+  payments: { transport: http, correlate: data.order }
+  cancellations: { transport: http, correlate: data.order }
+flows:
+  settle:
+    start: { channel: settlements }
+    nodes:
+      - id: approve
+        task: { topic: approve, input: { order: "= vars.input.id" } }
+        deadline: { after: P1D, next: escalate }
+        remind: { after: P1D, nodes: [ { id: nudge, set: { nudged: "= true" } } ] }
+      - id: settle
+        race:
+          - receive: { channel: payments, key: vars.input.id }
+            output: payment
+            next: paid
+          - receive: { channel: cancellations, key: vars.input.id }
+            next: cancelled
+          - wait: { duration: P1D }
+            next: expired
+      - id: paid
+        end: { reply: paid }
+      - id: cancelled
+        end: { reply: cancelled }
+      - id: expired
+        end: { reply: expired }
+      - id: escalate
+        end: { reply: escalated }
+`;
+
 class Sutra {
   constructor(env = {}) {
     this.dir = mkdtempSync(join(tmpdir(), 'sutra-console-'));
@@ -228,6 +262,13 @@ test('a failed instance is found, seen on its graph, migrated onto the fix, rest
   for (const drawn of ['route', 'express', 'prepare', 'join:prepare', 'reserve', 'invoice', 'done']) {
     assert.equal(await page.locator(`svg.flow g.node[data-node="${drawn}"]`).count(), 1, `${drawn} is drawn`);
   }
+  // The path it took: the choice's `otherwise` to the node that failed, and nothing after.
+  const visited = await page.locator('svg.flow g.node.visited').evaluateAll((gs) => gs.map((g) => g.dataset.node));
+  assert.deepEqual(visited.sort(), ['price', 'route', 'start']);
+  const taken = await page.locator('svg.flow g.edge.taken').evaluateAll((gs) => gs.map((g) => `${g.dataset.from}>${g.dataset.to}`));
+  assert.deepEqual(taken.sort(), ['route>price', 'start>route']);
+  const stroke = (node) => page.locator(`svg.flow g.node[data-node="${node}"] rect`).evaluate((r) => getComputedStyle(r).stroke);
+  assert.notEqual(await stroke('price'), await stroke('route'), 'the failure shows over the path');
   await assertAccessible(page, 'the instance view');
   await page.screenshot({ path: join(SHOTS, 'instance.png'), fullPage: true });
 
@@ -333,6 +374,74 @@ test('a refused action is answered with the problem the API gave', async () => {
   assert.equal(await problem.getAttribute('role'), 'alert');
   // The browser reports the refused request itself, and nothing else.
   assert.deepEqual(page.errors, ['Failed to load resource: the server responded with a status of 409 (Conflict)']);
+  await page.context().close();
+});
+
+test('a race is drawn as a gateway with its arms, a deadline dashed, and the path taken marked', async () => {
+  await sutra.deploy(SETTLEMENT);
+  const id = await sutra.send('settlements', 'settle-1', { id: 's1' });
+  const [task] = await sutra.until('the approve task', async () => {
+    const polled = await sutra.call('POST', '/v1/tasks/poll', { worker: 'w', topics: ['approve'], wait: 'PT10S' });
+    return polled.body.length ? polled.body : null;
+  });
+  const done = await sutra.call('POST', `/v1/tasks/${encodeURIComponent(task.id)}/complete`, { lock_token: task.lock_token, output: {} });
+  assert.equal(done.status, 200, JSON.stringify(done.body));
+  await sutra.until('the race', async () => (await sutra.instance(id)).tokens.some((t) => t.state === 'racing'));
+
+  const page = await openPage(sutra.url);
+  await page.goto(`${sutra.url}/instances/${id}`);
+  await page.getByRole('heading', { level: 1, name: `Instance ${id}` }).waitFor();
+  const graph = page.locator('svg.flow');
+  const node = (name) => graph.locator(`g.node[data-node="${name}"]`);
+  const edge = (from, label) => graph.locator(`g.edge[data-from="${from}"][data-label="${label}"]`);
+  await node('settle').waitFor();
+
+  // The race: a gateway, its arms labelled, its one token marked racing and its arms not drawn
+  // as tokens of their own.
+  assert.equal(await node('settle').locator('polygon.gateway').count(), 1, 'the race is a diamond');
+  assert.equal(await node('settle').locator('rect').count(), 0);
+  for (const [label, to] of [['arm 1: receive payments', 'paid'], ['arm 2: receive cancellations', 'cancelled'], ['arm 3: wait 24h', 'expired']]) {
+    const arm = edge('settle', label);
+    assert.equal(await arm.count(), 1, `${label} is drawn`);
+    assert.equal(await arm.getAttribute('data-to'), to);
+    assert.equal(await arm.locator('.edge-label title').textContent(), label);
+  }
+  assert.equal(await graph.locator('g.node.has-token').count(), 1, 'one token mark: the racing token');
+  assert.equal(await node('settle').locator('.token-count').textContent(), '1');
+  assert.match(await node('settle').locator('title').first().textContent(), /token \d+: racing, 3 arms waiting/);
+  assert.match(await graph.getAttribute('aria-label'), /1 token at settle \(racing, 3 arms waiting\)/);
+
+  // The deadline is dashed, the reminder dotted, and the reminder's list ends on its own.
+  const deadline = edge('approve', 'deadline 24h');
+  assert.match(await deadline.getAttribute('class'), /\bedge-deadline\b/);
+  assert.equal(await deadline.getAttribute('data-to'), 'escalate');
+  assert.notEqual(await deadline.locator('path').evaluate((p) => getComputedStyle(p).strokeDasharray), 'none');
+  const remind = edge('approve', 'remind 24h');
+  assert.match(await remind.getAttribute('class'), /\bedge-remind\b/);
+  assert.equal(await remind.getAttribute('data-to'), 'nudge');
+  assert.equal(await edge('nudge', 'next').getAttribute('data-to'), 'reminded:approve');
+
+  // The path taken so far: the start, the task and the race, and the edges between them.
+  const visited = async () => (await graph.locator('g.node.visited').evaluateAll((gs) => gs.map((g) => g.dataset.node))).sort();
+  assert.deepEqual(await visited(), ['approve', 'settle', 'start']);
+  const taken = async () => graph.locator('g.edge.taken').evaluateAll((gs) => gs.map((g) => `${g.dataset.from} -${g.dataset.label}-> ${g.dataset.to}`).sort());
+  assert.deepEqual(await taken(), ['approve -next-> settle', 'start -next-> approve']);
+  assert.match(await node('approve').locator('title').first().textContent(), /\(visited\)/);
+  assert.doesNotMatch(await node('escalate').locator('title').first().textContent(), /visited/);
+  assert.match(await graph.getAttribute('aria-label'), /Visited: approve, settle\./);
+  await assertAccessible(page, 'an instance at a race');
+  await page.screenshot({ path: join(SHOTS, 'race.png'), fullPage: true });
+
+  // The payment wins the race: its arm is taken, the others are not.
+  await sutra.send('payments', 'payment-1', { order: 's1' });
+  await sutra.until('the instance to complete', async () => (await sutra.instance(id)).status === 'completed');
+  await page.getByRole('button', { name: 'Refresh' }).click();
+  await page.locator('dd[data-status="completed"]').waitFor();
+  assert.deepEqual(await visited(), ['approve', 'paid', 'settle', 'start']);
+  assert.deepEqual(await taken(), ['approve -next-> settle', 'settle -arm 1: receive payments-> paid', 'start -next-> approve']);
+  assert.equal(await graph.locator('g.node.has-token').count(), 0);
+  await assertAccessible(page, 'an instance after its race');
+  assert.deepEqual(page.errors, [], 'no errors in the browser console');
   await page.context().close();
 });
 
