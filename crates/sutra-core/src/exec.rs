@@ -18,11 +18,12 @@
 //!
 //! This file is the step driver: the events, the choice of the next token, settling what became
 //! of it, parks, endings and failures. What each node kind does when a token reaches it is in
-//! `exec/nodes.rs`, what a park's answer does in `exec/answers.rs`, races in `exec/race.rs`, and
-//! a waiting node's deadline and reminders in `exec/boundary.rs`.
+//! `exec/nodes.rs`, what a park's answer does in `exec/answers.rs`, races in `exec/race.rs`, loops in
+//! `exec/for_each.rs`, and a waiting node's deadline and reminders in `exec/boundary.rs`.
 
 mod answers;
 mod boundary;
+mod for_each;
 mod migration;
 mod nodes;
 mod race;
@@ -311,6 +312,7 @@ impl<'a> Run<'a> {
                 let (racer, outcome) = self.race_won(token, index, park, answer)?;
                 self.settle(racer, outcome);
             }
+            Some(Role::Body { index }) => self.body_answered(token, index, park, answer)?,
             Some(Role::Reminder { fired }) => {
                 let outcome = self.remind(&mut token, fired);
                 self.settle(token, outcome);

@@ -255,6 +255,9 @@ pub enum NodeKind {
     /// Whichever arm fires first wins; the others are disarmed in the same step (BPMN's
     /// event-based gateway).
     Race(Vec<RaceArm>),
+    /// One body per item of a list, at most `concurrency` at a time, the results collected in
+    /// item order (BPMN's multi-instance activity).
+    ForEach(ForEachSpec),
     End {
         reply: Option<Template>,
     },
@@ -276,6 +279,7 @@ impl NodeKind {
             NodeKind::Choice(_) => "choice",
             NodeKind::Parallel(_) => "parallel",
             NodeKind::Race(_) => "race",
+            NodeKind::ForEach(_) => "for-each",
             NodeKind::End { .. } => "end",
             NodeKind::Fail { .. } => "fail",
         }
@@ -365,4 +369,23 @@ pub struct RaceArm {
 pub enum ArmWait {
     Receive { channel: String, key: Expr },
     Wait(WaitSpec),
+}
+
+/// A `for-each` node's loop.
+#[derive(Debug, Clone)]
+pub struct ForEachSpec {
+    /// Yields the list; rendered when the token reaches the node.
+    pub items: Template,
+    /// The name under which the body's templates see the item (`item` unless `as` says
+    /// otherwise); its position in the list, from 0, is `index`. Neither is stored in `vars`.
+    pub item: String,
+    /// Bodies running at once, at most; `None`: every item at once.
+    pub concurrency: Option<u32>,
+    pub body: Body,
+}
+
+/// What a `for-each` runs for each item.
+#[derive(Debug, Clone)]
+pub enum Body {
+    Task(TaskSpec),
 }

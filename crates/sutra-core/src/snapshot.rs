@@ -192,6 +192,8 @@ pub enum Role {
     /// A token running a reminder's list: it ends at the end of the list without joining
     /// anything or completing the instance.
     Detached,
+    /// The body for item `index` of the `for-each` its parent loops at.
+    Body { index: u32 },
 }
 
 impl Token {
@@ -215,6 +217,14 @@ pub enum TokenState {
     },
     /// At a `race` node, waiting for the first of its arms (satellite tokens) to fire.
     Racing,
+    /// At a `for-each` node: `items` from the list, `results` in item order (null until its body
+    /// ends), bodies started up to `next` (in item order), `running` of them not ended yet.
+    Looping {
+        items: Vec<Value>,
+        results: Vec<Value>,
+        next: u32,
+        running: u32,
+    },
 }
 
 /// What a parked token waits on. The store keeps one durable row (a wait, a timer, a task) per

@@ -13,6 +13,10 @@ use crate::snapshot::{Park, ParkId, ParkSort, Snapshot, Status, TokenId};
 /// Node visits allowed in one step before it fails with `SUTRA.RUNTIME.STEP.BUDGET_EXCEEDED`.
 pub const TRANSITIONS_PER_STEP_DEFAULT: u32 = 10_000;
 
+/// Items a `for-each` loops over at most (`sutra.for-each.max-items`) before it fails with
+/// `SUTRA.RUNTIME.FOR_EACH.TOO_MANY_ITEMS`.
+pub const FOR_EACH_ITEMS_DEFAULT: u32 = 10_000;
+
 /// An inbound message, as CloudEvents describes it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {
@@ -108,6 +112,7 @@ pub struct StepContext {
     /// The time of the step. The same inputs always give the same outputs.
     pub now: Timestamp,
     pub transitions_max: u32,
+    pub items_max: u32,
 }
 
 impl StepContext {
@@ -115,6 +120,7 @@ impl StepContext {
         StepContext {
             now,
             transitions_max: TRANSITIONS_PER_STEP_DEFAULT,
+            items_max: FOR_EACH_ITEMS_DEFAULT,
         }
     }
 }
@@ -222,6 +228,10 @@ pub enum HistoryKind {
     DeadlineFired,
     /// A node's reminder fired while it waited: `{fired}`, counting from 1.
     Reminded,
+    /// A `for-each` started looping: `{items, concurrency}`.
+    LoopStarted,
+    /// A `for-each` ended: every body's result is in its `output`, `{items}`.
+    LoopEnded,
 }
 
 /// The result of applying one event.

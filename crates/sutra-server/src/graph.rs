@@ -3,7 +3,7 @@
 //! instance's tokens out on it; the edges are read off the checked model, so they are the ones
 //! the engine follows.
 
-use sutra_core::model::{After, ArmWait, Deployment, Flow, NodeIndex, NodeKind, WaitSpec};
+use sutra_core::model::{After, ArmWait, Body, Deployment, Flow, NodeIndex, NodeKind, WaitSpec};
 use sutra_wire::{Extra, FlowGraph, GraphEdge, GraphNode};
 
 /// The graph of every flow of `deployment`, in name order.
@@ -45,6 +45,13 @@ fn flow(flow: &Flow) -> FlowGraph {
 fn detail(kind: &NodeKind) -> Option<String> {
     match kind {
         NodeKind::Task(task) => Some(task.topic.clone()),
+        NodeKind::ForEach(spec) => {
+            let Body::Task(task) = &spec.body;
+            Some(match spec.concurrency {
+                Some(at_once) => format!("{} · {at_once} at once", task.topic),
+                None => task.topic.clone(),
+            })
+        }
         NodeKind::Emit(emit) => Some(emit.channel.clone()),
         NodeKind::Receive(receive) => Some(receive.channel.clone()),
         NodeKind::Wait(WaitSpec::Duration(duration)) => Some(format!("{duration:#}")),
@@ -110,9 +117,11 @@ fn edges(flow: &Flow, index: NodeIndex) -> Vec<GraphEdge> {
                 push(to, &format!("arm {number}: {}", arm_label(&arm.waits)));
             }
         }
-        NodeKind::Set(_) | NodeKind::Task(_) | NodeKind::Emit(_) | NodeKind::Wait(_) => {
-            push(after(node), "next")
-        }
+        NodeKind::Set(_)
+        | NodeKind::Task(_)
+        | NodeKind::ForEach(_)
+        | NodeKind::Emit(_)
+        | NodeKind::Wait(_) => push(after(node), "next"),
     }
     if let Some(on_error) = node.on_error {
         push(id(on_error), "on-error");

@@ -106,6 +106,22 @@ fn token(token: &Token, instance: &str) -> Result<sutra_wire::Token> {
             ("joining", Some(serde_json::json!({"pending": pending})))
         }
         TokenState::Racing => ("racing", None),
+        TokenState::Looping {
+            items,
+            next,
+            running,
+            ..
+        } => {
+            // Counts, not the items: a loop over thousands would drown the instance's page.
+            let (items, started) = (items.len() as u64, u64::from(*next));
+            let progress = serde_json::json!({
+                "items": items,
+                "done": started.saturating_sub(u64::from(*running)),
+                "running": running,
+                "pending": items.saturating_sub(started),
+            });
+            ("looping", Some(progress))
+        }
     };
     let role = token
         .role

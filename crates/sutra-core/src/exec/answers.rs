@@ -86,7 +86,7 @@ impl Run<'_> {
         }
     }
 
-    fn record_task_failure(
+    pub(super) fn record_task_failure(
         &mut self,
         token: &Token,
         park: ParkId,
@@ -119,7 +119,7 @@ impl Run<'_> {
         self.goto(token, target)
     }
 
-    fn set_output(&mut self, node: &Node, value: Value) {
+    pub(super) fn set_output(&mut self, node: &Node, value: Value) {
         if let Some(name) = &node.output {
             self.snap.vars.insert(name.clone(), value);
         }

@@ -126,7 +126,11 @@ fn check_landing(
     let waits = |kind: &NodeKind| {
         matches!(
             kind,
-            NodeKind::Receive(_) | NodeKind::Task(_) | NodeKind::Wait(_) | NodeKind::Race(_)
+            NodeKind::Receive(_)
+                | NodeKind::Task(_)
+                | NodeKind::Wait(_)
+                | NodeKind::Race(_)
+                | NodeKind::ForEach(_)
         )
     };
     match source {

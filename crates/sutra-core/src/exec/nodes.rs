@@ -9,7 +9,7 @@ use super::{Fate, Fault, Outcome, Run};
 use crate::codes;
 use crate::expr::{EvalError, Expr, Template};
 use crate::model::{ChoiceSpec, EmitSpec, NodeIndex, NodeKind, WaitSpec};
-use crate::snapshot::{ParkKind, Token, TokenState};
+use crate::snapshot::{ParkKind, Role, Token, TokenState};
 use crate::step::{Effect, HistoryKind};
 
 impl Run<'_> {
@@ -19,6 +19,10 @@ impl Run<'_> {
         if matches!(token.state, TokenState::Joining { .. }) {
             self.record_at(HistoryKind::Joined, token, json!({}));
             return self.proceed(token, node.after);
+        }
+        // A loop's bodies are one visit of their node, however many items it has.
+        if let Some(Role::Body { index }) = token.role {
+            return self.run_body(token, node, index);
         }
         self.count_visit()?;
         match &node.kind {
@@ -66,6 +70,7 @@ impl Run<'_> {
             }
             NodeKind::Parallel(branches) => self.fork(token, branches),
             NodeKind::Race(arms) => self.race(token, arms),
+            NodeKind::ForEach(spec) => self.for_each(token, node, spec),
             NodeKind::End { reply } => {
                 let reply = match reply {
                     Some(template) => template.render(&self.bindings())?,
