@@ -50,6 +50,10 @@ pub struct EngineConfig {
     /// How often the `retirement-gate` leader looks for draining versions to retire
     /// (`sutra.deployments.retire-interval`).
     pub retire_interval: SignedDuration,
+    /// Items a `for-each` loops over at most (`sutra.for-each.max-items`): past it the instance
+    /// fails with `SUTRA.RUNTIME.FOR_EACH.TOO_MANY_ITEMS`. A loop's items and results live in
+    /// its snapshot, rewritten by every step of the loop.
+    pub for_each_max_items: u32,
     /// The brokers this replica has a URL for (`sutra.transports.{amqp,nats}.url`): a
     /// deployment declaring a channel on another broker is refused here.
     pub brokers: Vec<Transport>,
@@ -78,6 +82,7 @@ impl Default for EngineConfig {
             history_retention: SignedDuration::from_hours(7 * 24),
             purge_interval: SignedDuration::from_mins(1),
             retire_interval: SignedDuration::from_mins(1),
+            for_each_max_items: sutra_core::step::FOR_EACH_ITEMS_DEFAULT,
             brokers: Vec::new(),
         }
     }
@@ -106,6 +111,7 @@ impl EngineConfig {
         at_least_one("sutra.instance.max-recoveries", self.max_recoveries)?;
         at_least_one("sutra.timers.batch", self.deliveries_batch)?;
         at_least_one("sutra.outbox.batch", self.outbox_batch)?;
+        at_least_one("sutra.for-each.max-items", self.for_each_max_items)?;
         at_least_one(
             "sutra.deliveries.max-attempts",
             self.deliveries_max_attempts,
@@ -295,7 +301,8 @@ mod tests {
 
     #[test]
     fn a_count_of_zero_is_refused() {
-        let zeroed: [(Change, &str); 5] = [
+        let zeroed: [(Change, &str); 6] = [
+            (|c| c.for_each_max_items = 0, "sutra.for-each.max-items"),
             (|c| c.group_max = 0, "sutra.engine.group.max"),
             (
                 |c| c.deliveries_max_attempts = 0,

@@ -40,6 +40,15 @@ pub(crate) struct Stepper<'a> {
 }
 
 impl Stepper<'_> {
+    /// What a step is given besides its flow, snapshot and event: the time, and the limits the
+    /// configuration sets.
+    fn ctx(&self) -> StepContext {
+        StepContext {
+            items_max: self.shared.config.for_each_max_items,
+            ..StepContext::at(self.shared.clock.now())
+        }
+    }
+
     /// Runs `request` as the group's open member.
     pub(crate) async fn step(
         &self,
@@ -198,7 +207,7 @@ impl Stepper<'_> {
             .pinned(info)
             .ok_or_else(|| Error::Unpinned(describe(info)))?;
         let before = Snapshot::new(info.clone());
-        let ctx = StepContext::at(self.shared.clock.now());
+        let ctx = self.ctx();
         let event = Event::Start {
             message: message.clone(),
         };
@@ -256,7 +265,7 @@ impl Stepper<'_> {
                 info.flow
             ))
         })?;
-        let ctx = StepContext::at(self.shared.clock.now());
+        let ctx = self.ctx();
         let step =
             exec::migrate(from, to, to_version, &claimed.snapshot, map, ctx).map_err(rejected)?;
         let pending = PendingCommit::of_claim(history_log::MIGRATE, claimed);
@@ -274,7 +283,7 @@ impl Stepper<'_> {
         detail: &str,
     ) -> Result<Written, Error> {
         let claimed = self.claim(group, key).await?;
-        let ctx = StepContext::at(self.shared.clock.now());
+        let ctx = self.ctx();
         let step = exec::fail(&claimed.snapshot, code.code, detail, ctx).map_err(rejected)?;
         let pending = PendingCommit::of_claim(history_log::POISON, claimed);
         self.write(group, step, pending, ctx).await
@@ -340,7 +349,7 @@ impl Stepper<'_> {
         let answered = (event.park())
             .and_then(|park| claimed.snapshot.parks().find(|held| held.id == park))
             .map(Disarm::of);
-        let ctx = StepContext::at(self.shared.clock.now());
+        let ctx = self.ctx();
         let step = exec::apply(flow, &claimed.snapshot, event, ctx).map_err(rejected)?;
         let pending = PendingCommit {
             kind,

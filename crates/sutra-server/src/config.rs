@@ -62,6 +62,8 @@ const KEYS: &[(&str, Option<&str>)] = &[
     // and the wait after the first, doubling per failure up to the claim timeout.
     ("sutra.deliveries.max-attempts", Some("10")),
     ("sutra.deliveries.backoff", Some("PT1S")),
+    // Items a `for-each` loops over at most (decision 0051).
+    ("sutra.for-each.max-items", Some("10000")),
     ("sutra.transports.amqp.url", None),
     ("sutra.transports.http.ca-file", None),
     ("sutra.transports.nats.url", None),
@@ -253,6 +255,7 @@ impl Sources {
             deliveries_batch: self.parsed("sutra.timers.batch", number)?,
             deliveries_max_attempts: self.parsed("sutra.deliveries.max-attempts", number)?,
             deliveries_backoff: self.parsed("sutra.deliveries.backoff", duration)?,
+            for_each_max_items: self.parsed("sutra.for-each.max-items", number)?,
             outbox_batch: self.parsed("sutra.outbox.batch", number)?,
             outbox_backoff: self.parsed("sutra.outbox.backoff", duration)?,
             lease_ttl: self.parsed("sutra.lease.ttl", duration)?,

@@ -109,14 +109,18 @@ impl StepStatements for Scoped {
     /// A worker completing the task concurrently holds its row: this update waits for that
     /// completion to commit, so that the deletes after it, new statements under READ COMMITTED,
     /// see the delivery the completion wrote.
-    async fn cancel_task(&mut self, instance: &str, park_id: ParkId) -> Result<()> {
+    async fn cancel_tasks(&mut self, instance: &str, parks: &[ParkId]) -> Result<()> {
         let query = sqlx::query(
             "UPDATE tasks SET state = $3, updated_at = sutra_now()
-             WHERE instance = $1 AND park = $2 AND state IN ($4, $5)",
+             WHERE instance = $1 AND park = ANY($2) AND state IN ($4, $5)",
         );
+        let parks = parks
+            .iter()
+            .map(|&id| park(id))
+            .collect::<Result<Vec<i64>>>()?;
         let query = query
             .bind(instance)
-            .bind(park(park_id)?)
+            .bind(parks)
             .bind(TaskState::Cancelled.as_str())
             .bind(TaskState::Available.as_str())
             .bind(TaskState::Locked.as_str());

@@ -70,12 +70,14 @@ pub(crate) async fn write_step<T: StepStatements>(
         instance,
         now,
     };
-    let tasks = step
+    let tasks: Vec<ParkId> = step
         .disarms
         .iter()
-        .filter(|disarm| disarm.sort == ParkSort::Task);
-    for disarm in tasks.filter(|disarm| Some(disarm.park) != resolved) {
-        writer.cancel_task(disarm.park).await?;
+        .filter(|disarm| disarm.sort == ParkSort::Task && Some(disarm.park) != resolved)
+        .map(|disarm| disarm.park)
+        .collect();
+    if !tasks.is_empty() {
+        writer.cancel_tasks(&tasks).await?;
     }
     let taken = writer.write_rows().await?;
     lock_waits(writer.tx, step).await?;
@@ -248,12 +250,13 @@ impl<T: StepStatements> StepWriter<'_, T> {
         }
     }
 
-    /// Cancels the park's task if a worker may still take it, before the park's other rows are
-    /// deleted ([`StepRows::cleared`]): a worker completing it concurrently holds its row, so the
+    /// Cancels the tasks of the parks a worker may still take, in one statement whatever their
+    /// number (a for-each withdrawing its bodies), before the parks' other rows are deleted
+    /// ([`StepRows::cleared`]): a worker completing one concurrently holds its row, so the
     /// update waits for that completion to commit, and the delete that follows — a later
     /// statement — then sees and resolves the delivery the completion wrote.
-    async fn cancel_task(&mut self, park: ParkId) -> Result<()> {
-        self.tx.cancel_task(&self.instance.id, park).await
+    async fn cancel_tasks(&mut self, parks: &[ParkId]) -> Result<()> {
+        self.tx.cancel_tasks(&self.instance.id, parks).await
     }
 
     /// Writes the row behind a park that [`StepWriter::write_rows`] did not (a wait or a
@@ -483,11 +486,12 @@ pub trait StepStatements: Statements {
     /// message is not its to consume.
     fn write_rows(&mut self, rows: &StepRows<'_>) -> impl Future<Output = Result<Wrote>> + Send;
 
-    /// Cancels the park's task if a worker may still take it (available or locked).
-    fn cancel_task(
+    /// Cancels the tasks of `parks` that a worker may still take (available or locked), in one
+    /// statement.
+    fn cancel_tasks(
         &mut self,
         instance: &str,
-        park: ParkId,
+        parks: &[ParkId],
     ) -> impl Future<Output = Result<()>> + Send;
 
     /// Inserts a correlation alias unless the key is taken; whether this insert made it.

@@ -58,15 +58,20 @@ impl StepStatements for Session {
         Ok(())
     }
 
-    async fn cancel_task(&mut self, instance: &str, park_id: ParkId) -> Result<()> {
+    async fn cancel_tasks(&mut self, instance: &str, parks: &[ParkId]) -> Result<()> {
         let tx = self.write().await?;
         let query = sqlx::query(
             "UPDATE tasks SET state = ?3, updated_at = ?6
-             WHERE instance = ?1 AND park = ?2 AND state IN (?4, ?5)",
+             WHERE instance = ?1 AND park IN (SELECT value FROM json_each(?2))
+               AND state IN (?4, ?5)",
         );
+        let parks = parks
+            .iter()
+            .map(|&id| park(id))
+            .collect::<Result<Vec<i64>>>()?;
         let query = query
             .bind(instance)
-            .bind(park(park_id)?)
+            .bind(serde_json::json!(parks).to_string())
             .bind(TaskState::Cancelled.as_str())
             .bind(TaskState::Available.as_str())
             .bind(TaskState::Locked.as_str())
