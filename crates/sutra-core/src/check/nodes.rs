@@ -328,17 +328,30 @@ pub(super) const TOPIC_NAME: NameRule = NameRule {
     hint: "use 1 to 200 letters, digits and `-_.:/`, starting with a letter or a digit, such as `debit-account`",
 };
 
+/// The fields of a task, a `task` node's or a `for-each` body's.
+pub(super) const TASK_FIELDS: &[&str] = &["topic", "input", "retries", "backoff", "lock"];
+
+/// How a task's map looks, for the hint of a malformed one.
+pub(super) const TASK_EXAMPLE: &str = "{ topic: debit-account, input: {...} }";
+
 fn task(cx: &mut Checker, site: &Site, kind: &Entry) -> Option<NodeKind> {
-    let fields = ["topic", "input", "retries", "backoff", "lock"];
-    let record = site.spec(cx, kind, &fields, "{ topic: debit-account, input: {...} }")?;
+    let record = site.spec(cx, kind, TASK_FIELDS, TASK_EXAMPLE)?;
+    task_spec(cx, &record, INSTANCE_ROOTS).map(NodeKind::Task)
+}
+
+/// The task in `record`, a `task` node's map or a `for-each` body's; its `input` may use the
+/// names in `roots`.
+pub(super) fn task_spec(cx: &mut Checker, record: &Record, roots: &[&str]) -> Option<TaskSpec> {
     let topic = cx
         .required(
-            &record,
+            record,
             "topic",
             "add `topic: <name>`: workers poll for tasks by topic",
         )
         .and_then(|node| cx.named(node, &record.label("topic"), &TOPIC_NAME));
-    let input = site.template(cx, &record, "input");
+    let input = record
+        .get("input")
+        .and_then(|node| cx.template(node, &record.label("input"), roots));
     let retries = record
         .get("retries")
         .and_then(|node| cx.count(node, &record.label("retries"), 0));
@@ -348,13 +361,13 @@ fn task(cx: &mut Checker, site: &Site, kind: &Entry) -> Option<NodeKind> {
     let lock = record
         .get("lock")
         .and_then(|node| cx.duration(node, &record.label("lock"), Zero::Refused));
-    Some(NodeKind::Task(TaskSpec {
+    Some(TaskSpec {
         topic: topic?.to_owned(),
         input: input.unwrap_or(Template::Literal(Json::Null)),
         retries: retries.unwrap_or(TASK_RETRIES_DEFAULT),
         backoff: backoff.unwrap_or(TASK_BACKOFF_DEFAULT),
         lock: lock.unwrap_or(TASK_LOCK_DEFAULT),
-    }))
+    })
 }
 
 fn emit(cx: &mut Checker, site: &Site, kind: &Entry) -> Option<NodeKind> {
