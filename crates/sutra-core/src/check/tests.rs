@@ -519,6 +519,22 @@ fn a_for_each_body_sees_only_its_own_item_and_index() {
         );
     }
     assert_eq!(rules(&body("as: 2x,", "{}")), ["invalid-name"]);
+    let outside = "      - id: each
+        for-each: { items: [1], as: line, task: { topic: t } }
+      - { id: after, set: { last: \"= line\" } }
+";
+    let checked = check(&waiting_flow(outside));
+    let [unknown] = checked.diagnostics.as_slice() else {
+        panic!("{:#?}", checked.diagnostics);
+    };
+    assert_eq!(unknown.rule, "invalid-expression");
+    assert!(
+        unknown
+            .hint
+            .as_deref()
+            .is_some_and(|hint| hint.contains("`line` is only visible inside the body")),
+        "{unknown:#?}"
+    );
 }
 
 #[test]
