@@ -18,7 +18,7 @@ use crate::yaml::{Entry, Node};
 
 use super::channels::Channels;
 use super::reader::{Checker, NameRule, suggestion};
-use super::{LOWERCASE_NAME, graph, nodes};
+use super::{LOWERCASE_NAME, for_each, graph, nodes};
 
 /// The most nodes a flow has, parallel branches and reminders included: as many as one step
 /// visits by default, so that a straight sequence of them still runs in a step, and far more
@@ -121,9 +121,11 @@ fn flow<'a>(
                     a budget of node visits, and every visit is recorded in the history";
         cx.report(Diagnostic::error("flow-too-large", entry.key_span, message).with_hint(hint));
     }
+    cx.loop_names = outline.loop_names();
     let nodes: Vec<_> = (0..outline.slots.len())
         .map(|index| nodes::build(cx, &outline, NodeIndex(index as u32), channels))
         .collect();
+    cx.loop_names.clear();
     let entry = outline.lists[0].members.first().copied();
     // Reachability over a graph with broken links would only add noise to the real errors.
     if cx.errors() == errors {
@@ -308,6 +310,23 @@ impl<'a> Outline<'a> {
             }
         }
         valid.then_some(lists)
+    }
+
+    /// The names the flow's `for-each` bodies see their item and its position under.
+    fn loop_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .slots
+            .iter()
+            .filter_map(|slot| {
+                let spec = &slot.node.entry("for-each")?.value;
+                let name = spec.entry("as").and_then(|entry| entry.value.as_str());
+                Some(name.unwrap_or(for_each::ITEM_DEFAULT).to_owned())
+            })
+            .collect();
+        if !names.is_empty() {
+            names.push(for_each::INDEX.to_owned());
+        }
+        names
     }
 
     pub fn slot(&self, index: NodeIndex) -> &Slot<'a> {

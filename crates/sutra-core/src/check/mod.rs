@@ -9,6 +9,7 @@ mod boundary;
 mod channels;
 mod flows;
 pub use flows::FLOW_NODES_MAX;
+mod for_each;
 mod graph;
 mod nodes;
 mod race;

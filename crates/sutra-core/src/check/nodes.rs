@@ -1,6 +1,6 @@
 //! Nodes: exactly one kind each, the kind's own fields, and the node-level fields that only
-//! some kinds accept. A `race`'s arms are read in [`super::race`], a waiting node's `deadline`
-//! and `remind` in [`super::boundary`].
+//! some kinds accept. A `race`'s arms are read in [`super::race`], a `for-each` in
+//! [`super::for_each`], a waiting node's `deadline` and `remind` in [`super::boundary`].
 
 use serde_json::Value as Json;
 
@@ -15,10 +15,11 @@ use crate::yaml::{self, Entry};
 use super::channels::Channels;
 use super::flows::Outline;
 use super::reader::{Checker, NameRule, Record, Zero, listing, suggestion};
-use super::{boundary, race};
+use super::{boundary, for_each, race};
 
 pub(super) const KINDS: &[&str] = &[
-    "set", "task", "emit", "receive", "wait", "choice", "parallel", "race", "end", "fail",
+    "set", "task", "emit", "receive", "wait", "choice", "parallel", "race", "for-each", "end",
+    "fail",
 ];
 
 /// The fields of a node besides its kind.
@@ -43,13 +44,14 @@ const RACE_FIELD_HINT: &str =
 const RESTRICTED_FIELDS: &[(&str, &[&str], &str)] = &[
     (
         "output",
-        &["task", "receive"],
-        "only a task's result or a received message is stored with `output`; remove it",
+        &["task", "receive", "for-each"],
+        "only a task's result, a received message or a `for-each`'s results are stored with \
+         `output`; remove it",
     ),
     (
         "on-error",
-        &["task"],
-        "only a task reports business errors; remove `on-error`",
+        &["task", "for-each"],
+        "only a task (or a `for-each` of tasks) reports business errors; remove `on-error`",
     ),
     (
         "otherwise",
@@ -58,7 +60,9 @@ const RESTRICTED_FIELDS: &[(&str, &[&str], &str)] = &[
     ),
     (
         "next",
-        &["set", "task", "emit", "receive", "wait", "parallel"],
+        &[
+            "set", "task", "emit", "receive", "wait", "parallel", "for-each",
+        ],
         "a `choice` goes on through its arms or `otherwise`, and `end` and `fail` stop the instance; remove `next`",
     ),
     (
@@ -267,6 +271,9 @@ fn check_restricted_fields(cx: &mut Checker, record: &Record, kind: &str) {
                     "a `race` is bounded by a `wait` arm: add one, such as \
                      `- wait: { duration: P2D }` with its `next`"
                 }
+                ("for-each", "deadline" | "remind") => {
+                    "a `for-each` takes no `deadline` or `remind` yet, nor does its body; remove it"
+                }
                 _ => hint,
             };
             cx.report(
@@ -294,6 +301,7 @@ fn kind_of(cx: &mut Checker, site: &Site, node: &Record, kind: &Entry) -> Option
         "choice" => choice(cx, site, node, kind),
         "parallel" => parallel(site),
         "race" => race::race(cx, site, kind),
+        "for-each" => for_each::for_each(cx, site, kind),
         "end" => end(cx, site, kind),
         // `the_kind` only returns keys from KINDS: this is `fail`.
         _ => fail(cx, site, kind),
@@ -328,17 +336,30 @@ pub(super) const TOPIC_NAME: NameRule = NameRule {
     hint: "use 1 to 200 letters, digits and `-_.:/`, starting with a letter or a digit, such as `debit-account`",
 };
 
+/// The fields of a task, a `task` node's or a `for-each` body's.
+pub(super) const TASK_FIELDS: &[&str] = &["topic", "input", "retries", "backoff", "lock"];
+
+/// How a task's map looks, for the hint of a malformed one.
+pub(super) const TASK_EXAMPLE: &str = "{ topic: debit-account, input: {...} }";
+
 fn task(cx: &mut Checker, site: &Site, kind: &Entry) -> Option<NodeKind> {
-    let fields = ["topic", "input", "retries", "backoff", "lock"];
-    let record = site.spec(cx, kind, &fields, "{ topic: debit-account, input: {...} }")?;
+    let record = site.spec(cx, kind, TASK_FIELDS, TASK_EXAMPLE)?;
+    task_spec(cx, &record, INSTANCE_ROOTS).map(NodeKind::Task)
+}
+
+/// The task in `record`, a `task` node's map or a `for-each` body's; its `input` may use the
+/// names in `roots`.
+pub(super) fn task_spec(cx: &mut Checker, record: &Record, roots: &[&str]) -> Option<TaskSpec> {
     let topic = cx
         .required(
-            &record,
+            record,
             "topic",
             "add `topic: <name>`: workers poll for tasks by topic",
         )
         .and_then(|node| cx.named(node, &record.label("topic"), &TOPIC_NAME));
-    let input = site.template(cx, &record, "input");
+    let input = record
+        .get("input")
+        .and_then(|node| cx.template(node, &record.label("input"), roots));
     let retries = record
         .get("retries")
         .and_then(|node| cx.count(node, &record.label("retries"), 0));
@@ -348,13 +369,13 @@ fn task(cx: &mut Checker, site: &Site, kind: &Entry) -> Option<NodeKind> {
     let lock = record
         .get("lock")
         .and_then(|node| cx.duration(node, &record.label("lock"), Zero::Refused));
-    Some(NodeKind::Task(TaskSpec {
+    Some(TaskSpec {
         topic: topic?.to_owned(),
         input: input.unwrap_or(Template::Literal(Json::Null)),
         retries: retries.unwrap_or(TASK_RETRIES_DEFAULT),
         backoff: backoff.unwrap_or(TASK_BACKOFF_DEFAULT),
         lock: lock.unwrap_or(TASK_LOCK_DEFAULT),
-    }))
+    })
 }
 
 fn emit(cx: &mut Checker, site: &Site, kind: &Entry) -> Option<NodeKind> {

@@ -20,6 +20,9 @@ pub(super) struct Checker<'s> {
     /// and finding one by scanning from the start for every diagnostic would be quadratic.
     char_offsets: OnceCell<Vec<usize>>,
     pub diagnostics: Vec<Diagnostic>,
+    /// The names under which the `for-each` bodies of the flow being read see their item and
+    /// its position: an expression elsewhere that uses one is told why it cannot.
+    pub loop_names: Vec<String>,
 }
 
 /// A YAML map read as a set of named fields.
@@ -101,6 +104,7 @@ impl<'s> Checker<'s> {
             source,
             char_offsets: OnceCell::new(),
             diagnostics: Vec::new(),
+            loop_names: Vec::new(),
         }
     }
 
@@ -436,6 +440,9 @@ impl<'s> Checker<'s> {
                     message(&format!("unknown name `{name}`")),
                 )
                 .with_hint(match did_you_mean(name, roots.iter().copied()) {
+                    _ if self.loop_names.contains(name) => format!(
+                        "`{name}` is only visible inside the body of a `for-each`; {allowed}"
+                    ),
                     Some(close) => format!("did you mean `{close}`? {allowed}"),
                     None => allowed,
                 })

@@ -431,6 +431,156 @@ fn misplaced_boundaries_and_malformed_arms_are_refused() {
     );
 }
 
+const RESERVE_ALL: &str = "      - id: reserve-all
+        for-each:
+          items: \"= vars.input.items\"
+          task: { topic: reserve-stock, input: { sku: \"= item.sku\", at: \"= index\" } }
+        output: reservations
+        on-error: out-of-stock
+      - id: pack
+        for-each:
+          items: [a, b]
+          as: parcel
+          concurrency: 2
+          task: { topic: pack, input: \"= parcel\", retries: 1, lock: PT1M }
+        next: done
+      - { id: out-of-stock, fail: { code: ORDER.OUT_OF_STOCK } }
+      - { id: done, end: {} }
+";
+
+fn for_each<'f>(flow: &'f Flow, id: &str) -> &'f ForEachSpec {
+    let NodeKind::ForEach(spec) = &node(flow, id).kind else {
+        panic!("`{id}` is not a for-each");
+    };
+    spec
+}
+
+#[test]
+fn a_for_each_reads_its_items_its_names_and_its_body() {
+    let deployment = deployment(&waiting_flow(RESERVE_ALL));
+    let flow = &deployment.flows["f"];
+    let reserve = for_each(flow, "reserve-all");
+    assert!(
+        matches!(&reserve.items, Template::Expr(items) if items.source() == "vars.input.items")
+    );
+    assert_eq!(reserve.item, "item", "the default name");
+    assert_eq!(reserve.concurrency, None, "every item at once");
+    let Body::Task(task) = &reserve.body;
+    assert_eq!(task.topic, "reserve-stock");
+    assert!(matches!(&task.input, Template::Map(_)), "{:?}", task.input);
+    assert_eq!(
+        (task.retries, task.backoff, task.lock),
+        (
+            TASK_RETRIES_DEFAULT,
+            TASK_BACKOFF_DEFAULT,
+            TASK_LOCK_DEFAULT
+        )
+    );
+    let node_of = node(flow, "reserve-all");
+    assert_eq!(node_of.output.as_deref(), Some("reservations"));
+    assert_eq!(node_of.on_error, flow.find("out-of-stock"));
+    assert_eq!(node_of.after, to(flow, "pack"));
+
+    let pack = for_each(flow, "pack");
+    assert!(matches!(&pack.items, Template::Literal(items) if *items == json!(["a", "b"])));
+    assert_eq!(pack.item, "parcel");
+    assert_eq!(pack.concurrency, Some(2));
+    let Body::Task(task) = &pack.body;
+    assert_eq!(task.topic, "pack");
+    assert!(matches!(&task.input, Template::Expr(input) if input.source() == "parcel"));
+    assert_eq!((task.retries, task.lock), (1, SignedDuration::from_mins(1)));
+    assert_eq!(after(flow, "pack"), to(flow, "done"));
+}
+
+#[test]
+fn a_for_each_body_sees_only_its_own_item_and_index() {
+    let body = |as_name: &str, input: &str| {
+        waiting_flow(&format!(
+            "      - id: each
+        for-each: {{ items: [1], {as_name} task: {{ topic: t, input: {input} }} }}
+"
+        ))
+    };
+    assert_eq!(
+        rules(&body("", "{ sku: \"= item.sku\", at: \"= index + 1\" }")),
+        Vec::<&str>::new()
+    );
+    assert_eq!(rules(&body("as: line,", "\"= line\"")), Vec::<&str>::new());
+    assert_eq!(
+        rules(&body("as: line,", "\"= item\"")),
+        ["invalid-expression"]
+    );
+    for shadowing in ["vars", "msg", "instance", "now", "index"] {
+        let as_name = format!("as: {shadowing},");
+        assert_eq!(
+            rules(&body(&as_name, "{}")),
+            ["shadowed-name"],
+            "{shadowing}"
+        );
+    }
+    assert_eq!(rules(&body("as: 2x,", "{}")), ["invalid-name"]);
+    let outside = "      - id: each
+        for-each: { items: [1], as: line, task: { topic: t } }
+      - { id: after, set: { last: \"= line\" } }
+";
+    let checked = check(&waiting_flow(outside));
+    let [unknown] = checked.diagnostics.as_slice() else {
+        panic!("{:#?}", checked.diagnostics);
+    };
+    assert_eq!(unknown.rule, "invalid-expression");
+    assert!(
+        unknown
+            .hint
+            .as_deref()
+            .is_some_and(|hint| hint.contains("`line` is only visible inside the body")),
+        "{unknown:#?}"
+    );
+}
+
+#[test]
+fn a_malformed_for_each_is_refused() {
+    let each = |fields: &str| {
+        waiting_flow(&format!(
+            "      - id: each
+        for-each: {{ {fields} }}
+"
+        ))
+    };
+    assert_eq!(rules(&each("items: [1]")), ["missing-kind"]);
+    assert_eq!(
+        rules(&each("items: [1], emit: { channel: c }")),
+        ["unknown-field"],
+        "a body of another kind is not also missing"
+    );
+    assert_eq!(
+        rules(&each(
+            "items: [1], task: { topic: t, timeout: PT1M }, size: 2"
+        )),
+        ["unknown-field", "unknown-field"]
+    );
+    assert_eq!(
+        rules(&each("items: \"abc\", task: { topic: t }")),
+        ["wrong-type"]
+    );
+    assert_eq!(
+        rules(&each("items: [1], concurrency: -1, task: { topic: t }")),
+        ["invalid-value"]
+    );
+    assert_eq!(
+        rules(&each("items: [1], concurrency: two, task: { topic: t }")),
+        ["wrong-type"]
+    );
+    let timers = "      - id: each
+        for-each: { items: [1], task: { topic: t } }
+        deadline: { after: P1D, next: each }
+        remind: { after: PT1H }
+";
+    assert_eq!(
+        rules(&waiting_flow(timers)),
+        ["misplaced-field", "misplaced-field"]
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
