@@ -72,10 +72,10 @@ codes! {
         "Another instance already waits on this channel and key; the instance that tried to park on it failed. Make receive keys unique, then migrate and restore the instance.");
     FOR_EACH_NOT_A_LIST = ("SUTRA.RUNTIME.FOR_EACH.NOT_A_LIST", 422, false,
         "For-each items are not a list",
-        "The `items` of a `for-each` gave something other than a list. Fix the expression (or the data it reads), deploy, migrate and restore the instance.");
+        "The `items` of a `for-each` gave something other than a list; the instance failed at the node. Fix the expression (or the data it reads), deploy, migrate and restore the instance.");
     FOR_EACH_TOO_MANY_ITEMS = ("SUTRA.RUNTIME.FOR_EACH.TOO_MANY_ITEMS", 422, false,
         "Too many for-each items",
-        "The `items` of a `for-each` gave more items than `sutra.for-each.max-items` allows. Split the list (a for-each over chunks), or raise the ceiling; then restore the instance.");
+        "The `items` of a `for-each` gave more items than `sutra.for-each.max-items` (default 10,000) allows; the instance failed at the node. Split the list (a for-each over chunks), or raise the ceiling; then restore the instance.");
     CHOICE_NO_MATCH = ("SUTRA.RUNTIME.CHOICE.NO_MATCH", 422, false,
         "No choice guard matched",
         "No `when` guard was true and the choice has no `otherwise`. Add an `otherwise`, deploy the fix, migrate and restore the instance.");

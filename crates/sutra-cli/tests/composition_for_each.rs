@@ -1,0 +1,208 @@
+//! `for-each` (issue 33, decision 0051), through the HTTP API of a real `sutra serve`: on
+//! SQLite, and on PostgreSQL with two replicas (instances started on one, tasks polled and
+//! completed through the other).
+//!
+//! - A loop of 100 items at concurrency 5 never offers more than 5 of its tasks at once, and its
+//!   outputs come back in item order while its tasks are completed in a shuffled order.
+//! - A body that fails sends the loop to `on-error` with `vars.error.index`; the other bodies'
+//!   tasks are withdrawn, and their late completions answer the lock-lost code.
+//! - An empty list gives an empty output; a list that is no list, or longer than
+//!   `sutra.for-each.max-items`, fails the instance with its code.
+
+mod common;
+
+use common::{Fleet, Timing};
+use serde_json::{Value, json};
+use sutra_testkit::postgres::TestDatabase;
+use sutra_testkit::{Scratch, Server, serve};
+
+const RESERVATIONS: &str = r#"
+name: reservations
+channels:
+  orders: { transport: http, correlate: data.id }
+  bulk: { transport: http, correlate: data.id }
+flows:
+  reserve:
+    start: { channel: orders }
+    nodes:
+      - id: reserve-all
+        for-each:
+          items: "= vars.input.items"
+          as: line
+          task: { topic: reserve-stock, input: { sku: "= line.sku", position: "= index" } }
+        output: reservations
+        on-error: out-of-stock
+      - id: done
+        end: { reply: "= vars.reservations" }
+      - id: out-of-stock
+        set: { failed: "= vars.error" }
+  bulk:
+    start: { channel: bulk }
+    nodes:
+      - id: each
+        for-each:
+          items: "= vars.input.items"
+          concurrency: 5
+          task: { topic: bulk-item, input: "= item" }
+        output: results
+"#;
+
+async fn start(server: &Server, channel: &str, id: &str, items: Value) -> String {
+    let (status, body) = server
+        .send(
+            channel,
+            &format!("start-{id}"),
+            json!({"id": id, "items": items}),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    body["instance"]
+        .as_str()
+        .expect("an instance id")
+        .to_owned()
+}
+
+/// Polls `topic` for up to `max` tasks, waiting for at least one.
+async fn poll(server: &Server, topic: &str, max: u32) -> Vec<Value> {
+    let poll = json!({"worker": "w1", "topics": [topic], "max": max, "wait": "PT30S"});
+    let (status, tasks) = server.post_json("/v1/tasks/poll", &poll).await;
+    assert_eq!(status, 200, "{tasks}");
+    tasks.as_array().cloned().expect("an array of tasks")
+}
+
+async fn complete(server: &Server, task: &Value, output: Value) -> (u16, Value) {
+    let id = task["id"].as_str().expect("a task id");
+    let body = json!({"lock_token": task["lock_token"], "output": output});
+    server
+        .post_json(&format!("/v1/tasks/{id}/complete"), &body)
+        .await
+}
+
+async fn fail(server: &Server, task: &Value, code: &str) -> (u16, Value) {
+    let id = task["id"].as_str().expect("a task id");
+    let error = json!({"code": code, "message": "none left"});
+    let body = json!({"lock_token": task["lock_token"], "error": error, "retry": false});
+    server
+        .post_json(&format!("/v1/tasks/{id}/fail"), &body)
+        .await
+}
+
+/// A small deterministic shuffle: the tasks of one poll completed in an order that is not theirs.
+fn shuffled(mut tasks: Vec<Value>, seed: usize) -> Vec<Value> {
+    let len = tasks.len();
+    for i in 0..len {
+        tasks.swap(i, (i * 7 + seed * 3 + 1) % len);
+    }
+    tasks
+}
+
+async fn a_hundred_items_at_concurrency_five_come_back_in_item_order(a: &Server, b: &Server) {
+    let items: Vec<Value> = (0..100).map(|n| json!({"n": n})).collect();
+    let instance = start(a, "bulk", "b1", json!(items)).await;
+    let mut completed = 0;
+    let mut round = 0;
+    while completed < 100 {
+        let tasks = poll(b, "bulk-item", 50).await;
+        assert!(
+            tasks.len() <= 5,
+            "at most 5 bodies at once, got {}",
+            tasks.len()
+        );
+        for task in shuffled(tasks, round) {
+            let n = task["input"]["n"].as_u64().expect("the item");
+            let (status, body) = complete(b, &task, json!({"done": n})).await;
+            assert_eq!(status, 200, "{body}");
+            completed += 1;
+        }
+        round += 1;
+    }
+    let done = a.wait_for_status(&instance, "completed").await;
+    let expected: Vec<Value> = (0..100).map(|n| json!({"done": n})).collect();
+    assert_eq!(done["vars"]["results"], json!(expected));
+}
+
+async fn a_failing_body_ends_the_loop_at_on_error_and_withdraws_the_others(a: &Server, b: &Server) {
+    let items: Vec<Value> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|sku| json!({"sku": sku}))
+        .collect();
+    let instance = start(a, "orders", "o1", json!(items)).await;
+    let mut tasks = Vec::new();
+    while tasks.len() < 4 {
+        tasks.extend(poll(b, "reserve-stock", 10).await);
+    }
+    tasks.sort_by_key(|task| task["input"]["position"].as_u64());
+    let (status, body) = complete(b, &tasks[0], json!("r-a")).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = fail(b, &tasks[2], "STOCK.NONE").await;
+    assert_eq!(status, 200, "{body}");
+
+    let ended = a.wait_for_status(&instance, "completed").await;
+    assert_eq!(
+        ended["vars"]["failed"],
+        json!({"code": "STOCK.NONE", "message": "none left", "index": 2})
+    );
+    assert!(ended["vars"].get("reservations").is_none(), "{ended}");
+    for late in [&tasks[1], &tasks[3]] {
+        let (status, answer) = complete(b, late, json!("too late")).await;
+        assert_eq!(
+            (status, answer["code"].as_str()),
+            (409, Some("SUTRA.TASK.LOCK.LOST")),
+            "{answer}"
+        );
+    }
+}
+
+async fn an_empty_list_gives_an_empty_output(a: &Server) {
+    let instance = start(a, "orders", "empty", json!([])).await;
+    let done = a.wait_for_status(&instance, "completed").await;
+    assert_eq!(done["vars"]["reservations"], json!([]));
+}
+
+async fn what_is_no_list_fails_the_instance(a: &Server) {
+    let instance = start(a, "orders", "not-a-list", json!({"sku": "a"})).await;
+    let failed = a.wait_for_status(&instance, "failed").await;
+    assert_eq!(
+        failed["failure"]["code"], "SUTRA.RUNTIME.FOR_EACH.NOT_A_LIST",
+        "{failed}"
+    );
+}
+
+async fn every_rule(a: &Server, b: &Server) {
+    a_hundred_items_at_concurrency_five_come_back_in_item_order(a, b).await;
+    a_failing_body_ends_the_loop_at_on_error_and_withdraws_the_others(a, b).await;
+    an_empty_list_gives_an_empty_output(a).await;
+    what_is_no_list_fails_the_instance(a).await;
+}
+
+#[tokio::test]
+async fn for_each_on_sqlite() {
+    let scratch = Scratch::new("composition-for-each");
+    let server = serve!(scratch.database()).deployed(RESERVATIONS).await;
+    every_rule(&server, &server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn for_each_on_postgres_with_two_replicas() {
+    let database = TestDatabase::create().await;
+    let fleet = Fleet::of("composition-for-each", 2, Timing::SHORT)
+        .start(database.url(), RESERVATIONS)
+        .await;
+    every_rule(fleet.replica(0), fleet.replica(1)).await;
+}
+
+#[tokio::test]
+async fn a_list_longer_than_the_ceiling_fails_the_instance() {
+    let scratch = Scratch::new("composition-for-each-ceiling");
+    let server = serve!(scratch.database())
+        .env("SUTRA_FOR_EACH_MAX_ITEMS", "3")
+        .deployed(RESERVATIONS)
+        .await;
+    let items: Vec<Value> = (0..4).map(|n| json!({"sku": n})).collect();
+    let instance = start(&server, "orders", "long", json!(items)).await;
+    let failed = server.wait_for_status(&instance, "failed").await;
+    assert_eq!(
+        failed["failure"]["code"], "SUTRA.RUNTIME.FOR_EACH.TOO_MANY_ITEMS",
+        "{failed}"
+    );
+}
