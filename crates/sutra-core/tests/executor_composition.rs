@@ -17,7 +17,10 @@ use sutra_core::step::{Disarm, Effect, Event, HistoryKind, Rejection};
 
 fn flow(yaml: &str) -> Flow {
     let checked = sutra_core::check::check(yaml);
-    let errors = checked.diagnostics.iter().filter(|d| d.severity == Severity::Error);
+    let errors = checked
+        .diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Error);
     assert_eq!(errors.count(), 0, "{:#?}", checked.diagnostics);
     let deployment = checked.deployment.expect("the flow checks");
     deployment.flows["f"].clone()
