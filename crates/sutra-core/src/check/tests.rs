@@ -135,23 +135,56 @@ fn create_consumer_applies_to_nats_channels_only() {
 
 #[test]
 fn parallel_branches_live_in_the_arena_and_end_on_their_own() {
-    let deployment = deployment(ORDER);
-    let flow = &deployment.flows["order"];
-    assert_eq!(flow.nodes.len(), 6);
+    let deployment = deployment(
+        "name: d\nchannels: { c: { transport: http } }\nflows:\n  f:\n    start: { channel: c }\n    \
+         nodes:\n      - { id: prepare, parallel: [[{ id: reserve, task: { topic: r } }], \
+         [{ id: charge, task: { topic: c } }]] }\n      - { id: cooling-off, wait: { duration: PT10S } }\n",
+    );
+    let flow = &deployment.flows["f"];
+    assert_eq!(flow.nodes.len(), 4);
     let NodeKind::Parallel(heads) = &node(flow, "prepare").kind else {
         panic!("not a parallel");
     };
-    assert_eq!(
-        heads,
-        &[flow.find("reserve-stock"), flow.find("charge-payment")]
-    );
-    assert_eq!(after(flow, "reserve-stock"), After::End);
-    assert_eq!(after(flow, "charge-payment"), After::End);
+    assert_eq!(heads, &[flow.find("reserve"), flow.find("charge")]);
+    assert_eq!(after(flow, "reserve"), After::End);
+    assert_eq!(after(flow, "charge"), After::End);
     assert_eq!(after(flow, "prepare"), to(flow, "cooling-off"));
     let NodeKind::Wait(WaitSpec::Duration(wait)) = &node(flow, "cooling-off").kind else {
         panic!("not a duration wait");
     };
     assert_eq!(*wait, SignedDuration::from_secs(10));
+}
+
+#[test]
+fn the_order_example_loops_races_and_bounds_its_approval() {
+    let deployment = deployment(ORDER);
+    let flow = &deployment.flows["order"];
+    let NodeKind::ForEach(reserve) = &node(flow, "reserve-all").kind else {
+        panic!("not a for-each");
+    };
+    assert_eq!(
+        (reserve.item.as_str(), reserve.concurrency),
+        ("line", Some(5))
+    );
+    let NodeKind::Race(arms) = &node(flow, "settle").kind else {
+        panic!("not a race");
+    };
+    let nexts: Vec<After> = arms.iter().map(|arm| arm.after).collect();
+    assert_eq!(
+        nexts,
+        [to(flow, "large"), to(flow, "cancelled"), to(flow, "unpaid")]
+    );
+    let approve = node(flow, "approve");
+    let deadline = approve.deadline.as_ref().expect("a deadline");
+    assert_eq!(
+        (deadline.after, After::Node(deadline.next)),
+        (SignedDuration::from_hours(48), to(flow, "escalate"))
+    );
+    let remind = approve.remind.as_ref().expect("a reminder");
+    assert_eq!(
+        (remind.every, remind.head),
+        (Some(SignedDuration::from_hours(4)), flow.find("nudge"))
+    );
 }
 
 #[test]
