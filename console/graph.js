@@ -149,7 +149,7 @@ function pathTaken(vs, edges, history, tokens) {
   for (const edge of edges) (out.get(edge.from) || out.set(edge.from, []).get(edge.from)).push(edge);
   const from = (node, prefix) => (out.get(node) || []).find((edge) => edge.label.startsWith(prefix));
   const host = new Map(
-    tokens.filter((t) => ['arm', 'reminder'].includes(t.role?.role)).map((t) => [t.id, t.parent]),
+    tokens.filter((t) => ['arm', 'reminder', 'deadline', 'body'].includes(t.role?.role)).map((t) => [t.id, t.parent]),
   );
   const seqs = new Map();
   const push = (token, v, via = null) => {
@@ -246,9 +246,9 @@ function edgePath(a, b, back, skips) {
   return `M${a.x},${y1} C${a.x},${mid} ${b.x},${mid} ${b.x},${y2}`;
 }
 
-// A token that serves another at its node: a race's arm, a reminder's timer. It is drawn as
-// part of its host's mark, not as a token of its own.
-const isSatellite = (token) => ['arm', 'reminder'].includes(token.role?.role);
+// A token that serves another at its node: a race's arm, a reminder's or a loop's deadline
+// timer, a loop's body. It is drawn as part of its host's mark, not as a token of its own.
+const isSatellite = (token) => ['arm', 'reminder', 'deadline', 'body'].includes(token.role?.role);
 
 // The SVG of `flow`, with `tokens` (the instance's), `failure` and the path its `history`
 // took marked.
@@ -267,7 +267,14 @@ export function drawFlow(flow, { tokens = [], failure = null, history = null } =
     where.get(token.node).push(token);
   }
   const arms = (token) => tokens.filter((t) => t.parent === token.id && t.role?.role === 'arm').length;
-  const stateOf = (token) => (token.state === 'racing' ? `racing, ${arms(token)} arms waiting` : token.state);
+  const stateOf = (token) => {
+    if (token.state === 'racing') return `racing, ${arms(token)} arms waiting`;
+    const loop = token.park;
+    if (token.state === 'looping' && loop) {
+      return `looping: ${loop.done} of ${loop.items} done, ${loop.running} running, ${loop.pending} pending`;
+    }
+    return token.state;
+  };
   const summary = [...at.entries()]
     .map(([node, ts]) => `${ts.length} token${ts.length > 1 ? 's' : ''} at ${node} (${ts.map(stateOf).join('; ')})`)
     .join('; ');
@@ -350,6 +357,7 @@ export function drawFlow(flow, { tokens = [], failure = null, history = null } =
       for (const t of here) title.push(`token ${t.id}: ${stateOf(t)}`);
       for (const t of satellites.get(id) || []) {
         if (t.role.role === 'reminder') title.push(`reminder timer armed (fired ${t.role.fired} time${t.role.fired === 1 ? '' : 's'})`);
+        if (t.role.role === 'deadline') title.push('deadline timer armed');
       }
       if (isFailed) title.push(`failed: ${failure.code}`);
       // A race is a gateway: a diamond, BPMN's shape for a node that only routes.

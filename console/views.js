@@ -146,6 +146,9 @@ function waitsFor(token, tokens) {
     const arms = tokens.filter((t) => t.parent === token.id && t.role?.role === 'arm').length;
     return `the first of its ${arms} race arms`;
   }
+  if (token.state === 'looping' && park) {
+    return `its bodies: ${park.done} of ${park.items} done, ${park.running} running, ${park.pending} pending`;
+  }
   if (!park) return token.state === 'ready' ? 'stopped here' : '—';
   switch (park.kind) {
     case 'task':
@@ -214,7 +217,8 @@ export async function instance(main, [id]) {
       : flow
         ? h('div', { class: 'graph' }, drawFlow(flow, { tokens: inst.tokens, failure: inst.failure, history }))
         : h('p', {}, 'The flow is not in its deployment version.');
-  // A race's arms and a reminder's timer say whom they serve.
+  // A race's arms, a reminder's or a loop's deadline timer and a loop's bodies say whom they
+  // serve.
   const role = (t) => {
     switch (t.role?.role) {
       case 'arm':
@@ -223,6 +227,10 @@ export async function instance(main, [id]) {
         return ` (reminder of token ${t.parent}, fired ${t.role.fired})`;
       case 'detached':
         return ' (running a reminder)';
+      case 'body':
+        return ` (body for item ${t.role.index} of token ${t.parent})`;
+      case 'deadline':
+        return ` (deadline of token ${t.parent})`;
       default:
         return '';
     }

@@ -6,6 +6,7 @@
 //!   outputs come back in item order while its tasks are completed in a shuffled order.
 //! - A body that fails sends the loop to `on-error` with `vars.error.index`; the other bodies'
 //!   tasks are withdrawn, and their late completions answer the lock-lost code.
+//! - A loop's deadline withdraws the bodies still running and goes on at its `next`.
 //! - An empty list gives an empty output; a list that is no list, or longer than
 //!   `sutra.for-each.max-items`, fails the instance with its code.
 
@@ -21,6 +22,7 @@ name: reservations
 channels:
   orders: { transport: http, correlate: data.id }
   bulk: { transport: http, correlate: data.id }
+  timed: { transport: http, correlate: data.id }
 flows:
   reserve:
     start: { channel: orders }
@@ -36,6 +38,19 @@ flows:
         end: { reply: "= vars.reservations" }
       - id: out-of-stock
         set: { failed: "= vars.error" }
+  timed:
+    start: { channel: timed }
+    nodes:
+      - id: each
+        for-each:
+          items: "= vars.input.items"
+          task: { topic: slow-item, input: "= item" }
+        output: results
+        deadline: { after: PT2S, next: late }
+      - id: done
+        end: {}
+      - id: late
+        set: { late: "= true" }
   bulk:
     start: { channel: bulk }
     nodes:
@@ -168,7 +183,29 @@ async fn what_is_no_list_fails_the_instance(a: &Server) {
     );
 }
 
+async fn a_loops_deadline_withdraws_the_bodies_still_running(a: &Server, b: &Server) {
+    let instance = start(a, "timed", "t1", json!([1, 2, 3])).await;
+    let mut tasks = Vec::new();
+    while tasks.len() < 3 {
+        tasks.extend(poll(b, "slow-item", 10).await);
+    }
+    let (status, body) = complete(b, &tasks[0], json!("one")).await;
+    assert_eq!(status, 200, "{body}");
+    let late = a.wait_for_status(&instance, "completed").await;
+    assert_eq!(late["vars"]["late"], true, "{late}");
+    assert!(late["vars"].get("results").is_none(), "{late}");
+    for withdrawn in &tasks[1..] {
+        let (status, answer) = complete(b, withdrawn, json!("too late")).await;
+        assert_eq!(
+            (status, answer["code"].as_str()),
+            (409, Some("SUTRA.TASK.LOCK.LOST")),
+            "{answer}"
+        );
+    }
+}
+
 async fn every_rule(a: &Server, b: &Server) {
+    a_loops_deadline_withdraws_the_bodies_still_running(a, b).await;
     a_hundred_items_at_concurrency_five_come_back_in_item_order(a, b).await;
     a_failing_body_ends_the_loop_at_on_error_and_withdraws_the_others(a, b).await;
     an_empty_list_gives_an_empty_output(a).await;

@@ -313,6 +313,10 @@ impl<'a> Run<'a> {
                 self.settle(racer, outcome);
             }
             Some(Role::Body { index }) => self.body_answered(token, index, park, answer)?,
+            Some(Role::Deadline) => {
+                let (looping, outcome) = self.loop_deadline(&token, park)?;
+                self.settle(looping, outcome);
+            }
             Some(Role::Reminder { fired }) => {
                 let outcome = self.remind(&mut token, fired);
                 self.settle(token, outcome);

@@ -194,6 +194,9 @@ pub enum Role {
     Detached,
     /// The body for item `index` of the `for-each` its parent loops at.
     Body { index: u32 },
+    /// The timer of the `deadline` of the `for-each` its parent loops at (a looping token holds
+    /// no park for the deadline to be the timer of).
+    Deadline,
 }
 
 impl Token {

@@ -469,3 +469,81 @@ fn migration_keeps_the_loops_results_and_offers_its_running_bodies_again() {
     };
     assert_eq!(results[0], json!("A"));
 }
+
+#[test]
+fn a_loops_deadline_withdraws_its_bodies_and_resolves_its_reminder() {
+    let yaml = LOOP
+        .replace(
+            "        on-error: short\n",
+            "        on-error: short\n        deadline: { after: PT1H, next: late }\n        remind: { after: PT10M }\n",
+        )
+        .replace("      - id: short\n", "      - id: late\n        end: { reply: late }\n      - id: short\n");
+    let mut sim = sim(&yaml);
+    sim.start(json!({"id": "o1", "items": ["a", "b", "c"]}));
+    let roles: Vec<_> = sim.snapshot.tokens.iter().map(|t| t.role).collect();
+    assert_eq!(
+        roles,
+        [
+            None,
+            Some(Role::Body { index: 0 }),
+            Some(Role::Body { index: 1 }),
+            Some(Role::Deadline),
+            Some(Role::Reminder { fired: 0 })
+        ]
+    );
+    let timer = sim.snapshot.tokens[3].park().unwrap().id;
+    let step = sim.ok(Event::TimerFired { park: timer });
+    assert_eq!(sim.snapshot.reply, json!("late"));
+    let sorts: Vec<ParkSort> = disarmed(&step.effects).iter().map(|d| d.sort).collect();
+    assert_eq!(
+        sorts,
+        [ParkSort::Task, ParkSort::Task, ParkSort::Wait],
+        "two bodies and the reminder"
+    );
+    assert!(kinds(&step).contains(&HistoryKind::DeadlineFired));
+}
+
+#[test]
+fn a_loop_that_ends_resolves_its_timers_and_migration_keeps_them() {
+    let yaml = LOOP.replace(
+        "        on-error: short\n",
+        "        on-error: short\n        deadline: { after: PT1H, next: short }\n",
+    );
+    let mut sim = sim(&yaml);
+    sim.start(json!({"id": "o1", "items": ["a"]}));
+    let step = migrate(
+        &sim.flow,
+        &flow(&yaml),
+        2,
+        &sim.snapshot,
+        &BTreeMap::new(),
+        ctx(),
+    )
+    .unwrap();
+    let timers: Vec<_> = step
+        .snapshot
+        .tokens
+        .iter()
+        .filter(|t| t.role == Some(Role::Deadline))
+        .collect();
+    assert_eq!(timers.len(), 1, "{:?}", step.snapshot.tokens);
+    let due = |kind: &ParkKind| kind.due();
+    assert_eq!(
+        due(&timers[0].park().unwrap().kind),
+        Some(now() + jiff::SignedDuration::from_hours(1)),
+        "kept with its due"
+    );
+    sim.snapshot = step.snapshot;
+    let step = sim.ok(Event::TaskCompleted {
+        park: body_park(&sim, 0),
+        output: json!("A"),
+    });
+    assert_eq!(sim.snapshot.reply, json!(["A"]));
+    assert_eq!(
+        disarmed(&step.effects)
+            .iter()
+            .map(|d| d.sort)
+            .collect::<Vec<_>>(),
+        [ParkSort::Wait]
+    );
+}

@@ -34,7 +34,7 @@ const NODE_FIELDS: &[&str] = &[
 ];
 
 /// The kinds of node that wait, and so may have a `deadline` and a `remind`.
-pub(super) const WAITING_KINDS: &[&str] = &["task", "receive"];
+pub(super) const WAITING_KINDS: &[&str] = &["task", "receive", "for-each"];
 
 /// What to do instead of a `next` or an `output` on a `race` node.
 const RACE_FIELD_HINT: &str =
@@ -68,12 +68,12 @@ const RESTRICTED_FIELDS: &[(&str, &[&str], &str)] = &[
     (
         "deadline",
         WAITING_KINDS,
-        "only a node that waits (`task`, `receive`) has a deadline; to bound a `wait`, shorten it, or use a `race` with a `wait` arm",
+        "only a node that waits (`task`, `receive`, `for-each`) has a deadline; to bound a `wait`, shorten it, or use a `race` with a `wait` arm",
     ),
     (
         "remind",
         WAITING_KINDS,
-        "only a node that waits (`task`, `receive`) has a reminder; put `remind` on the `task` or `receive` it is about, or remove it",
+        "only a node that waits (`task`, `receive`, `for-each`) has a reminder; put `remind` on the node it is about, or remove it",
     ),
 ];
 
@@ -270,9 +270,6 @@ fn check_restricted_fields(cx: &mut Checker, record: &Record, kind: &str) {
                 ("race", "deadline") => {
                     "a `race` is bounded by a `wait` arm: add one, such as \
                      `- wait: { duration: P2D }` with its `next`"
-                }
-                ("for-each", "deadline" | "remind") => {
-                    "a `for-each` takes no `deadline` or `remind` yet, nor does its body; remove it"
                 }
                 _ => hint,
             };

@@ -51,13 +51,9 @@ impl Run<'_> {
                 self.msg = Some(message.to_json());
                 self.proceed(token, node.after)
             }
+            Answer::Timer if node.deadline.is_some() => self.deadline_fired(token, park),
             Answer::Timer => {
                 self.record_at(HistoryKind::TimerFired, token, json!({"park": park}));
-                if let Some(deadline) = &node.deadline {
-                    let next = self.node_at(deadline.next)?.id.as_str();
-                    self.record_at(HistoryKind::DeadlineFired, token, json!({"next": next}));
-                    return self.goto(token, deadline.next);
-                }
                 match &node.kind {
                     NodeKind::Receive(spec) => match spec.on_timeout {
                         Some(target) => self.goto(token, target),

@@ -14,17 +14,66 @@ use serde_json::json;
 
 use super::{Fate, Outcome, Run};
 use crate::model::{Node, Remind};
-use crate::snapshot::{ParkKind, Role, Token, TokenId, TokenState};
-use crate::step::HistoryKind;
+use crate::snapshot::{ParkId, ParkKind, Role, Token, TokenId, TokenState};
+use crate::step::{HistoryKind, Rejection};
 
 impl Run<'_> {
     /// Parks the token at a node that waits, with its reminder's timer beside it.
     pub(super) fn park_waiting(&mut self, token: &mut Token, node: &Node, kind: ParkKind) {
         self.park(token, kind);
+        self.arm_reminder(token, node);
+    }
+
+    /// Arms a loop's timers beside the looping token, which holds no park for its deadline to
+    /// be the timer of: both its deadline and its reminder are satellites.
+    pub(super) fn arm_loop_timers(&mut self, looping: &Token, node: &Node) {
+        if let Some(deadline) = &node.deadline {
+            let due = self.due_in(deadline.after);
+            self.satellite(looping, Role::Deadline, ParkKind::Wait { due });
+        }
+        self.arm_reminder(looping, node);
+    }
+
+    fn arm_reminder(&mut self, host: &Token, node: &Node) {
         if let Some(remind) = &node.remind {
             let due = self.due_in(remind.after);
-            self.satellite(token, Role::Reminder { fired: 0 }, ParkKind::Wait { due });
+            self.satellite(host, Role::Reminder { fired: 0 }, ParkKind::Wait { due });
         }
+    }
+
+    /// A loop's deadline fired: its bodies are withdrawn, its other timers resolved, and the
+    /// looping token goes on at the deadline's `next`. Returns the looping token and what
+    /// became of it, or `Stale` when no token loops for the timer.
+    pub(super) fn loop_deadline(
+        &mut self,
+        timer: &Token,
+        park: ParkId,
+    ) -> Result<(Token, Outcome), Rejection> {
+        let looping = self.snap.tokens.iter().position(|token| {
+            Some(token.id) == timer.parent && matches!(token.state, TokenState::Looping { .. })
+        });
+        let Some(looping) = looping else {
+            return Err(Rejection::Stale(Some(park)));
+        };
+        let mut looping = self.snap.tokens.remove(looping);
+        self.withdraw_bodies(looping.id);
+        self.resolve_satellites(looping.id);
+        looping.state = TokenState::Ready;
+        let outcome = self.deadline_fired(&mut looping, park);
+        Ok((looping, outcome))
+    }
+
+    /// Records a deadline that fired for `token`, and sends the token to its `next`.
+    pub(super) fn deadline_fired(&mut self, token: &mut Token, park: ParkId) -> Outcome {
+        self.record_at(HistoryKind::TimerFired, token, json!({"park": park}));
+        let node = self.node_named(&token.node)?;
+        let Some(deadline) = &node.deadline else {
+            // The node lost its deadline (a snapshot that does not match its flow): wait on.
+            return self.proceed(token, node.after);
+        };
+        let next = self.node_at(deadline.next)?.id.as_str();
+        self.record_at(HistoryKind::DeadlineFired, token, json!({"next": next}));
+        self.goto(token, deadline.next)
     }
 
     /// Forks a token that serves `host` at its node, parked on `kind`.
@@ -84,8 +133,30 @@ impl Run<'_> {
     }
 }
 
-/// Whether `token` is a satellite (a race arm or a reminder's timer) of `host`.
+impl Run<'_> {
+    /// Parks every satellite again under a fresh park, due when it was: a migrated loop's
+    /// timers, whose parks the migration disarmed.
+    pub(super) fn rearm_satellites(&mut self) {
+        let mut tokens = std::mem::take(&mut self.snap.tokens);
+        for token in tokens.iter_mut().filter(|token| is_satellite(token)) {
+            if let Some(kind) = token.park().map(|park| park.kind.clone()) {
+                self.park(token, kind);
+            }
+        }
+        self.snap.tokens = tokens;
+    }
+}
+
+/// Whether `token` is a satellite (a race arm, a reminder's or a loop's deadline timer) of
+/// `host`.
 pub(super) fn is_satellite_of(token: &Token, host: TokenId) -> bool {
-    token.parent == Some(host)
-        && matches!(token.role, Some(Role::Arm { .. } | Role::Reminder { .. }))
+    token.parent == Some(host) && is_satellite(token)
+}
+
+/// Whether `token` is a satellite of some token.
+pub(super) fn is_satellite(token: &Token) -> bool {
+    matches!(
+        token.role,
+        Some(Role::Arm { .. } | Role::Reminder { .. } | Role::Deadline)
+    )
 }

@@ -7,7 +7,8 @@
 //! step. A body starts `Ready` and the step's run loop parks it, so that a body whose input
 //! fails to render fails the instance on itself, and restore or migration — which set a body
 //! ready again — start it afresh for its own item. When a body ends, the next item's starts, in
-//! item order; when the last has ended, the looping token goes on with the results.
+//! item order; when the last has ended, the looping token goes on with the results. A loop's
+//! `deadline` and `remind` are satellite timers beside the looping token (`exec/boundary.rs`).
 
 use serde_json::{Value, json};
 
@@ -64,6 +65,7 @@ impl Run<'_> {
             running: 0,
         };
         self.start_bodies(token, spec);
+        self.arm_loop_timers(token, node);
         Ok(Fate::Stays)
     }
 
@@ -222,13 +224,14 @@ impl Run<'_> {
             return Ok(Fate::Stays);
         };
         self.withdraw_bodies(looping.id);
+        self.resolve_satellites(looping.id);
         let failure = json!({"code": code, "message": error.message, "index": index});
         self.snap.vars.insert("error".into(), failure);
         self.goto(looping, target)
     }
 
     /// Resolves every body of the loop: their tasks are withdrawn with their parks.
-    fn withdraw_bodies(&mut self, looping: TokenId) {
+    pub(super) fn withdraw_bodies(&mut self, looping: TokenId) {
         let (bodies, others) =
             std::mem::take(&mut self.snap.tokens)
                 .into_iter()
@@ -244,6 +247,7 @@ impl Run<'_> {
     }
 
     fn end_loop(&mut self, looping: &mut Token, node: &Node, results: Vec<Value>) -> Outcome {
+        self.resolve_satellites(looping.id);
         let detail = json!({"items": results.len()});
         self.record_at(HistoryKind::LoopEnded, looping, detail);
         self.set_output(node, Value::Array(results));

@@ -18,9 +18,9 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use super::Run;
+use super::{Run, boundary};
 use crate::model::{Flow, NodeKind};
-use crate::snapshot::{Role, Snapshot, Status, TokenState};
+use crate::snapshot::{Snapshot, Status, Token, TokenId, TokenState};
 use crate::step::{HistoryKind, Rejection, Step, StepContext};
 
 /// Moves the instance of `snapshot`, running `from`, onto `to`, version `version` of its
@@ -49,15 +49,28 @@ pub fn migrate(
         run.tear_down_parks();
     }
     // Satellites (race arms, reminder timers) go: the token they serve runs its new node
-    // again, which arms that node's own.
-    run.snap
+    // again, which arms that node's own — except a loop's, whose looping token does not run its
+    // node again: its timers are kept, with their due times, and armed again below.
+    let looping: Vec<TokenId> = run
+        .snap
         .tokens
-        .retain(|token| !matches!(token.role, Some(Role::Arm { .. } | Role::Reminder { .. })));
+        .iter()
+        .filter(|token| matches!(token.state, TokenState::Looping { .. }))
+        .map(|token| token.id)
+        .collect();
+    let kept = |token: &Token| {
+        !boundary::is_satellite(token) || token.parent.is_some_and(|p| looping.contains(&p))
+    };
+    run.snap.tokens.retain(kept);
     for token in &mut run.snap.tokens {
         token.node = landing(map, &token.node).to_owned();
-        if matches!(token.state, TokenState::Parked(_) | TokenState::Racing) {
+        let parked = matches!(token.state, TokenState::Parked(_));
+        if (parked && !boundary::is_satellite(token)) || token.state == TokenState::Racing {
             token.state = TokenState::Ready;
         }
+    }
+    if suspended {
+        run.rearm_satellites();
     }
     if let Some(failure) = &mut run.snap.failure
         && let Some(node) = &mut failure.node
