@@ -33,7 +33,7 @@ pub use lease::{
 pub use model::{Action, ProtocolModel};
 pub use one_transaction::{Driver, Group, Member, Outcome};
 pub use properties::{
-    ASKED_IS_TAKEN, CLAIM_NOT_FOREVER, COMMITTED_IMPLIES_UNOWNED, EXCLUSION, NO_LOST_COMMIT,
-    POISONED,
+    ASKED_IS_TAKEN, CLAIM_NOT_FOREVER, COMMITTED_IMPLIES_UNOWNED, END_REACHES_PARENT, EXCLUSION,
+    NO_LOST_COMMIT, POISONED,
 };
 pub use setup::{Protocol, RowSpec, Setup};
