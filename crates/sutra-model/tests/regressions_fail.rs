@@ -108,6 +108,10 @@ fn ask_after_commit_loses_a_child_end() {
 #[test]
 fn only_end_reaches_parent_sees_a_lost_ask() {
     let report = exhaustively(Protocol::AskAfterCommit, Setup::call());
+    println!(
+        "AskAfterCommit, call: {} states, depth {}, checked in {:.1?}",
+        report.unique_states, report.max_depth, report.elapsed
+    );
     let failed: Vec<_> = report.failures.iter().map(|(name, _)| *name).collect();
     assert_eq!(failed, [END_REACHES_PARENT]);
 }
