@@ -11,6 +11,11 @@
 //! (`Protocol`), which must fail. `docs/protocol.md` holds the prose, the mapping to the engine
 //! and the counterexamples.
 //!
+//! Rows may also be asked by the commit that ends another instance (`RowSpec::asked_by`: issue
+//! 33's calls, a child's end reported to its parent and a parent's cancel of its children), in
+//! the same action as that end; `EndReachesParent` checks that such an ask reaches its instance,
+//! and `Protocol::AskAfterCommit`, which asks after the commit, must fail it.
+//!
 //! Beside it, and apart from it, a model of the leases that elect one replica per singleton role
 //! (`lease`, decision 0041): terms that end on a local deadline, clocks that drift, and the
 //! property that no two replicas lead one role at once, checked against the engine's rule and
@@ -33,7 +38,7 @@ pub use lease::{
 pub use model::{Action, ProtocolModel};
 pub use one_transaction::{Driver, Group, Member, Outcome};
 pub use properties::{
-    ASKED_IS_TAKEN, CLAIM_NOT_FOREVER, COMMITTED_IMPLIES_UNOWNED, EXCLUSION, NO_LOST_COMMIT,
-    POISONED,
+    ASKED_IS_TAKEN, CLAIM_NOT_FOREVER, COMMITTED_IMPLIES_UNOWNED, END_REACHES_PARENT, EXCLUSION,
+    NO_LOST_COMMIT, POISONED,
 };
 pub use setup::{Protocol, RowSpec, Setup};

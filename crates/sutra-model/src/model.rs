@@ -11,7 +11,7 @@ use stateright::{Model, Property};
 
 use crate::one_transaction::{self, Group};
 use crate::properties;
-use crate::setup::{Protocol, Setup};
+use crate::setup::{Protocol, RowSpec, Setup};
 use crate::state::{Budget, History, Instance, Owner, Replica, Row, RowState, Slot, State, Step};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -50,6 +50,8 @@ pub enum Action {
     /// `OneTransaction`: the dispatcher fails the instance of a row dispatched to the bound
     /// without being taken.
     Poison { row: u8 },
+    /// `AskAfterCommit`: the replica writes an ask its ending commit left for afterwards.
+    Ask { replica: u8, row: u8 },
 }
 
 #[derive(Clone, Debug)]
@@ -190,6 +192,11 @@ impl ProtocolModel {
                     .map(|group| Action::Group { replica: r, group }),
             );
         }
+        for row in 0..state.rows.len() as u8 {
+            if replica.owes & 1 << row != 0 {
+                actions.push(Action::Ask { replica: r, row });
+            }
+        }
         if state.budget.crashes > 0 {
             actions.push(Action::Crash { replica: r });
         }
@@ -313,16 +320,17 @@ impl ProtocolModel {
         instance.owner = None;
         instance.lapsed = false;
         if let Some(row) = step.row {
-            self.take_row(state, row, step.instance);
+            self.take_row(state, row, step.instance, Some(r));
         }
         self.hand_over(state, step.instance);
     }
 
-    /// The commit deletes the row it consumed, and ends the instance if the row does.
-    pub fn take_row(&self, state: &mut State, row: u8, instance: u8) {
+    /// The commit of replica `by` deletes the row it consumed, and ends the instance if the row
+    /// does.
+    pub fn take_row(&self, state: &mut State, row: u8, instance: u8, by: Option<u8>) {
         state.rows[row as usize].state = RowState::Taken;
         if self.setup.rows[row as usize].ends {
-            self.end(state, instance);
+            self.end(state, instance, by);
         }
     }
 
@@ -331,12 +339,54 @@ impl ProtocolModel {
     }
 
     /// The ending step disarms every park: the instance's other rows are deleted in its commit.
-    pub fn end(&self, state: &mut State, instance: u8) {
+    /// The same commit asks every row the instance's end owes another instance (a child's report
+    /// to its parent, a parent's cancel of its children), whether or not that instance has ended
+    /// meanwhile (a concurrent end is not seen under READ COMMITTED; its row is then stale).
+    /// `by` is the replica whose commit it is (`None` for the dispatcher's poisoning); under
+    /// `AskAfterCommit` it owes the asks instead, to write after the commit.
+    pub fn end(&self, state: &mut State, instance: u8, by: Option<u8>) {
         state.instances[instance as usize].ended = true;
         for (row, spec) in state.rows.iter_mut().zip(&self.setup.rows) {
             if spec.instance == instance && row.state.pending() {
                 row.state = RowState::Resolved;
             }
+        }
+        for row in 0..self.setup.rows.len() as u8 {
+            if self.setup.rows[row as usize].asked_by != Some(instance) {
+                continue;
+            }
+            match by {
+                Some(r) if !self.protocol.asks_in_the_commit() => {
+                    state.replicas[r as usize].owes |= 1 << row;
+                }
+                _ => Self::ask(state, row, by),
+            }
+        }
+    }
+
+    /// A row not asked yet is written, due now; the replica whose commit wrote it hands it to
+    /// its own dispatcher (`due_now`), so that only a crash leaves it to a pass over the table.
+    pub fn ask(state: &mut State, row: u8, by: Option<u8>) {
+        if state.rows[row as usize].state != RowState::Unasked {
+            return;
+        }
+        state.rows[row as usize].state = RowState::Due;
+        if let Some(r) = by {
+            state.replicas[r as usize].looks |= 1 << row;
+        }
+    }
+
+    /// `AskAfterCommit`: the separate write of an ask the commit left for afterwards.
+    fn ask_after_commit(state: &mut State, r: u8, row: u8) {
+        state.replicas[r as usize].owes &= !(1 << row);
+        Self::ask(state, row, Some(r));
+    }
+
+    /// A stale delivery — asked of an instance that had ended — is deleted by the step that
+    /// finds it stale (`discard`). A row already taken or resolved is left as it is.
+    pub fn discard(state: &mut State, row: u8) {
+        if state.rows[row as usize].state.pending() {
+            state.rows[row as usize].state = RowState::Resolved;
         }
     }
 
@@ -360,7 +410,11 @@ impl ProtocolModel {
             instance.lapsed = false;
             self.hand_over(state, step.instance);
         }
-        if !step.stale {
+        if step.stale {
+            step.row
+                .into_iter()
+                .for_each(|row| Self::discard(state, row));
+        } else {
             state.budget.failures -= 1;
             self.defer(state, r, step.row);
         }
@@ -376,6 +430,7 @@ impl ProtocolModel {
         let replica = &mut state.replicas[r as usize];
         replica.up = false;
         replica.looks = 0;
+        replica.owes = 0;
         replica
             .executors
             .iter_mut()
@@ -485,8 +540,11 @@ impl Model for ProtocolModel {
             version: 0,
             ended: false,
         };
-        let row = Row {
-            state: RowState::Due,
+        let row = |spec: &RowSpec| Row {
+            state: match spec.asked_by {
+                None => RowState::Due,
+                Some(_) => RowState::Unasked,
+            },
             refusals: 0,
             dispatches: 0,
         };
@@ -494,13 +552,14 @@ impl Model for ProtocolModel {
             up: true,
             incarnation: 0,
             looks: (self.setup.rows.iter().enumerate())
-                .filter(|(_, spec)| spec.asker == r)
+                .filter(|(_, spec)| spec.asker == r && spec.asked_by.is_none())
                 .fold(0, |bits, (row, _)| bits | 1 << row),
+            owes: 0,
             executors: vec![None; self.executors() as usize],
         };
         vec![State {
             instances: vec![instance; self.setup.instances as usize],
-            rows: vec![row; self.setup.rows.len()],
+            rows: self.setup.rows.iter().map(row).collect(),
             replicas: (0..self.setup.replicas).map(replica).collect(),
             budget: Budget {
                 crashes: self.setup.crashes,
@@ -541,6 +600,7 @@ impl Model for ProtocolModel {
                 one_transaction::commit_group(self, &mut state, replica, group);
             }
             Action::Poison { row } => one_transaction::poison(self, &mut state, row),
+            Action::Ask { replica, row } => Self::ask_after_commit(&mut state, replica, row),
         }
         Some(state)
     }

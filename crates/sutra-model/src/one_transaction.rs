@@ -209,8 +209,13 @@ pub fn commit_group(model: &ProtocolModel, state: &mut State, r: u8, group: Grou
             }
         };
         match member.outcome {
-            // A kill ended the transaction above; a stale member writes nothing.
-            Outcome::Stale | Outcome::Kills => {}
+            // A kill ended the transaction above.
+            Outcome::Kills => {}
+            // A stale member writes nothing; a row still pending (asked of an instance that had
+            // ended) is discarded.
+            Outcome::Stale => row
+                .into_iter()
+                .for_each(|row| ProtocolModel::discard(state, row)),
             Outcome::Fails => {
                 state.budget.failures -= 1;
                 model.defer(state, r, row);
@@ -223,7 +228,7 @@ pub fn commit_group(model: &ProtocolModel, state: &mut State, r: u8, group: Grou
             Outcome::Writes => {
                 write(model, state, member.instance);
                 if let Some(row) = row {
-                    model.take_row(state, row, member.instance);
+                    model.take_row(state, row, member.instance, Some(r));
                 }
             }
         }
@@ -268,11 +273,16 @@ pub fn poisonable(model: &ProtocolModel, state: &State, row: u8) -> bool {
 }
 
 /// The poisoning step, one transaction like a lane's: it fails the instance
-/// (`SUTRA.RUNTIME.STEP.POISONED`), which ends it and resolves its rows.
+/// (`SUTRA.RUNTIME.STEP.POISONED`), which ends it and resolves its rows, and asks in the same
+/// transaction what its end owes other instances (in every protocol: the model's poisoning
+/// belongs to no replica). A row of an instance that had ended is stale: it is discarded.
 pub fn poison(model: &ProtocolModel, state: &mut State, row: u8) {
     let instance = model.row_instance(row);
+    if state.instances[instance as usize].ended {
+        return ProtocolModel::discard(state, row);
+    }
     write(model, state, instance);
-    model.end(state, instance);
+    model.end(state, instance, None);
 }
 
 /// A mark expires: while a live replica holds the row, only its stall lets that happen.

@@ -1,6 +1,6 @@
 //! The properties the protocol must keep, named as `docs/protocol.md` names them.
 //!
-//! Three are safety (`always`), checked in every reachable state. Three are liveness
+//! Three are safety (`always`), checked in every reachable state. Four are liveness
 //! (`eventually`): stateright checks those on every path's terminal state, one where no action
 //! is enabled. Every fault is budgeted and every other action makes progress, so every path
 //! ends in one; and both predicates are stable (once true, no action falsifies them), so "true
@@ -11,7 +11,7 @@ use stateright::Property;
 
 use crate::model::ProtocolModel;
 use crate::setup::RowSpec;
-use crate::state::State;
+use crate::state::{RowState, State};
 
 pub const EXCLUSION: &str = "Exclusion";
 pub const COMMITTED_IMPLIES_UNOWNED: &str = "CommittedImpliesUnowned";
@@ -19,6 +19,7 @@ pub const NO_LOST_COMMIT: &str = "NoLostCommit";
 pub const ASKED_IS_TAKEN: &str = "AskedIsTaken";
 pub const CLAIM_NOT_FOREVER: &str = "ClaimNotForever";
 pub const POISONED: &str = "Poisoned";
+pub const END_REACHES_PARENT: &str = "EndReachesParent";
 
 pub fn all() -> Vec<Property<ProtocolModel>> {
     vec![
@@ -28,6 +29,7 @@ pub fn all() -> Vec<Property<ProtocolModel>> {
         Property::eventually(ASKED_IS_TAKEN, asked_is_taken),
         Property::eventually(CLAIM_NOT_FOREVER, claim_not_forever),
         Property::eventually(POISONED, poisoned),
+        Property::eventually(END_REACHES_PARENT, end_reaches_parent),
     ]
 }
 
@@ -81,4 +83,26 @@ fn poisoned(model: &ProtocolModel, state: &State) -> bool {
     pills
         .into_iter()
         .all(|spec| state.instances[spec.instance as usize].ended)
+}
+
+/// What an instance's end asks of another instance reaches it: every row asked by an ending
+/// commit (a child's `child_ended` report, a parent's `cancel`) is asked and then taken by a
+/// commit, or resolved (its instance ended, or it was stale and discarded). Vacuous in a world
+/// without such rows.
+///
+/// Stated so that it is false until it is met, and stable once it is: every instance that owes
+/// a row has ended, and each row it owes is taken or resolved. (stateright meets an `eventually`
+/// at any state of a path, so "every row asked by an ended instance …" would be met at the
+/// start, where nothing has ended.) In the call world every instance ends on every path — each
+/// has a row due from the start that ends it, and AskedIsTaken holds — so there the two
+/// readings agree on every terminal state.
+fn end_reaches_parent(model: &ProtocolModel, state: &State) -> bool {
+    let reached = |(spec, row): (&RowSpec, &crate::state::Row)| match spec.asked_by {
+        None => true,
+        Some(asker) => {
+            state.instances[asker as usize].ended
+                && matches!(row.state, RowState::Taken | RowState::Resolved)
+        }
+    };
+    model.setup.rows.iter().zip(&state.rows).all(reached)
 }

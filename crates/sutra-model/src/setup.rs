@@ -41,6 +41,11 @@ pub enum Protocol {
     /// lowest instance id, the order the rows are locked in) and writes every other member
     /// unchecked: a set-based write over the batch instead of over the rows the claim returned.
     GroupIgnoresMemberClaim,
+    /// `OneTransaction` whose ending commit does not ask the rows another instance is owed (a
+    /// child's `child_ended` for its parent, a parent's `cancel` for its children) in its own
+    /// transaction: the committing replica asks them in a separate write after the commit, so a
+    /// crash between the two loses the ask.
+    AskAfterCommit,
 }
 
 impl Protocol {
@@ -64,13 +69,19 @@ impl Protocol {
     pub fn one_transaction_steps(self) -> bool {
         matches!(
             self,
-            Protocol::OneTransaction | Protocol::GroupIgnoresMemberClaim
+            Protocol::OneTransaction | Protocol::GroupIgnoresMemberClaim | Protocol::AskAfterCommit
         )
     }
 
     /// Whether a group checks each member's claim predicate, or only its first member's.
     pub fn group_checks_every_member(self) -> bool {
         self != Protocol::GroupIgnoresMemberClaim
+    }
+
+    /// Whether the commit that ends an instance asks the rows it owes other instances in its own
+    /// transaction, or leaves them to a separate write after it.
+    pub fn asks_in_the_commit(self) -> bool {
+        self != Protocol::AskAfterCommit
     }
 
     /// How many administrative steps one replica may run at once.
@@ -83,12 +94,17 @@ impl Protocol {
     }
 }
 
-/// A delivery row that exists from the start: asked before any claim.
+/// A delivery row: asked before any claim, or asked by the commit that ends another instance.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RowSpec {
     pub instance: u8,
-    /// The replica that asked it, and so knows of it in-process from the start.
+    /// The replica that asked it, and so knows of it in-process from the start (ignored for a
+    /// row asked by an instance's end: the replica whose commit asks it knows of it).
     pub asker: u8,
+    /// `None`: the row exists from the start. `Some(c)`: the row is not asked until instance `c`
+    /// ends, and the commit that ends `c` asks it (a child's `child_ended` report for its
+    /// parent's park; a parent's `cancel` for a live child).
+    pub asked_by: Option<u8>,
     /// Whether the step that takes it ends its instance (which resolves its other rows).
     pub ends: bool,
     /// Whether its step kills the replica that runs it, every time (a poison pill): the row is
@@ -133,12 +149,14 @@ impl Setup {
                     asker: 0,
                     ends: false,
                     kills: false,
+                    asked_by: None,
                 },
                 RowSpec {
                     instance: 0,
                     asker: 1,
                     ends: true,
                     kills: false,
+                    asked_by: None,
                 },
             ],
             crashes: 1,
@@ -161,12 +179,14 @@ impl Setup {
                     asker: 0,
                     ends: false,
                     kills: false,
+                    asked_by: None,
                 },
                 RowSpec {
                     instance: 1,
                     asker: 1,
                     ends: true,
                     kills: false,
+                    asked_by: None,
                 },
             ],
             resumes: 0,
@@ -192,6 +212,44 @@ impl Setup {
             ..Setup::standard()
         };
         setup.rows[0].kills = true;
+        setup
+    }
+
+    /// A call (issue 33): instance 0 is a parent parked on a call, instance 1 its child. Row 0
+    /// ends the child (its last task's completion); the child's ending commit asks row 1 of the
+    /// parent (`child_ended`), whose step ends the parent. Row 2 ends the parent first, if taken
+    /// first (a deadline, a cancel); the parent's ending commit asks row 3 of the child (the
+    /// cascading `cancel`), whose step ends the child. Whichever instance ends first, the row it
+    /// asks of the other may find it ended: that row is stale, and is discarded. One crash, one
+    /// stall, one failed step, no row-less resumes.
+    pub fn call() -> Setup {
+        let row = |instance, asker, asked_by| RowSpec {
+            instance,
+            asker,
+            ends: true,
+            kills: false,
+            asked_by,
+        };
+        Setup {
+            instances: 2,
+            rows: vec![
+                row(1, 0, None),
+                row(0, 0, Some(1)),
+                row(0, 1, None),
+                row(1, 1, Some(0)),
+            ],
+            resumes: 0,
+            ..Setup::standard()
+        }
+    }
+
+    /// `call` without its cascade: the child's end asks the parent's `child_ended`, and nothing
+    /// else ends the parent. Small enough to check the two-phase protocol too (`call` is not:
+    /// millions of states), so that the asks of a two-phase `Commit` are checked as well as a
+    /// group's.
+    pub fn call_reported() -> Setup {
+        let mut setup = Setup::call();
+        setup.rows.truncate(2);
         setup
     }
 }

@@ -39,6 +39,9 @@ pub struct Instance {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RowState {
+    /// Not asked yet: the row waits for the commit that ends the instance named by its spec's
+    /// `asked_by` (not in the table, so not pending).
+    Unasked,
     /// Asked and due: a pass over the table sees it.
     Due,
     /// Handed out by a dispatcher that marked it due again one claim timeout later (only in
@@ -50,7 +53,8 @@ pub enum RowState {
     Parked,
     /// Deleted by the commit of the step that consumed it.
     Taken,
-    /// Deleted because its instance ended.
+    /// Deleted because its instance ended, or discarded as stale: asked of an instance that had
+    /// ended.
     Resolved,
 }
 
@@ -95,6 +99,9 @@ pub struct Replica {
     pub incarnation: u8,
     /// Rows this replica's dispatcher will hand to a lane once they are due (a bit per row).
     pub looks: u8,
+    /// Rows whose ask this replica's commit left to a separate write after it (a bit per row;
+    /// only in `AskAfterCommit`): lost if the process dies first.
+    pub owes: u8,
     /// Lanes first, then the admin executor(s).
     pub executors: Vec<Option<Step>>,
 }

@@ -14,7 +14,9 @@ pub fn narrate(model: &ProtocolModel, path: &Path<State, Action>) -> String {
         let [(before, Some(action)), (after, _)] = pair else {
             unreachable!("every state but the last has the action taken from it");
         };
-        format!("{:>2}. {}", i + 1, describe(model, before, *action, after))
+        let told = describe(model, before, *action, after);
+        let effects = asks(model, before, *action, after);
+        format!("{:>2}. {told}{effects}", i + 1)
     });
     let start = format!(" 0. start: {}", asked(model));
     let end = format!("    end: {}", summary(path.last_state()));
@@ -26,10 +28,16 @@ fn asked(model: &ProtocolModel) -> String {
     let rows = model.setup.rows.iter().enumerate().map(|(row, spec)| {
         let ends = if spec.ends { ", ends it" } else { "" };
         let kills = if spec.kills { ", kills its step" } else { "" };
-        format!(
-            "row {row} for instance {} asked of r{}{ends}{kills}",
-            spec.instance, spec.asker
-        )
+        match spec.asked_by {
+            None => format!(
+                "row {row} for instance {} asked of r{}{ends}{kills}",
+                spec.instance, spec.asker
+            ),
+            Some(asker) => format!(
+                "row {row} for instance {} to be asked by instance {asker}'s end{ends}{kills}",
+                spec.instance
+            ),
+        }
     });
     rows.collect::<Vec<_>>().join("; ")
 }
@@ -163,6 +171,11 @@ fn describe(model: &ProtocolModel, before: &State, action: Action, after: &State
         }
         Action::ComeDue { row } => format!("row {row}'s deferred attempt comes due"),
         Action::Group { replica, group } => commits_a_group(model, before, replica, group),
+        Action::Ask { replica, row } => format!(
+            "r{replica} writes the ask its commit left for afterwards: row {row} for instance {}, \
+             due",
+            model.row_instance(row)
+        ),
         Action::Poison { row } => format!(
             "the dispatcher poisons instance {}: row {row} dispatched {} times, never taken; \
              the instance fails and its rows are resolved",
@@ -170,6 +183,32 @@ fn describe(model: &ProtocolModel, before: &State, action: Action, after: &State
             before.rows[row as usize].dispatches
         ),
     }
+}
+
+/// What an action did to rows beyond the one it consumed: the asks an ending commit made in its
+/// own transaction (or, in `AskAfterCommit`, left for a separate write), and stale rows
+/// discarded.
+fn asks(model: &ProtocolModel, before: &State, action: Action, after: &State) -> String {
+    let mut told = String::new();
+    for row in 0..before.rows.len() {
+        let (was, is) = (before.rows[row].state, after.rows[row].state);
+        let instance = model.row_instance(row as u8);
+        if was == RowState::Unasked && is == RowState::Due && !matches!(action, Action::Ask { .. })
+        {
+            told += &format!("; in the same transaction asks row {row} of instance {instance}");
+        }
+        let ended_before = before.instances[instance as usize].ended;
+        if was.pending() && is == RowState::Resolved && ended_before {
+            told += &format!("; discards row {row} (stale: instance {instance} had ended)");
+        }
+        let owed = |state: &State| state.replicas.iter().any(|r| r.owes & 1 << row != 0);
+        if !owed(before) && owed(after) {
+            told += &format!(
+                "; leaves the ask of row {row} (for instance {instance}) to a write after the commit"
+            );
+        }
+    }
+    told
 }
 
 fn commits_a_group(model: &ProtocolModel, before: &State, replica: u8, group: Group) -> String {

@@ -1,15 +1,16 @@
 //! Both protocols keep every property in every reachable state of their worlds: the engine's
-//! two-phase protocol (`Protocol::Sutra`) in `Setup::standard` and `Setup::two_instances`, and
-//! decision 0024's one-transaction protocol (`Protocol::OneTransaction`) in those two, in one
-//! where a group can meet an administrative claim, and in one with a poison pill. One exhaustive
-//! check per protocol and world is shared by the tests, which each read their own property's
-//! verdict.
+//! two-phase protocol (`Protocol::Sutra`) in `Setup::standard`, `Setup::two_instances` and
+//! `Setup::call_reported`, and decision 0024's one-transaction protocol
+//! (`Protocol::OneTransaction`) in the first two, in one where a group can meet an
+//! administrative claim, in one with a poison pill, and in `Setup::call` (issue 33: rows asked by
+//! another instance's end, a child's report and a parent's cancel). One exhaustive check per
+//! protocol and world is shared by the tests, which each read their own property's verdict.
 
 use std::sync::OnceLock;
 
 use sutra_model::{
-    ASKED_IS_TAKEN, CLAIM_NOT_FOREVER, COMMITTED_IMPLIES_UNOWNED, EXCLUSION, NO_LOST_COMMIT,
-    POISONED, Protocol, Report, Setup, exhaustively,
+    ASKED_IS_TAKEN, CLAIM_NOT_FOREVER, COMMITTED_IMPLIES_UNOWNED, END_REACHES_PARENT, EXCLUSION,
+    NO_LOST_COMMIT, POISONED, Protocol, Report, Setup, exhaustively,
 };
 
 struct Checked {
@@ -40,6 +41,8 @@ fn reports() -> &'static [Checked] {
                 "poison pill",
                 Setup::poison_pill(),
             ),
+            (Protocol::OneTransaction, "call", Setup::call()),
+            (Protocol::Sutra, "call, reported", Setup::call_reported()),
         ];
         let checked = checks.map(|(protocol, world, setup)| {
             let report = exhaustively(protocol, setup);
@@ -94,4 +97,9 @@ fn claim_not_forever_holds() {
 #[test]
 fn poisoned_holds() {
     holds(POISONED);
+}
+
+#[test]
+fn end_reaches_parent_holds() {
+    holds(END_REACHES_PARENT);
 }

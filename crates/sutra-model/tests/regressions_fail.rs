@@ -3,7 +3,10 @@
 //! that the shortest counterexample is the scenario the regression is known for. The traces are
 //! printed (`cargo test -p sutra-model -- --nocapture`) and pasted in docs/protocol.md.
 
-use sutra_model::{ASKED_IS_TAKEN, EXCLUSION, NO_LOST_COMMIT, Protocol, Setup, until_failure};
+use sutra_model::{
+    ASKED_IS_TAKEN, END_REACHES_PARENT, EXCLUSION, NO_LOST_COMMIT, Protocol, Setup, exhaustively,
+    until_failure,
+};
 
 /// The shortest counterexample to `property` under `protocol` in the standard world, printed.
 fn counterexample(protocol: Protocol, property: &'static str) -> String {
@@ -81,4 +84,34 @@ fn group_ignores_member_claim_breaks_exclusion() {
             ".0/admin's live claim",
         ],
     );
+}
+
+/// The child's ending commit leaves its report to a write after it, and a crash falls between:
+/// the parent waits for ever. Searched in `call_reported`, where nothing else ends the parent, so
+/// that the shortest counterexample is that story alone.
+#[test]
+fn ask_after_commit_loses_a_child_end() {
+    let setup = Setup::call_reported();
+    let trace = counterexample_in(setup, Protocol::AskAfterCommit, END_REACHES_PARENT);
+    shows(
+        &trace,
+        &[
+            "leaves the ask of row 1 (for instance 0) to a write after the commit",
+            "crashes",
+            "row 1 unasked",
+        ],
+    );
+}
+
+/// Only the new property sees a lost ask: a row never asked is not in the table, so every other
+/// property, AskedIsTaken included, holds in every state of `AskAfterCommit`'s call world.
+#[test]
+fn only_end_reaches_parent_sees_a_lost_ask() {
+    let report = exhaustively(Protocol::AskAfterCommit, Setup::call());
+    println!(
+        "AskAfterCommit, call: {} states, depth {}, checked in {:.1?}",
+        report.unique_states, report.max_depth, report.elapsed
+    );
+    let failed: Vec<_> = report.failures.iter().map(|(name, _)| *name).collect();
+    assert_eq!(failed, [END_REACHES_PARENT]);
 }
