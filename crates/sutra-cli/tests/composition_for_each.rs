@@ -12,9 +12,10 @@
 
 mod common;
 
-use common::{Fleet, Timing};
+use common::composition::{
+    self, assert_lock_lost, complete, fail, on_sqlite, on_two_postgres_replicas, poll,
+};
 use serde_json::{Value, json};
-use sutra_testkit::postgres::TestDatabase;
 use sutra_testkit::{Scratch, Server, serve};
 
 const RESERVATIONS: &str = r#"
@@ -62,44 +63,9 @@ flows:
         output: results
 "#;
 
+/// Starts `id` on `channel`, looping over `items`.
 async fn start(server: &Server, channel: &str, id: &str, items: Value) -> String {
-    let (status, body) = server
-        .send(
-            channel,
-            &format!("start-{id}"),
-            json!({"id": id, "items": items}),
-        )
-        .await;
-    assert_eq!(status, 202, "{body}");
-    body["instance"]
-        .as_str()
-        .expect("an instance id")
-        .to_owned()
-}
-
-/// Polls `topic` for up to `max` tasks, waiting for at least one.
-async fn poll(server: &Server, topic: &str, max: u32) -> Vec<Value> {
-    let poll = json!({"worker": "w1", "topics": [topic], "max": max, "wait": "PT30S"});
-    let (status, tasks) = server.post_json("/v1/tasks/poll", &poll).await;
-    assert_eq!(status, 200, "{tasks}");
-    tasks.as_array().cloned().expect("an array of tasks")
-}
-
-async fn complete(server: &Server, task: &Value, output: Value) -> (u16, Value) {
-    let id = task["id"].as_str().expect("a task id");
-    let body = json!({"lock_token": task["lock_token"], "output": output});
-    server
-        .post_json(&format!("/v1/tasks/{id}/complete"), &body)
-        .await
-}
-
-async fn fail(server: &Server, task: &Value, code: &str) -> (u16, Value) {
-    let id = task["id"].as_str().expect("a task id");
-    let error = json!({"code": code, "message": "none left"});
-    let body = json!({"lock_token": task["lock_token"], "error": error, "retry": false});
-    server
-        .post_json(&format!("/v1/tasks/{id}/fail"), &body)
-        .await
+    composition::start(server, channel, id, json!({"id": id, "items": items})).await
 }
 
 /// A small deterministic shuffle: the tasks of one poll completed in an order that is not theirs.
@@ -159,12 +125,7 @@ async fn a_failing_body_ends_the_loop_at_on_error_and_withdraws_the_others(a: &S
     );
     assert!(ended["vars"].get("reservations").is_none(), "{ended}");
     for late in [&tasks[1], &tasks[3]] {
-        let (status, answer) = complete(b, late, json!("too late")).await;
-        assert_eq!(
-            (status, answer["code"].as_str()),
-            (409, Some("SUTRA.TASK.LOCK.LOST")),
-            "{answer}"
-        );
+        assert_lock_lost(b, late).await;
     }
 }
 
@@ -195,12 +156,7 @@ async fn a_loops_deadline_withdraws_the_bodies_still_running(a: &Server, b: &Ser
     assert_eq!(late["vars"]["late"], true, "{late}");
     assert!(late["vars"].get("results").is_none(), "{late}");
     for withdrawn in &tasks[1..] {
-        let (status, answer) = complete(b, withdrawn, json!("too late")).await;
-        assert_eq!(
-            (status, answer["code"].as_str()),
-            (409, Some("SUTRA.TASK.LOCK.LOST")),
-            "{answer}"
-        );
+        assert_lock_lost(b, withdrawn).await;
     }
 }
 
@@ -214,17 +170,13 @@ async fn every_rule(a: &Server, b: &Server) {
 
 #[tokio::test]
 async fn for_each_on_sqlite() {
-    let scratch = Scratch::new("composition-for-each");
-    let server = serve!(scratch.database()).deployed(RESERVATIONS).await;
+    let (_scratch, server) = on_sqlite("composition-for-each", RESERVATIONS).await;
     every_rule(&server, &server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn for_each_on_postgres_with_two_replicas() {
-    let database = TestDatabase::create().await;
-    let fleet = Fleet::of("composition-for-each", 2, Timing::SHORT)
-        .start(database.url(), RESERVATIONS)
-        .await;
+    let (_database, fleet) = on_two_postgres_replicas("composition-for-each", RESERVATIONS).await;
     every_rule(fleet.replica(0), fleet.replica(1)).await;
 }
 

@@ -10,10 +10,9 @@
 
 mod common;
 
-use common::{Fleet, Timing};
+use common::composition::{self, on_sqlite, on_two_postgres_replicas};
 use serde_json::{Value, json};
-use sutra_testkit::postgres::TestDatabase;
-use sutra_testkit::{Scratch, Server, serve};
+use sutra_testkit::Server;
 
 const SETTLEMENT: &str = r#"
 name: settlement
@@ -56,19 +55,11 @@ flows:
         end: { reply: lapsed }
 "#;
 
+/// Starts `id` on `channel`; the race is armed when the start is answered.
 async fn start(server: &Server, channel: &str, id: &str) -> String {
-    let (status, body) = server
-        .send(channel, &format!("start-{id}"), json!({"id": id}))
-        .await;
-    assert_eq!(
-        (status, &body["status"]),
-        (202, &json!("suspended")),
-        "{body}"
-    );
-    body["instance"]
-        .as_str()
-        .expect("an instance id")
-        .to_owned()
+    let instance = composition::start(server, channel, id, json!({"id": id})).await;
+    assert_eq!(server.instance(&instance).await["status"], "suspended");
+    instance
 }
 
 async fn pay(server: &Server, order: &str, event: &str) -> (u16, Value) {
@@ -193,16 +184,12 @@ async fn every_rule(a: &Server, b: &Server) {
 
 #[tokio::test]
 async fn races_on_sqlite() {
-    let scratch = Scratch::new("composition-race");
-    let server = serve!(scratch.database()).deployed(SETTLEMENT).await;
+    let (_scratch, server) = on_sqlite("composition-race", SETTLEMENT).await;
     every_rule(&server, &server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn races_on_postgres_with_two_replicas() {
-    let database = TestDatabase::create().await;
-    let fleet = Fleet::of("composition-race", 2, Timing::SHORT)
-        .start(database.url(), SETTLEMENT)
-        .await;
+    let (_database, fleet) = on_two_postgres_replicas("composition-race", SETTLEMENT).await;
     every_rule(fleet.replica(0), fleet.replica(1)).await;
 }

@@ -10,10 +10,11 @@
 
 mod common;
 
-use common::{Fleet, Timing};
+use common::composition::{
+    self, assert_lock_lost, complete, events, on_sqlite, on_two_postgres_replicas, poll,
+};
 use serde_json::{Value, json};
-use sutra_testkit::postgres::TestDatabase;
-use sutra_testkit::{Scratch, Server, serve, until};
+use sutra_testkit::{Server, until};
 
 const APPROVALS: &str = r#"
 name: approvals
@@ -60,40 +61,16 @@ flows:
         end: { reply: "= vars.signature" }
 "#;
 
+/// Starts order `id` on `channel`.
 async fn start(server: &Server, channel: &str, id: &str) -> String {
-    let (status, body) = server
-        .send(channel, &format!("start-{id}"), json!({"id": id}))
-        .await;
-    assert_eq!(status, 202, "{body}");
-    body["instance"]
-        .as_str()
-        .expect("an instance id")
-        .to_owned()
+    composition::start(server, channel, id, json!({"id": id})).await
 }
 
 /// Long-polls `topic` on `server` for its one task.
 async fn take(server: &Server, topic: &str) -> Value {
-    let poll = json!({"worker": "w1", "topics": [topic], "wait": "PT30S"});
-    let (status, tasks) = server.post_json("/v1/tasks/poll", &poll).await;
-    assert_eq!(status, 200, "{tasks}");
-    assert_eq!(tasks.as_array().map(Vec::len), Some(1), "{tasks}");
+    let tasks = poll(server, topic, 1).await;
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
     tasks[0].clone()
-}
-
-async fn complete(server: &Server, task: &Value, output: Value) -> (u16, Value) {
-    let id = task["id"].as_str().expect("a task id");
-    let body = json!({"lock_token": task["lock_token"], "output": output});
-    server
-        .post_json(&format!("/v1/tasks/{id}/complete"), &body)
-        .await
-}
-
-fn kinds(history: &[Value], kind: &str) -> Vec<Value> {
-    history
-        .iter()
-        .filter(|e| e["kind"] == kind)
-        .cloned()
-        .collect()
 }
 
 async fn a_deadline_withdraws_the_task_and_refuses_its_late_completion(a: &Server, b: &Server) {
@@ -103,17 +80,15 @@ async fn a_deadline_withdraws_the_task_and_refuses_its_late_completion(a: &Serve
     assert_eq!(escalated["vars"]["escalated"], true, "{escalated}");
     assert!(escalated["vars"].get("decision").is_none(), "{escalated}");
 
-    let (status, late) = complete(b, &task, json!({"ok": true})).await;
-    assert_eq!(
-        (status, late["code"].as_str()),
-        (409, Some("SUTRA.TASK.LOCK.LOST")),
-        "{late}"
-    );
+    assert_lock_lost(b, &task).await;
     let history = a.history(&instance).await;
-    let fired = kinds(&history, "deadline_fired");
+    let fired = events(&history, "deadline_fired");
     assert_eq!(fired.len(), 1, "{history:#?}");
     assert_eq!(fired[0]["detail"]["next"], "escalate");
-    assert!(kinds(&history, "task_completed").is_empty(), "{history:#?}");
+    assert!(
+        events(&history, "task_completed").is_empty(),
+        "{history:#?}"
+    );
 }
 
 async fn a_task_done_before_its_deadline_goes_on_and_the_deadline_never_fires(
@@ -127,14 +102,17 @@ async fn a_task_done_before_its_deadline_goes_on_and_the_deadline_never_fires(
     let done = a.wait_for_status(&instance, "completed").await;
     assert_eq!(done["vars"]["decision"], json!({"ok": true}));
     let history = a.history(&instance).await;
-    assert!(kinds(&history, "deadline_fired").is_empty(), "{history:#?}");
+    assert!(
+        events(&history, "deadline_fired").is_empty(),
+        "{history:#?}"
+    );
 }
 
 async fn a_reminder_fires_while_the_task_waits_and_stops_when_it_is_done(a: &Server, b: &Server) {
     let instance = start(a, "nudged", "n1").await;
     let task = take(b, "sign").await;
     until("two reminders", async || {
-        kinds(&a.history(&instance).await, "reminded").len() >= 2
+        events(&a.history(&instance).await, "reminded").len() >= 2
     })
     .await;
     let waiting = a.instance(&instance).await;
@@ -149,7 +127,7 @@ async fn a_reminder_fires_while_the_task_waits_and_stops_when_it_is_done(a: &Ser
     let done = a.wait_for_status(&instance, "completed").await;
     assert_eq!(done["vars"]["signature"], "signed");
     let history = a.history(&instance).await;
-    let fired: Vec<u64> = kinds(&history, "reminded")
+    let fired: Vec<u64> = events(&history, "reminded")
         .iter()
         .filter_map(|e| e["detail"]["fired"].as_u64())
         .collect();
@@ -170,16 +148,12 @@ async fn every_rule(a: &Server, b: &Server) {
 
 #[tokio::test]
 async fn deadlines_and_reminders_on_sqlite() {
-    let scratch = Scratch::new("composition-timers");
-    let server = serve!(scratch.database()).deployed(APPROVALS).await;
+    let (_scratch, server) = on_sqlite("composition-timers", APPROVALS).await;
     every_rule(&server, &server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn deadlines_and_reminders_on_postgres_with_two_replicas() {
-    let database = TestDatabase::create().await;
-    let fleet = Fleet::of("composition-timers", 2, Timing::SHORT)
-        .start(database.url(), APPROVALS)
-        .await;
+    let (_database, fleet) = on_two_postgres_replicas("composition-timers", APPROVALS).await;
     every_rule(fleet.replica(0), fleet.replica(1)).await;
 }
