@@ -272,6 +272,10 @@ pub enum ParkSort {
     Receive,
     Wait,
     Task,
+    /// A wait for a called flow's instance (a child) to end. Disarming it cancels that child:
+    /// the store asks a `cancel` of every live child the park waits for, so a parent leaving its
+    /// node — cancelled, failed, or past a deadline — leaves no orphan running.
+    Call,
 }
 
 impl ParkKind {

@@ -52,6 +52,20 @@ pub struct TaskError {
     pub message: String,
 }
 
+/// How a called flow's instance (a child) ended, as its parent is told: the payload of the
+/// `child_ended` delivery its final commit asks of the parent's park. Tagged by `status`, so the
+/// stored form reads as the child's own final status.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "status")]
+pub enum ChildOutcome {
+    /// The child reached an end: `reply` is what it answers its caller with.
+    Completed { reply: Value },
+    /// The child failed (SPEC §7.2): the parent routes the error or keeps waiting for a repair.
+    Failed { code: String, detail: String },
+    /// Someone cancelled the child.
+    Cancelled,
+}
+
 /// What happens to an instance in one step.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {

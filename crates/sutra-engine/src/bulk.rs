@@ -72,6 +72,8 @@ pub(crate) async fn run(
         status: selection.status,
         flow: selection.flow.clone(),
         version: selection.version,
+        // A bulk selection does not filter by parent (yet).
+        parent: None,
         created_before: selection.created_before,
         created_after: selection.created_after,
         after: request.after.clone(),

@@ -171,9 +171,15 @@ impl Dispatcher {
         if matches!(delivery.kind, DeliveryKind::Timer) {
             fault::point("timer-fire");
         }
+        let Some(event) = event_for(&delivery) else {
+            // A call's delivery (issue 33): the store writes them, this engine does not apply
+            // them yet. Kept, looked at again uncounted, never discarded or failed.
+            debug!(delivery = delivery.id.0, instance = %delivery.instance, "a call's delivery is not applied yet; will look again");
+            return self.look_again(&delivery).await;
+        };
         let key = instance_key(&delivery);
         let work = Work::Resume {
-            event: event_for(&delivery),
+            event,
             taken: Some(delivery.id),
             consumed: None,
         };
@@ -321,6 +327,9 @@ fn describe(delivery: &Delivery) -> String {
         DeliveryKind::TaskCompleted { .. } => "a task's completion",
         DeliveryKind::TaskFailed { .. } => "a task's failure",
         DeliveryKind::TaskExhausted { .. } => "a task's exhaustion",
+        DeliveryKind::Start { .. } => return "a called instance's start".to_owned(),
+        DeliveryKind::Cancel => return "a cancel of a called instance".to_owned(),
+        DeliveryKind::ChildEnded { .. } => "a called instance's end",
     };
     format!("{what} delivered to park {}", delivery.park.0)
 }
@@ -332,9 +341,11 @@ fn instance_key(delivery: &Delivery) -> InstanceKey {
     }
 }
 
-fn event_for(delivery: &Delivery) -> Event {
+/// The event a delivery asks for; `None` for a call's delivery, which this engine does not apply
+/// yet (issue 33).
+fn event_for(delivery: &Delivery) -> Option<Event> {
     let park = delivery.park;
-    match &delivery.kind {
+    Some(match &delivery.kind {
         DeliveryKind::Timer => Event::TimerFired { park },
         DeliveryKind::Relay { message } => Event::Relay {
             park,
@@ -359,5 +370,8 @@ fn event_for(delivery: &Delivery) -> Event {
             },
         },
         DeliveryKind::Restore => Event::Restore,
-    }
+        DeliveryKind::Start { .. } | DeliveryKind::Cancel | DeliveryKind::ChildEnded { .. } => {
+            return None;
+        }
+    })
 }

@@ -602,6 +602,8 @@ fn to_commit(
             .then(|| settle::holder_after(pending.held_by.as_deref(), me)),
         announce_end: step.reply.is_some()
             && settle::held_elsewhere(pending.held_by.as_deref(), me),
+        children: Vec::new(),
+        report: None,
     }
 }
 

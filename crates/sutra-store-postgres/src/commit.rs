@@ -16,7 +16,10 @@ use sqlx::Row;
 use sqlx::types::Json;
 use sutra_core::snapshot::{InstanceInfo, ParkId};
 use sutra_core::step::HistoryEvent;
-use sutra_store::{DeliveryId, InboxEntry, OutboxEntry, Result, TaskState};
+use sutra_store::{
+    CANCEL_PARK, DeliveryId, DeliveryKind, InboxEntry, NewChild, OutboxEntry, Report, Result,
+    START_PARK, TaskState,
+};
 use sutra_store_sql::{
     Correlation, StepRows, StepStatements, TaskArm, WaitArm, Wrote, settle_fence,
 };
@@ -80,12 +83,16 @@ impl StepStatements for Scoped {
             .map(|cleared| park(cleared.park))
             .collect::<Result<Vec<_>>>()?;
         let query = TaskColumns::of(rows.tasks)?.bind(query.bind(cleared));
+        let query = CallColumns::of(rows)?.bind(query);
         let Some(entry) = message else {
-            let written = self.execute(query).await? == 1;
-            return Ok(if written {
-                Wrote::Rows
-            } else {
-                Wrote::ClaimLost
+            // No row: the settle's fence no longer holds.
+            let row = query.fetch_optional(self.connection()).await.map_err(db)?;
+            let Some(row) = row else {
+                return Ok(Wrote::ClaimLost);
+            };
+            let asked: Vec<i64> = row.try_get("asked").map_err(db)?;
+            return Ok(Wrote::Rows {
+                asked: asked.into_iter().map(DeliveryId).collect(),
             });
         };
         let query = query
@@ -95,13 +102,16 @@ impl StepStatements for Scoped {
             .bind(&entry.answer.status)
             .bind(entry.key.as_deref());
         let row = query.fetch_one(self.connection()).await.map_err(db)?;
-        let (waited, written): (bool, bool) = (
+        let (waited, written, asked): (bool, bool, Vec<i64>) = (
             row.try_get("waited").map_err(db)?,
             row.try_get("written").map_err(db)?,
+            row.try_get("asked").map_err(db)?,
         );
         Ok(match (waited, written) {
             (true, _) => Wrote::Waited,
-            (false, true) => Wrote::Rows,
+            (false, true) => Wrote::Rows {
+                asked: asked.into_iter().map(DeliveryId).collect(),
+            },
             (false, false) => Wrote::Consumed,
         })
     }
@@ -210,14 +220,14 @@ static ROWS_AFTER_SETTLE: LazyLock<String> = LazyLock::new(|| {
              ended_at = CASE WHEN $2 IN ('completed', 'cancelled') THEN sutra_now() END
          WHERE tenant = $3 AND id = $4 AND ($5::text IS NULL OR owner = $5) AND fence = $6",
         10,
-        WRITTEN,
+        &WRITTEN,
     );
     test_switches::settle(rows)
 });
 
 /// A start's rows: the insert's parameters are `$1`–`$8` ([`insert_instance`]).
 static ROWS_AFTER_INSERT: LazyLock<String> =
-    LazyLock::new(|| step_rows("", &insert_instance(""), 9, WRITTEN));
+    LazyLock::new(|| step_rows("", &insert_instance(""), 9, &WRITTEN));
 
 /// A start's insert of its new, unowned instance, if `guard` holds: its id, tenant, deployment,
 /// version, flow, status, snapshot and who holds a caller are `$1`–`$8`.
@@ -231,30 +241,51 @@ fn insert_instance(guard: &str) -> String {
     )
 }
 
-/// The last part of a step's rows when only the instance row's fate is asked: a row if it was
-/// written.
-const WRITTEN: &str = "SELECT 1 FROM written";
+/// The last part of a step's rows after a settle or a start's insert: a row if the instance's was
+/// written, holding the ids of the deliveries its calls' rows asked ([`ASKED`]).
+static WRITTEN: LazyLock<String> =
+    LazyLock::new(|| format!("SELECT {ASKED} AS asked FROM written"));
 
-/// A start's rows with its message: the insert's parameters are `$1`–`$8`, the rows' `$9`–`$26`,
-/// the message's channel, event id, answer (instance, status) and correlation key `$27`–`$31`.
+/// The deliveries due now that a step's calls asked — its children's starts and cancels, its
+/// report — as one array (empty when it asked none, or wrote nothing).
+const ASKED: &str = "ARRAY(SELECT id FROM child_starts UNION ALL SELECT id FROM child_cancels
+                          UNION ALL SELECT id FROM reported)";
+
+/// How many parameters [`step_rows`] takes from its `first`: what follows them is numbered after.
+const ROW_PARAMS: usize = 29;
+
+/// A start's rows with its message: the insert's parameters are `$1`–`$8`, the rows' `$9`–`$37`
+/// ([`ROW_PARAMS`]), the message's channel, event id, answer (instance, status) and correlation
+/// key `$38`–`$42`.
 /// The inbox row goes first, unless an instance waits on the key; the instance and every row
 /// joined to it only if the inbox row is this statement's. A racing start's uncommitted inbox
 /// row makes the insert wait for it and then insert nothing: the caller then reads the row the
 /// racer committed, in a statement of its own.
 static ROWS_OF_A_MESSAGE: LazyLock<String> = LazyLock::new(|| {
+    let m = |n: usize| format!("${}", 9 + ROW_PARAMS + n);
     step_rows(
-        "waited AS (
-             SELECT 1 FROM waits WHERE tenant = $2 AND channel = $27 AND key = $31),
-         inboxed AS (
-             INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
-             SELECT $2, $27, $28, $29, $30, sutra_now()
-             WHERE NOT EXISTS (SELECT 1 FROM waited)
-             ON CONFLICT DO NOTHING
-             RETURNING 1),
-         ",
+        &format!(
+            "waited AS (
+                 SELECT 1 FROM waits WHERE tenant = $2 AND channel = {channel} AND key = {key}),
+             inboxed AS (
+                 INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
+                 SELECT $2, {channel}, {event}, {instance}, {status}, sutra_now()
+                 WHERE NOT EXISTS (SELECT 1 FROM waited)
+                 ON CONFLICT DO NOTHING
+                 RETURNING 1),
+             ",
+            channel = m(0),
+            event = m(1),
+            instance = m(2),
+            status = m(3),
+            key = m(4),
+        ),
         &insert_instance("WHERE EXISTS (SELECT 1 FROM inboxed)"),
         9,
-        "SELECT EXISTS (SELECT 1 FROM waited) AS waited, EXISTS (SELECT 1 FROM written) AS written",
+        &format!(
+            "SELECT EXISTS (SELECT 1 FROM waited) AS waited,
+                    EXISTS (SELECT 1 FROM written) AS written, {ASKED} AS asked"
+        ),
     )
 });
 
@@ -262,7 +293,19 @@ static ROWS_OF_A_MESSAGE: LazyLock<String> = LazyLock::new(|| {
 /// which writes the instance, and every other row joined to what it returned, so that a settle
 /// whose fence no longer holds (or a start whose message is not its own) writes nothing at all;
 /// `last` says what was written. Its parameters from `$first` on: the history's columns
-/// ([`HistoryColumns`]), the cleared parks, the tasks' columns ([`TaskColumns`]).
+/// ([`HistoryColumns`]), the cleared parks, the tasks' columns ([`TaskColumns`]), the calls'
+/// columns ([`CallColumns`]): [`ROW_PARAMS`] in all.
+///
+/// A step's calls are four more CTEs, each joined to `written` like every other row, and
+/// set-based, so that a fan-out of any number of children is still this one statement:
+/// `children` inserts the called instances `created` (naming the instance and the park waiting
+/// for each), `child_starts` their `start` deliveries; `child_cancels` asks a `cancel` of each
+/// child of the instance that waits on a disarmed `Call` park and has not ended, as the
+/// statement's snapshot shows them (a child ending concurrently only leaves a cancel that its
+/// claim finds nothing to do with, docs/design/composition.md §5.3 E); `reported` asks the
+/// ending child's `child_ended` of its parent's park if the parent is there and has not ended.
+/// A child's deliveries refer to a row this statement inserts: their foreign keys are checked at
+/// its end, as a start's rows' are.
 /// Data-modifying CTEs all see the snapshot the statement began with, which is right here: none
 /// reads a table another writes, and the foreign keys of the rows joined to a new instance are
 /// checked at the statement's end, when it exists.
@@ -297,7 +340,42 @@ fn step_rows(lead: &str, instance_row: &str, first: usize, last: &str) -> String
                                   {t8}::text[], {t9}::bigint[], {t10}::bigint[])
                   AS task (id, park, topic, input, retries, backoff_us, lock_us, worker,
                            lock_token, taken_lock_us, expires_at)
-             ON CONFLICT (id) DO UPDATE SET {TASK_REARMED})
+             ON CONFLICT (id) DO UPDATE SET {TASK_REARMED}),
+         children AS (
+             INSERT INTO instances (id, tenant, deployment, version, flow, status, snapshot,
+                                    parent, parent_park, created_at, updated_at)
+             SELECT child.id, written.tenant, deployment, version, flow, 'created', snapshot,
+                    written.id, park, sutra_now(), sutra_now()
+             FROM written, unnest({c0}::text[], {c1}::text[], {c2}::bigint[], {c3}::text[],
+                                  {c4}::jsonb[], {c5}::bigint[])
+                  AS child (id, deployment, version, flow, snapshot, park)
+             RETURNING id),
+         child_starts AS (
+             INSERT INTO deliveries (tenant, instance, park, kind, payload, due_at, created_at)
+             SELECT written.tenant, start.id, {start_park}, 'start', start.message, sutra_now(),
+                    sutra_now()
+             FROM written, unnest({c0}::text[], {c6}::jsonb[]) AS start (id, message)
+             WHERE start.id IN (SELECT id FROM children)
+             RETURNING id),
+         child_cancels AS (
+             INSERT INTO deliveries (tenant, instance, park, kind, payload, due_at, created_at)
+             SELECT child.tenant, child.id, {cancel_park}, 'cancel', 'null', sutra_now(),
+                    sutra_now()
+             FROM written JOIN instances child
+                  ON child.tenant = written.tenant AND child.parent = written.id
+             WHERE child.parent_park = ANY({cancelled}::bigint[])
+               AND child.status NOT IN ('completed', 'cancelled')
+             RETURNING id),
+         reported AS (
+             INSERT INTO deliveries (tenant, instance, park, kind, payload, due_at, created_at)
+             SELECT written.tenant, {r_parent}::text, {r_park}::bigint, 'child_ended',
+                    {r_payload}::jsonb, sutra_now(), sutra_now()
+             FROM written
+             WHERE {r_parent}::text IS NOT NULL
+               AND EXISTS (SELECT 1 FROM instances parent
+                           WHERE parent.tenant = written.tenant AND parent.id = {r_parent}::text
+                             AND parent.status NOT IN ('completed', 'cancelled'))
+             RETURNING id)
          {last}",
         h0 = p(0),
         h1 = p(1),
@@ -317,6 +395,19 @@ fn step_rows(lead: &str, instance_row: &str, first: usize, last: &str) -> String
         t8 = p(15),
         t9 = p(16),
         t10 = p(17),
+        c0 = p(18),
+        c1 = p(19),
+        c2 = p(20),
+        c3 = p(21),
+        c4 = p(22),
+        c5 = p(23),
+        c6 = p(24),
+        cancelled = p(25),
+        r_parent = p(26),
+        r_park = p(27),
+        r_payload = p(28),
+        start_park = START_PARK.0,
+        cancel_park = CANCEL_PARK.0,
     )
 }
 
@@ -442,4 +533,85 @@ impl<'a> TaskColumns<'a> {
             .bind(self.taken_locks)
             .bind(self.expiries)
     }
+}
+
+/// A step's calls as parameters of [`step_rows`]: its children as seven arrays (id, deployment,
+/// version, flow, snapshot, the park waiting for it, its start message), the disarmed `Call`
+/// parks, and its report (parent, park, payload; `NULL` when it reports nothing). The kinds and
+/// payloads are [`DeliveryKind::encode`]'s, as every other delivery's.
+struct CallColumns<'a> {
+    ids: Vec<&'a str>,
+    deployments: Vec<&'a str>,
+    versions: Vec<i64>,
+    flows: Vec<&'a str>,
+    snapshots: Vec<Json<Value>>,
+    parks: Vec<i64>,
+    starts: Vec<Json<Value>>,
+    cancelled: Vec<i64>,
+    report: Option<(&'a str, i64, Json<Value>)>,
+}
+
+impl<'a> CallColumns<'a> {
+    fn of(rows: &'a StepRows<'a>) -> Result<CallColumns<'a>> {
+        let children: &'a [NewChild] = rows.children;
+        let mut columns = CallColumns {
+            ids: Vec::with_capacity(children.len()),
+            deployments: Vec::with_capacity(children.len()),
+            versions: Vec::with_capacity(children.len()),
+            flows: Vec::with_capacity(children.len()),
+            snapshots: Vec::with_capacity(children.len()),
+            parks: Vec::with_capacity(children.len()),
+            starts: Vec::with_capacity(children.len()),
+            cancelled: Vec::with_capacity(rows.cancelled_calls.len()),
+            report: None,
+        };
+        for child in children {
+            let info = &child.snapshot.instance;
+            columns.ids.push(&info.id);
+            columns.deployments.push(&info.deployment);
+            columns.versions.push(i64::from(info.version));
+            columns.flows.push(&info.flow);
+            columns.snapshots.push(Json(child.snapshot.to_json()));
+            columns.parks.push(park(child.park)?);
+            let start = DeliveryKind::Start {
+                message: child.start.clone(),
+            };
+            columns.starts.push(Json(start.encode().1));
+        }
+        for &cancelled in rows.cancelled_calls {
+            columns.cancelled.push(park(cancelled)?);
+        }
+        if let Some(report) = rows.report {
+            columns.report = Some(report_row(report)?);
+        }
+        Ok(columns)
+    }
+
+    fn bind(self, query: Query<'a>) -> Query<'a> {
+        let (parent, park, payload) = match self.report {
+            Some((parent, park, payload)) => (Some(parent), Some(park), Some(payload)),
+            None => (None, None, None),
+        };
+        query
+            .bind(self.ids)
+            .bind(self.deployments)
+            .bind(self.versions)
+            .bind(self.flows)
+            .bind(self.snapshots)
+            .bind(self.parks)
+            .bind(self.starts)
+            .bind(self.cancelled)
+            .bind(parent)
+            .bind(park)
+            .bind(payload)
+    }
+}
+
+/// A report's parent, park and `child_ended` payload.
+fn report_row(report: &Report) -> Result<(&str, i64, Json<Value>)> {
+    let ended = DeliveryKind::ChildEnded {
+        child: report.child.clone(),
+        outcome: report.outcome.clone(),
+    };
+    Ok((&report.parent, park(report.park)?, Json(ended.encode().1)))
 }

@@ -12,12 +12,13 @@ use std::future::Future;
 
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
-use sutra_core::snapshot::{InstanceInfo, ParkId, ParkSort, Snapshot};
+use sutra_core::snapshot::{InstanceInfo, ParkId, ParkSort, Snapshot, Status};
 use sutra_core::step::{Disarm, HistoryEvent, Message};
 use sutra_store::codec::corrupt;
 use sutra_store::{
     Arm, ClaimKind, ClaimToken, Committed, DeliveryId, DeliveryKind, EndNotice, Error, InboxAnswer,
-    InboxEntry, LockedTask, OutboxEntry, Result, StepCommit, Steps, TaskState, task_id,
+    InboxEntry, LockedTask, NewChild, OutboxEntry, Report, Result, StepCommit, Steps, TaskState,
+    task_id,
 };
 use uuid::Uuid;
 
@@ -63,6 +64,7 @@ pub(crate) async fn write_step<T: StepStatements>(
     now: Timestamp,
 ) -> Result<Committed> {
     let instance = &step.snapshot.instance;
+    refuse_foreign_children(step)?;
     refuse_taken_aliases(tx, step).await?;
     let mut writer = StepWriter {
         tx,
@@ -79,9 +81,8 @@ pub(crate) async fn write_step<T: StepStatements>(
     if !tasks.is_empty() {
         writer.cancel_tasks(&tasks).await?;
     }
-    let taken = writer.write_rows().await?;
+    let (taken, mut due_now) = writer.write_rows().await?;
     lock_waits(writer.tx, step).await?;
-    let mut due_now = Vec::new();
     // Races of this step whose arm matched a buffered message already: their other arms take
     // none, so that a losing arm's message is not consumed by a delivery that can never apply.
     let mut matched_races = Vec::new();
@@ -146,6 +147,23 @@ pub(crate) async fn first_answer<T: Statements>(
             entry.event_id, entry.channel
         ))),
     }
+}
+
+/// Refuses, before anything is written, a child the store would write other than its snapshot
+/// says: a child lives in its parent's tenant (the rows are written in the parent's scope), and
+/// is inserted `created`, the status its row is given. Either is a caller's bug.
+fn refuse_foreign_children(step: &StepCommit) -> Result<()> {
+    let parent = &step.snapshot.instance;
+    for child in &step.children {
+        let info = &child.snapshot.instance;
+        if info.tenant != parent.tenant || child.snapshot.status != Status::Created {
+            return Err(Error::Corrupt(format!(
+                "the child `{}` of `{}` is not a created instance of its tenant `{}`",
+                info.id, parent.id, parent.tenant
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Refuses the step, before it writes anything, when a wait it arms is on a correlation key
@@ -214,8 +232,8 @@ impl<T: StepStatements> StepWriter<'_, T> {
     /// snapshot and clears the owner if and only if the claim is still ours: the fence makes a
     /// holder whose claim lapsed (and was taken) unable to commit. The row lock it takes is held
     /// until the commit. A start inserts a new, unowned instance. Returns the tasks it armed
-    /// locked for a worker.
-    async fn write_rows(&mut self) -> Result<Vec<LockedTask>> {
+    /// locked for a worker, and the deliveries it asked due now (its calls' rows).
+    async fn write_rows(&mut self) -> Result<(Vec<LockedTask>, Vec<DeliveryId>)> {
         let step = self.step;
         let tasks = step
             .arms
@@ -230,9 +248,12 @@ impl<T: StepStatements> StepWriter<'_, T> {
             cleared: &step.disarms,
             tasks: &tasks,
             message: step.inbox.as_ref().filter(|_| step.claim.is_none()),
+            children: &step.children,
+            cancelled_calls: &cancelled_calls(step),
+            report: step.report.as_ref(),
         };
         match self.tx.write_rows(&rows).await? {
-            Wrote::Rows => Ok(tasks.iter().filter_map(locked_task).collect()),
+            Wrote::Rows { asked } => Ok((tasks.iter().filter_map(locked_task).collect(), asked)),
             Wrote::ClaimLost => Err(Error::ClaimLost),
             Wrote::Waited => {
                 let entry = rows.message.expect("only a start's message is waited for");
@@ -330,6 +351,18 @@ impl<T: StepStatements> StepWriter<'_, T> {
         };
         self.tx.insert_delivery(row).await
     }
+}
+
+/// The parks of sort `Call` the step disarms: every live child waiting on one is asked to cancel.
+/// The park the step's event answered is among them when the executor consumed it (a failed
+/// child whose error was caught is cancelled, which a failed child allows); the executor leaves
+/// out a park it keeps waiting on.
+fn cancelled_calls(step: &StepCommit) -> Vec<ParkId> {
+    step.disarms
+        .iter()
+        .filter(|disarm| disarm.sort == ParkSort::Call)
+        .map(|disarm| disarm.park)
+        .collect()
 }
 
 /// The task row of a task arm, `now` being a moment before the transaction's writes; `None`
@@ -460,13 +493,25 @@ pub struct StepRows<'a> {
     /// waits on its correlation key (the message is a relay) or another start consumed it
     /// already; either way nothing is written.
     pub message: Option<&'a InboxEntry>,
+    /// The instances the step calls: each row `created`, with `parent` and `parent_park`, and
+    /// its `start` delivery due now ([`sutra_store::DeliveryKind::Start`]).
+    pub children: &'a [NewChild],
+    /// Parks of sort `Call` the step disarms: a `cancel` delivery due now for each child of the
+    /// instance waiting on one of them that has not ended (`completed` or `cancelled`) — as the
+    /// statement sees the rows: a child of [`StepRows::children`] is not among them (the
+    /// executor drops the call of a park it makes and resolves in one step).
+    pub cancelled_calls: &'a [ParkId],
+    /// The ending child's report: a `child_ended` delivery due now for the parent's park, only
+    /// if the parent is there and has not ended.
+    pub report: Option<&'a Report>,
 }
 
 /// What [`StepStatements::write_rows`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Wrote {
-    /// Every row.
-    Rows,
+    /// Every row; `asked` are the deliveries due now that the calls' rows asked (the children's
+    /// starts and cancels, the report), for [`sutra_store::Committed::due_now`].
+    Rows { asked: Vec<DeliveryId> },
     /// Nothing: the settle's claim no longer holds.
     ClaimLost,
     /// Nothing: an instance waits on the start message's key.

@@ -30,6 +30,10 @@ where
     if let Some(version) = filter.version {
         sql.push(" AND version = ").push_bind(i64::from(version));
     }
+    // `instances_by_parent` (tenant, parent, id) serves it, paged by id.
+    if let Some(parent) = &filter.parent {
+        sql.push(" AND parent = ").push_bind(parent.clone());
+    }
     if let Some(before) = filter.created_before {
         sql.push(" AND created_at < ").push_bind(micros(before));
     }

@@ -6,9 +6,13 @@ use serde_json::Value;
 use sqlx::types::Json;
 use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot};
 use sutra_core::step::HistoryEvent;
-use sutra_store::{ClaimToken, DeliveryId, InboxEntry, OutboxEntry, Result, TaskState};
+use sutra_store::{
+    CANCEL_PARK, ClaimToken, DeliveryId, DeliveryKind, InboxEntry, NewChild, OutboxEntry, Report,
+    Result, START_PARK, TaskState,
+};
 use sutra_store_sql::{
-    Correlation, Statements, StepRows, StepStatements, TaskArm, WaitArm, Wrote, settle_fence,
+    Correlation, NewDeliveryRow, Statements, StepRows, StepStatements, TaskArm, WaitArm, Wrote,
+    settle_fence,
 };
 
 use crate::codec::{db, duration_micros, history_kind, micros, park, signed};
@@ -50,7 +54,20 @@ impl StepStatements for Session {
         for task in rows.tasks {
             self.insert_task(task).await?;
         }
-        Ok(Wrote::Rows)
+        // The cancels first: a child this step inserts is not among the live children it
+        // finds, as on PostgreSQL, whose one statement cannot see the rows it inserts.
+        let mut asked = Vec::new();
+        if !rows.cancelled_calls.is_empty() {
+            let cancels = self.cancel_children(instance, rows.cancelled_calls).await?;
+            asked.extend(cancels);
+        }
+        for child in rows.children {
+            asked.push(self.insert_child(instance, child).await?);
+        }
+        if let Some(report) = rows.report {
+            asked.extend(self.report(tenant, report).await?);
+        }
+        Ok(Wrote::Rows { asked })
     }
 
     /// One process per file: no other process holds a caller, so there is no one to tell.
@@ -250,6 +267,109 @@ impl Session {
             tx.execute(query).await?;
         }
         Ok(())
+    }
+
+    /// A called instance, `created`, naming its parent and the park waiting for it, and its
+    /// `start` delivery due now, whose id is returned.
+    async fn insert_child(
+        &mut self,
+        parent: &InstanceInfo,
+        child: &NewChild,
+    ) -> Result<DeliveryId> {
+        let tx = self.write().await?;
+        let query = sqlx::query(
+            "INSERT INTO instances (id, tenant, deployment, version, flow, status, snapshot,
+                                    parent, parent_park, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)",
+        );
+        let (snapshot, info) = (&child.snapshot, &child.snapshot.instance);
+        let query = query
+            .bind(&info.id)
+            .bind(&parent.tenant)
+            .bind(&info.deployment)
+            .bind(i64::from(info.version))
+            .bind(&info.flow)
+            .bind(snapshot.status.as_str())
+            .bind(Json(snapshot.to_json()))
+            .bind(&parent.id)
+            .bind(park(child.park)?)
+            .bind(micros(tx.now()));
+        tx.execute(query).await?;
+        let start = DeliveryKind::Start {
+            message: child.start.clone(),
+        };
+        let row = NewDeliveryRow {
+            tenant: &parent.tenant,
+            instance: &info.id,
+            park: START_PARK,
+            kind: &start,
+            due_at: None,
+        };
+        self.insert_delivery(row).await
+    }
+
+    /// A `cancel` due now for each child of `parent` waiting on one of `parks` that has not
+    /// ended, in one statement; their ids.
+    async fn cancel_children(
+        &mut self,
+        parent: &InstanceInfo,
+        parks: &[ParkId],
+    ) -> Result<Vec<DeliveryId>> {
+        let tx = self.write().await?;
+        let (kind, payload) = DeliveryKind::Cancel.encode();
+        let query = sqlx::query_scalar(
+            "INSERT INTO deliveries (tenant, instance, park, kind, payload, due_at, created_at)
+             SELECT tenant, id, ?4, ?5, ?6, ?7, ?7 FROM instances
+             WHERE tenant = ?1 AND parent = ?2 AND parent_park IN (SELECT value FROM json_each(?3))
+               AND status NOT IN ('completed', 'cancelled')
+             RETURNING id",
+        );
+        let parks = parks
+            .iter()
+            .map(|&id| park(id))
+            .collect::<Result<Vec<i64>>>()?;
+        let ids: Vec<i64> = query
+            .bind(&parent.tenant)
+            .bind(&parent.id)
+            .bind(serde_json::json!(parks).to_string())
+            .bind(park(CANCEL_PARK)?)
+            .bind(kind)
+            .bind(Json(payload))
+            .bind(micros(tx.now()))
+            .fetch_all(tx.connection())
+            .await
+            .map_err(db)?;
+        Ok(ids.into_iter().map(DeliveryId).collect())
+    }
+
+    /// The ending child's `child_ended` for its parent's park, due now, if the parent is there
+    /// and has not ended: an ended parent would only discard it, and a purged one has no row to
+    /// hold it.
+    async fn report(&mut self, tenant: &str, report: &Report) -> Result<Option<DeliveryId>> {
+        let tx = self.write().await?;
+        let (kind, payload) = DeliveryKind::ChildEnded {
+            child: report.child.clone(),
+            outcome: report.outcome.clone(),
+        }
+        .encode();
+        let query = sqlx::query_scalar(
+            "INSERT INTO deliveries (tenant, instance, park, kind, payload, due_at, created_at)
+             SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?6
+             WHERE EXISTS (SELECT 1 FROM instances WHERE tenant = ?1 AND id = ?2
+                                                     AND status NOT IN ('completed', 'cancelled'))
+             RETURNING id",
+        );
+        let id: Option<i64> = query
+            .bind(tenant)
+            .bind(&report.parent)
+            .bind(park(report.park)?)
+            .bind(kind)
+            .bind(Json(payload))
+            .bind(micros(tx.now()))
+            .fetch_optional(tx.connection())
+            .await
+            .map_err(db)?;
+        Ok(id.map(DeliveryId))
     }
 
     async fn insert_task(&mut self, task: &TaskArm<'_>) -> Result<()> {

@@ -27,6 +27,8 @@ fn start(id: &str) -> StepCommit {
         inbox: None,
         held_by: None,
         announce_end: false,
+        children: Vec::new(),
+        report: None,
     }
 }
 

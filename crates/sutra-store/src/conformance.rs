@@ -10,6 +10,7 @@
 //! the test sleeps well past it; a claim meant to stay live has a one-hour timeout. Test times
 //! are whole microseconds, the resolution the store keeps.
 
+mod calls;
 mod claim;
 mod deliveries;
 mod deployments;
@@ -24,6 +25,7 @@ mod reads;
 mod steps;
 mod tasks;
 
+pub use calls::*;
 pub use claim::*;
 pub use deliveries::*;
 pub use deployments::*;
@@ -127,6 +129,13 @@ macro_rules! conformance_tests {
             the_deployment_revision_grows_with_every_deploy,
             the_holder_a_step_records_is_read_by_the_next_claim,
             an_announced_end_is_heard_once_its_commit_lands,
+            a_call_inserts_its_children_created_with_their_starts_due_now,
+            a_lost_claim_calls_no_child,
+            a_disarmed_call_park_asks_cancel_of_its_live_children_only,
+            a_childs_ending_commit_reports_to_its_parent_in_the_same_transaction,
+            instances_list_exactly_a_parents_children_paged_by_id,
+            every_call_delivery_kind_reads_back_as_asked,
+            the_retirement_gate_keeps_a_version_while_a_created_child_is_on_it,
         );
     };
     (@each $fresh:expr; $($invariant:ident),+ $(,)?) => {

@@ -5,7 +5,7 @@
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 use sutra_core::snapshot::ParkId;
-use sutra_core::step::{Message, TaskError};
+use sutra_core::step::{ChildOutcome, Message, TaskError};
 
 use crate::{Error, Result};
 
@@ -56,10 +56,31 @@ pub enum DeliveryKind {
     /// An administrator's restore of a failed instance whose claim was held when it was asked
     /// (SPEC §5.6, §7.2). It answers no park: its park is [`RESTORE_PARK`].
     Restore,
+    /// The message that starts a called instance (a child), asked by its parent's commit: the
+    /// child is claimed to take it like any delivery, so its first step runs where and when a
+    /// lane has room, not inside the parent's transaction. It answers no park: [`START_PARK`].
+    Start {
+        message: Message,
+    },
+    /// Cancel the instance: asked of a child when the parent's park that waits for it is
+    /// disarmed (the parent cancelled, failed, or left the node). It answers no park:
+    /// [`CANCEL_PARK`].
+    Cancel,
+    /// A child ended: asked of its parent's park by the child's final commit.
+    ChildEnded {
+        child: String,
+        outcome: ChildOutcome,
+    },
 }
 
 /// The park a restore delivery names: none, since no park of an instance is numbered 0.
 pub const RESTORE_PARK: ParkId = ParkId(0);
+
+/// The park a [`DeliveryKind::Start`] names: none, as a restore's ([`RESTORE_PARK`]).
+pub const START_PARK: ParkId = ParkId(0);
+
+/// The park a [`DeliveryKind::Cancel`] names: none, as a restore's ([`RESTORE_PARK`]).
+pub const CANCEL_PARK: ParkId = ParkId(0);
 
 impl DeliveryKind {
     /// The persisted form, `(kind, payload)`, shared by every backend so that a delivery written
@@ -76,6 +97,12 @@ impl DeliveryKind {
                 ("task_exhausted", error(code, message))
             }
             DeliveryKind::Restore => ("restore", Value::Null),
+            DeliveryKind::Start { message } => ("start", message.to_json()),
+            DeliveryKind::Cancel => ("cancel", Value::Null),
+            DeliveryKind::ChildEnded { child, outcome } => {
+                let payload = serde_json::json!({ "child": child, "outcome": outcome });
+                ("child_ended", payload)
+            }
         }
     }
 
@@ -98,6 +125,29 @@ impl DeliveryKind {
                 DeliveryKind::TaskExhausted { code, message }
             }
             "restore" => DeliveryKind::Restore,
+            "start" => DeliveryKind::Start {
+                message: serde_json::from_value(payload).map_err(corrupt)?,
+            },
+            "cancel" => DeliveryKind::Cancel,
+            "child_ended" => {
+                let (child, outcome) = match payload {
+                    Value::Object(mut fields) => (fields.remove("child"), fields.remove("outcome")),
+                    _ => (None, None),
+                };
+                let child = match child {
+                    Some(Value::String(child)) => child,
+                    _ => {
+                        return Err(Error::Corrupt(format!(
+                            "a `{kind}` delivery names no child"
+                        )));
+                    }
+                };
+                let outcome = outcome.unwrap_or(Value::Null);
+                DeliveryKind::ChildEnded {
+                    child,
+                    outcome: serde_json::from_value(outcome).map_err(corrupt)?,
+                }
+            }
             other => return Err(Error::Corrupt(format!("unknown delivery kind `{other}`"))),
         })
     }
@@ -148,4 +198,99 @@ pub trait Deliveries: Send + Sync {
 
     /// When the earliest pending delivery is due, if any.
     async fn next_due(&self) -> Result<Option<Timestamp>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn message() -> Message {
+        Message {
+            id: "call:p:5".to_owned(),
+            kind: "sutra.call".to_owned(),
+            source: "/instances/p".to_owned(),
+            subject: Some("refund".to_owned()),
+            time: None,
+            data: json!({ "amount": 10 }),
+        }
+    }
+
+    /// The stored forms of a call's kinds, which every build after this one must still read.
+    #[test]
+    fn a_calls_kinds_are_stored_as_named_and_read_back() {
+        let ended = |outcome| DeliveryKind::ChildEnded {
+            child: "c".to_owned(),
+            outcome,
+        };
+        let cases = [
+            (
+                DeliveryKind::Start { message: message() },
+                "start",
+                message().to_json(),
+            ),
+            (DeliveryKind::Cancel, "cancel", Value::Null),
+            (
+                ended(ChildOutcome::Completed { reply: json!(1) }),
+                "child_ended",
+                json!({ "child": "c", "outcome": { "status": "completed", "reply": 1 } }),
+            ),
+            (
+                ended(ChildOutcome::Failed {
+                    code: "X".to_owned(),
+                    detail: "why".to_owned(),
+                }),
+                "child_ended",
+                json!({ "child": "c", "outcome": { "status": "failed", "code": "X", "detail": "why" } }),
+            ),
+            (
+                ended(ChildOutcome::Cancelled),
+                "child_ended",
+                json!({ "child": "c", "outcome": { "status": "cancelled" } }),
+            ),
+        ];
+        for (kind, name, payload) in cases {
+            assert_eq!(kind.encode(), (name, payload.clone()));
+            assert_eq!(DeliveryKind::decode(name, payload).unwrap(), kind);
+        }
+    }
+
+    /// Rows written before calls existed read as they always did.
+    #[test]
+    fn older_kinds_still_decode() {
+        let error = json!({ "code": "C", "message": "m" });
+        assert_eq!(
+            DeliveryKind::decode("timer", Value::Null),
+            Ok(DeliveryKind::Timer)
+        );
+        assert_eq!(
+            DeliveryKind::decode("restore", Value::Null),
+            Ok(DeliveryKind::Restore)
+        );
+        assert_eq!(
+            DeliveryKind::decode("task_failed", error),
+            Ok(DeliveryKind::TaskFailed {
+                code: "C".to_owned(),
+                message: "m".to_owned(),
+            })
+        );
+        assert_eq!(
+            DeliveryKind::decode("relay", message().to_json()),
+            Ok(DeliveryKind::Relay { message: message() })
+        );
+    }
+
+    #[test]
+    fn a_child_ended_without_its_child_or_outcome_is_corrupt() {
+        for payload in [
+            json!({ "outcome": { "status": "cancelled" } }),
+            json!({ "child": "c" }),
+            json!({ "child": "c", "outcome": { "status": "vanished" } }),
+            Value::Null,
+        ] {
+            let decoded = DeliveryKind::decode("child_ended", payload.clone());
+            assert!(matches!(decoded, Err(Error::Corrupt(_))), "{payload}");
+        }
+    }
 }

@@ -46,7 +46,8 @@ impl DeploymentStatus {
 /// every replica answers alike.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Retirement {
-    /// Instances pinned to the version that have not ended: suspended, and failed (restorable).
+    /// Instances pinned to the version that have not ended: created (a called child not started
+    /// yet), suspended, and failed (restorable).
     pub instances: u64,
     /// Outbox rows it minted that are neither sent nor poisoned.
     pub outbox: u64,

@@ -42,7 +42,10 @@ mod tasks;
 
 pub use claim::{ClaimKind, ClaimToken, Claimed, Claims, InstanceKey, Owner, SweepOutcome};
 pub use clock::{Clock, Elapsed, ManualClock};
-pub use deliveries::{Deliveries, Delivery, DeliveryId, DeliveryKind, NewDelivery, RESTORE_PARK};
+pub use deliveries::{
+    CANCEL_PARK, Deliveries, Delivery, DeliveryId, DeliveryKind, NewDelivery, RESTORE_PARK,
+    START_PARK,
+};
 pub use deployments::{DeploymentRecord, DeploymentStatus, Deployments, Retirement};
 pub use error::{Error, Result};
 pub use group::{CompletingClaim, Group, Groups, HeldTask};
@@ -52,7 +55,9 @@ pub use outbox::{Outbox, OutboxId, OutboxRecord, OutboxRetry, OutboxRow, SendErr
 pub use purge::{Purge, Purged};
 pub use reads::{InstanceFilter, InstanceRecord, Reads};
 pub use scaling::{Backlog, Scaling};
-pub use steps::{Arm, Committed, EndNotice, OutboxEntry, StepCommit, Steps, TakenBy};
+pub use steps::{
+    Arm, Committed, EndNotice, NewChild, OutboxEntry, Report, StepCommit, Steps, TakenBy,
+};
 pub use tasks::{
     LockedTask, Polled, TaskFailure, TaskFilter, TaskLock, TaskPoll, TaskRecord, TaskState, Tasks,
     after_failure, lock_expired, retry_backoff, task_id, task_instance,

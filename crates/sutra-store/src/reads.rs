@@ -24,6 +24,8 @@ pub struct InstanceFilter {
     pub flow: Option<String>,
     /// Only instances pinned to this version of their deployment.
     pub version: Option<u32>,
+    /// Only the instances this instance called (its children), whatever their status.
+    pub parent: Option<String>,
     /// Only instances created before, or at or after, this instant.
     pub created_before: Option<Timestamp>,
     pub created_after: Option<Timestamp>,

@@ -5,7 +5,7 @@
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 use sutra_core::snapshot::{ParkId, Snapshot};
-use sutra_core::step::{Disarm, HistoryEvent};
+use sutra_core::step::{ChildOutcome, Disarm, HistoryEvent, Message};
 
 use crate::{ClaimToken, DeliveryId, InboxEntry, LockedTask, Result};
 
@@ -37,6 +37,42 @@ pub struct StepCommit {
     /// store tells every process listening ([`Steps::end_notice`]). A group tells them once for
     /// all its members. A store that cannot tell ignores it: there is no other process to tell.
     pub announce_end: bool,
+    /// The instances this step calls (docs/design/composition.md §5.3 A): each is inserted
+    /// `created`, naming this instance and the park waiting for it, with a `start` delivery due
+    /// at once ([`Committed::due_now`]). Written in this transaction, so a parent never waits on
+    /// a child that does not exist, nor a child runs for a parent whose step was lost. A disarm
+    /// of sort [`sutra_core::snapshot::ParkSort::Call`] in [`StepCommit::disarms`] asks a
+    /// `cancel` of the live children of that park, in this transaction as well.
+    pub children: Vec<NewChild>,
+    /// This step ends a child: the `child_ended` delivery its parent's park is asked, written
+    /// with the ending so that the parent hears of it exactly when it happened — and not at all
+    /// when the parent has ended or was purged.
+    pub report: Option<Report>,
+}
+
+/// A called flow's instance, as its parent's step inserts it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewChild {
+    /// Its first snapshot (`created`): its instance info names its id and flow, and the same
+    /// tenant, deployment and version as the parent (a call runs on the parent's version).
+    pub snapshot: Snapshot,
+    /// The parent's park that waits for it: recorded on the child's row (`parent_park`), so
+    /// that disarming that park finds the child to cancel.
+    pub park: ParkId,
+    /// What its `start` delivery carries ([`crate::DeliveryKind::Start`]).
+    pub start: Message,
+}
+
+/// How a child ended, for its parent's park that waits for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// The parent's id, in the child's tenant.
+    pub parent: String,
+    /// The parent's park that waits for this child.
+    pub park: ParkId,
+    /// The ending child's id.
+    pub child: String,
+    pub outcome: ChildOutcome,
 }
 
 /// A durable row behind a park (SPEC §5.6: what was asked).
@@ -90,7 +126,9 @@ pub struct OutboxEntry {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Committed {
     /// Deliveries that became due at once inside the commit: buffered early messages matched by
-    /// a park of this step. The caller should dispatch them now instead of waiting for a poll.
+    /// a park of this step, the `start` of each child it called, the `cancel` of each live child
+    /// of a `Call` park it disarmed, and its report to its parent. The caller should dispatch
+    /// them now instead of waiting for a poll.
     pub due_now: Vec<DeliveryId>,
     /// The tasks this commit armed locked (an [`Arm::Task`] `taken_by` a worker), for the caller to hand to
     /// their worker: no poll will find them while the lock holds.

@@ -77,6 +77,8 @@ async fn instances(
         status,
         flow: query.flow,
         version: query.version,
+        // `?parent=` comes with the API side of calls (issue 33, S7).
+        parent: None,
         created_before: instant("created_before", query.created_before)?,
         created_after: instant("created_after", query.created_after)?,
         after: cursor(query.after, is_instance_id)?,

@@ -92,6 +92,8 @@ pub async fn started(store: &PostgresStore, tenant: &str, id: &str) {
         snapshot,
         held_by: None,
         announce_end: false,
+        children: Vec::new(),
+        report: None,
     };
     store.commit(&start).await.expect("a start commits");
 }
@@ -116,6 +118,8 @@ pub fn arming(claimed: &Claimed, arms: Vec<Arm>) -> StepCommit {
         inbox: None,
         held_by: None,
         announce_end: false,
+        children: Vec::new(),
+        report: None,
     }
 }
 

@@ -4,6 +4,7 @@
 //!
 //! One test binary, so that the throwaway cluster starts once; each test has its own database.
 
+mod calls;
 mod common;
 mod leases;
 mod migrations;

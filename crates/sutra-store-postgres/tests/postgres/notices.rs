@@ -46,6 +46,8 @@ async fn a_group_ending_more_instances_than_one_notice_names_is_heard_whole_else
             inbox: None,
             held_by: None,
             announce_end: true,
+            children: Vec::new(),
+            report: None,
         };
         group.commit_step(&step).await.unwrap();
     }

@@ -116,6 +116,8 @@ pub(super) fn start(mut snapshot: Snapshot, event_id: &str) -> StepCommit {
         snapshot,
         held_by: None,
         announce_end: false,
+        children: Vec::new(),
+        report: None,
     }
 }
 
@@ -168,6 +170,8 @@ pub(super) fn step(claimed: &Claimed) -> StepCommit {
         inbox: None,
         held_by: None,
         announce_end: false,
+        children: Vec::new(),
+        report: None,
     }
 }
 

@@ -361,7 +361,12 @@ pub async fn a_disarmed_task_cannot_be_completed<S: Store>(store: &S) {
 /// a `receive`'s or a timer's disarm has no task to look for. Shown on a task at a park whose
 /// disarm says otherwise, which the store must leave as it was.
 pub async fn only_a_task_parks_disarm_cancels_its_task<S: Store>(store: &S) {
-    let sorts = [ParkSort::Receive, ParkSort::Wait, ParkSort::Task];
+    let sorts = [
+        ParkSort::Receive,
+        ParkSort::Wait,
+        ParkSort::Task,
+        ParkSort::Call,
+    ];
     for (n, sort) in (1..).zip(sorts) {
         let instance = id(n);
         armed(store, TENANT, &instance, task(PARK)).await;
@@ -374,7 +379,7 @@ pub async fn only_a_task_parks_disarm_cancels_its_task<S: Store>(store: &S) {
 
         let expected = match sort {
             ParkSort::Task => TaskState::Cancelled,
-            ParkSort::Receive | ParkSort::Wait => TaskState::Available,
+            ParkSort::Receive | ParkSort::Wait | ParkSort::Call => TaskState::Available,
         };
         assert_eq!(record(store, &instance).await.state, expected, "{sort:?}");
     }
