@@ -39,6 +39,11 @@ pub const ITEMS_DEFAULT: u64 = 10;
 
 /// The held send of `ack: complete` outlives the slowest instance a run can see.
 const ACK_TIMEOUT: &str = "PT5M";
+/// `fan-out`'s held send: under the client's 30 s request timeout, which a fan-out of
+/// thousands of items can outlast; past it the bench asks for the instance until it has ended.
+const FAN_OUT_ACK_TIMEOUT: &str = "PT20S";
+/// How often the bench asks for a `fan-out` instance whose held send answered before its end.
+const FAN_OUT_POLL: Duration = Duration::from_millis(250);
 /// How long a sender waits before retrying a refusal the server marks retryable (a busy claim).
 const RETRY_PAUSE: Duration = Duration::from_millis(5);
 
@@ -95,10 +100,14 @@ impl Workload {
         } else {
             ("complete", String::new())
         };
+        let start = channel(&format!("bench-{name}"), start_ack);
+        let start = match self {
+            Workload::FanOut => start.replace(ACK_TIMEOUT, FAN_OUT_ACK_TIMEOUT),
+            _ => start,
+        };
         format!(
-            "name: bench-{name}\ntenant: default\nchannels:\n{}{more_channels}\
-             flows:\n  bench-{name}:\n    start: {{ channel: bench-{name} }}\n    nodes:\n{flow}",
-            channel(&format!("bench-{name}"), start_ack)
+            "name: bench-{name}\ntenant: default\nchannels:\n{start}{more_channels}\
+             flows:\n  bench-{name}:\n    start: {{ channel: bench-{name} }}\n    nodes:\n{flow}"
         )
     }
 
@@ -124,7 +133,7 @@ impl Workload {
                 "start",
                 json!({"n": key, "items": items}),
             );
-            ended(&sent.await?, key)?;
+            until_ended(client, sent.await?, key).await?;
             recorder.step_seen(key);
             recorder.forget(&fan_out_start(key));
             recorder.forget(key);
@@ -301,6 +310,38 @@ async fn send(
             Err(error) => return Err(format!("{what} of instance {key}: {error}")),
         }
     }
+}
+
+/// Waits for a `fan-out` instance's end: its held send's answer, or, when that came first
+/// (`FAN_OUT_ACK_TIMEOUT`), the instance's status asked for every `FAN_OUT_POLL`. Each ask is a
+/// read transaction, counted in the commits like the engine's own.
+async fn until_ended(client: &Client, sent: Sent, key: &str) -> Result<(), String> {
+    let id = match &sent {
+        Sent::Accepted(accepted) if waiting(&accepted.status) => accepted.instance.clone(),
+        _ => None,
+    };
+    let Some(id) = id else {
+        return ended(&sent, key);
+    };
+    let started = Instant::now();
+    loop {
+        tokio::time::sleep(FAN_OUT_POLL).await;
+        let instance = client
+            .instance(&id)
+            .await
+            .map_err(|e| format!("asking for instance {key} ({id}): {e}"))?;
+        match instance.status.as_str() {
+            "completed" => return Ok(()),
+            status if waiting(status) && started.elapsed() < Duration::from_secs(300) => {}
+            status => return Err(format!("instance {key} ({id}) is {status}, not ended")),
+        }
+    }
+}
+
+/// An instance's status while it has not ended: `suspended` when it waits (here, on its bodies'
+/// tasks), `running` while a step runs.
+fn waiting(status: &str) -> bool {
+    matches!(status, "suspended" | "running")
 }
 
 /// An `ack: complete` send answered before the instance ended means `ack-timeout` passed.
