@@ -80,7 +80,9 @@ pub struct Args {
     #[arg(long, default_value_t = 5)]
     reference_seconds: u64,
     /// `fan-out` only: the items each instance's start message carries, one task per item
-    /// (default 10). Refused for the other workloads, which have no items.
+    /// (default 10). Refused for the other workloads, which have no items. The engine fails an
+    /// instance over more than `sutra.for-each.max-items` (default 10,000; in process, raise it
+    /// with SUTRA_FOR_EACH_MAX_ITEMS).
     #[arg(long, value_name = "N")]
     items: Option<u64>,
 }
