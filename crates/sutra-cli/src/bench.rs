@@ -31,7 +31,7 @@ use drive::drive;
 use latency::Recorder;
 use postgres::Admin;
 use replicas::{Interruption, Replicas};
-use report::{Commits, Latency, Report};
+use report::{Commits, Items, Latency, Report};
 use workload::Workload;
 
 /// A settling pause before reading a running server's commit counter: its busy backends report
@@ -79,11 +79,19 @@ pub struct Args {
     /// How long the pgbench reference runs.
     #[arg(long, default_value_t = 5)]
     reference_seconds: u64,
+    /// `fan-out` only: the items each instance's start message carries, one task per item
+    /// (default 10). Refused for the other workloads, which have no items. The engine fails an
+    /// instance over more than `sutra.for-each.max-items` (default 10,000; in process, raise it
+    /// with SUTRA_FOR_EACH_MAX_ITEMS).
+    #[arg(long, value_name = "N")]
+    items: Option<u64>,
 }
 
 /// How the run is configured, after the arguments are checked.
 struct Plan<'a> {
     workload: Workload,
+    /// `fan-out`'s items per instance; 0 for the other workloads.
+    items: u64,
     instances: u64,
     clients: usize,
     replicas: usize,
@@ -123,6 +131,10 @@ pub fn run(args: &Args, server: Option<&str>, token: Option<&str>, json: bool) -
     }
     let plan = Plan {
         workload: args.workload,
+        items: match args.workload {
+            Workload::FanOut => args.items.unwrap_or(workload::ITEMS_DEFAULT),
+            _ => 0,
+        },
         instances: args.instances,
         clients: args.clients,
         replicas: args.replicas.unwrap_or(1),
@@ -178,6 +190,18 @@ fn check_arguments(args: &Args, server: Option<&str>) -> Result<(), String> {
         .is_some_and(|rate| !(rate.is_finite() && rate > 0.0))
     {
         return Err("--rate must be a number of instances per second above 0".into());
+    }
+    match (args.workload, args.items) {
+        (Workload::FanOut, Some(0)) => {
+            return Err("--items must be at least 1: a fan-out over no items has no bodies".into());
+        }
+        (Workload::FanOut, _) | (_, None) => {}
+        (workload, Some(_)) => {
+            return Err(format!(
+                "--items is for fan-out only; {} has no items",
+                workload.name()
+            ));
+        }
     }
     if args.replicas.is_some() && server.is_some() {
         return Err(
@@ -422,6 +446,20 @@ fn report(
     // Instance counts are far below 2^52: exact as floats.
     let completed = driven.completed as f64;
     let instances_per_second = completed / seconds;
+    let items = (plan.workload == Workload::FanOut).then(|| {
+        let done = driven.completed * plan.items;
+        let ratio = reference
+            .as_ref()
+            .map(|reference| done as f64 / seconds / reference.commits_per_second);
+        Items::new(
+            plan.items,
+            done,
+            seconds,
+            commits,
+            driven.machine.as_ref(),
+            ratio,
+        )
+    });
     let percentiles = driven.recorder.percentiles();
     Report {
         workload: plan.workload.name(),
@@ -440,7 +478,8 @@ fn report(
         stopped_early: driven.stopped_early,
         seconds,
         instances_per_second,
-        steps_per_second: instances_per_second * plan.workload.steps() as f64,
+        steps_per_second: instances_per_second * plan.workload.steps(plan.items) as f64,
+        items,
         latency: Latency {
             measured: report::LATENCY_MEASURED,
             samples: driven.recorder.samples(),

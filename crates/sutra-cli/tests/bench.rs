@@ -61,6 +61,8 @@ fn json_report_has_its_shape() {
     assert!(report["latency"]["p50_ms"].is_f64(), "{report}");
     assert!(report["latency"]["p99_ms"].is_f64(), "{report}");
     assert!(report["latency"]["measured"].is_string(), "{report}");
+    // Only fan-out counts items.
+    assert!(report["items"].is_null(), "{report}");
     // No PostgreSQL named: no counter and no reference, said as nulls.
     assert!(report["commits"].is_null(), "{report}");
     assert!(report["reference"].is_null(), "{report}");
@@ -152,4 +154,73 @@ fn amqp_start_runs_through_rabbitmq_and_removes_its_queues() {
         .expect("rabbitmqctl runs");
     let listed = String::from_utf8_lossy(&listed.stdout);
     assert!(!listed.contains(&queues), "left behind: {listed}");
+}
+
+#[test]
+fn fan_out_runs_to_its_end_and_reports_its_items() {
+    let output = Command::new(env!("CARGO_BIN_EXE_sutra"))
+        .args([
+            "bench",
+            "fan-out",
+            "--items",
+            "10",
+            "--instances",
+            "8",
+            "--clients",
+            "4",
+            "--json",
+        ])
+        .env_remove("SUTRA_SERVER")
+        .output()
+        .expect("sutra runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["workload"], "fan-out");
+    assert_eq!(report["instances_completed"], 8, "{report}");
+    assert_eq!(report["stopped_early"], false, "{report}");
+    let items = &report["items"];
+    assert_eq!(items["per_instance"], 10, "{report}");
+    assert_eq!(items["completed"], 80, "{report}");
+    assert!(
+        items["per_second"].as_f64().is_some_and(|v| v > 0.0),
+        "{report}"
+    );
+    // The start and 10 completions per instance.
+    let (instances, steps) = (
+        report["instances_per_second"].as_f64().unwrap(),
+        report["steps_per_second"].as_f64().unwrap(),
+    );
+    assert!((steps - 11.0 * instances).abs() < 1e-6 * steps, "{report}");
+    // Two steps a client sees per instance: the start, and the last completion.
+    assert_eq!(report["latency"]["samples"], 16, "{report}");
+    // No PostgreSQL: no commits to count per item.
+    assert!(items["commits_per_item"].is_null(), "{report}");
+    assert!(items["ratio"].is_null(), "{report}");
+}
+
+#[test]
+fn items_are_refused_for_other_workloads_and_when_none() {
+    for (args, reason) in [
+        (
+            ["bench", "start-end", "--items", "5"],
+            "--items is for fan-out only",
+        ),
+        (
+            ["bench", "fan-out", "--items", "0"],
+            "--items must be at least 1",
+        ),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_sutra"))
+            .args(args)
+            .env_remove("SUTRA_SERVER")
+            .output()
+            .expect("sutra runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(reason), "{args:?}: {stderr}");
+    }
 }

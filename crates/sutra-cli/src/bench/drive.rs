@@ -58,6 +58,7 @@ pub(super) async fn drive(plan: &Plan<'_>, servers: &[Client]) -> Result<Driven,
         progress: progress.clone(),
         run,
         workload: plan.workload,
+        items: plan.items,
     };
     let deadline = started + plan.max;
     let drivers = match plan.args.rate {
@@ -108,6 +109,8 @@ struct Driving {
     /// Keys unique to this run: a server keeps earlier runs' instances and event ids.
     run: String,
     workload: Workload,
+    /// The items of a `fan-out` start message.
+    items: u64,
 }
 
 impl Driving {
@@ -116,7 +119,13 @@ impl Driving {
         let client = &self.servers[server % self.servers.len()];
         let key = format!("{}-{n}", self.run);
         self.workload
-            .drive(client, self.broker.as_deref(), &key, &self.recorder)
+            .drive(
+                client,
+                self.broker.as_deref(),
+                &key,
+                self.items,
+                &self.recorder,
+            )
             .await?;
         self.progress.inc(1);
         Ok(())

@@ -30,6 +30,8 @@ pub struct Report {
     pub seconds: f64,
     pub instances_per_second: f64,
     pub steps_per_second: f64,
+    /// `fan-out`'s items; `None` for the other workloads.
+    pub items: Option<Items>,
     pub latency: Latency,
     pub commits: Option<Commits>,
     pub reference: Option<Reference>,
@@ -45,6 +47,46 @@ pub struct Latency {
     pub samples: usize,
     pub p50_ms: Option<f64>,
     pub p99_ms: Option<f64>,
+}
+
+/// A `fan-out` run counted by items (bodies) rather than instances.
+#[derive(Debug, Serialize)]
+pub struct Items {
+    /// `--items`: items (task bodies) per instance.
+    pub per_instance: u64,
+    /// Completed instances × items per instance.
+    pub completed: u64,
+    pub per_second: f64,
+    /// The commit delta over completed items; `None` without PostgreSQL or with none completed.
+    pub commits_per_item: Option<f64>,
+    /// The machine's CPU per completed item; `None` where it cannot be read.
+    pub cpu_ms_per_item: Option<f64>,
+    /// Items per second over the reference's commits per second.
+    pub ratio: Option<f64>,
+}
+
+impl Items {
+    pub fn new(
+        per_instance: u64,
+        completed: u64,
+        seconds: f64,
+        commits: Option<i64>,
+        machine: Option<&Load>,
+        ratio: Option<f64>,
+    ) -> Items {
+        // Item counts are far below 2^52: exact as floats.
+        let done = (completed > 0).then_some(completed as f64);
+        Items {
+            per_instance,
+            completed,
+            per_second: completed as f64 / seconds,
+            commits_per_item: commits.zip(done).map(|(total, done)| total as f64 / done),
+            cpu_ms_per_item: machine
+                .and_then(|machine| machine.cpu_ms_per_instance)
+                .map(|per_instance_ms| per_instance_ms / per_instance as f64),
+            ratio,
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -103,13 +145,19 @@ impl Report {
             ),
             format!("instances/s           {:.1}", self.instances_per_second),
             format!("steps/s               {:.1}", self.steps_per_second),
-            format!(
-                "step latency          p50 {}  p99 {}  ({} steps, client-observed)",
-                ms(self.latency.p50_ms),
-                ms(self.latency.p99_ms),
-                self.latency.samples,
-            ),
         ];
+        if let Some(items) = &self.items {
+            lines.push(format!(
+                "items/s               {:.1}  ({} items per instance, {} items completed)",
+                items.per_second, items.per_instance, items.completed
+            ));
+        }
+        lines.extend([format!(
+            "step latency          p50 {}  p99 {}  ({} steps, client-observed)",
+            ms(self.latency.p50_ms),
+            ms(self.latency.p99_ms),
+            self.latency.samples,
+        )]);
         lines.push(match &self.commits {
             Some(commits) => format!(
                 "commits/instance      {}  ({} commits, {:.0}/s, every transaction in the engine's database)",
@@ -121,6 +169,16 @@ impl Report {
             ),
             None => "commits/instance      n/a (no PostgreSQL: pass --db)".to_owned(),
         });
+        if let Some(items) = &self.items {
+            lines.push(format!(
+                "commits/item          {}",
+                items
+                    .commits_per_item
+                    .map_or("n/a (no PostgreSQL: pass --db)".to_owned(), |per| format!(
+                        "{per:.3}"
+                    ))
+            ));
+        }
         lines.push(match &self.reference {
             Some(reference) => format!(
                 "reference             {:.0} commits/s, p50 {:.1} ms, p99 {:.1} ms  (pgbench, one-row UPDATE + INSERT, {} clients, {} s: {})",
@@ -135,7 +193,12 @@ impl Report {
         });
         if let Some(ratio) = self.ratio {
             lines.push(format!(
-                "ratio                 {ratio:.3} instances per reference commit"
+                "ratio                 {ratio:.3} instances per reference commit{}",
+                self.items
+                    .as_ref()
+                    .and_then(|items| items.ratio)
+                    .map(|ratio| format!(", {ratio:.3} items"))
+                    .unwrap_or_default()
             ));
         }
         if let Some(machine) = &self.machine {
@@ -145,6 +208,9 @@ impl Report {
                 machine.cores,
                 ms(machine.cpu_ms_per_instance),
             ));
+            if let Some(per_item) = self.items.as_ref().and_then(|items| items.cpu_ms_per_item) {
+                lines.push(format!("                      {per_item:.3} ms per item"));
+            }
         }
         lines.join("\n") + "\n"
     }
