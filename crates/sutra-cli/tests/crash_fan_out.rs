@@ -3,7 +3,8 @@
 //! the bodies' tasks. Every item's body completes exactly once, and the results come back in
 //! item order: a kill between a completion and the step that consumes it loses nothing (the
 //! completion's delivery is durable, SPEC §5.6), and a body whose worker never heard back is
-//! offered again when its lock lapses, its late second answer refused.
+//! offered again when its lock lapses, its late second answer refused. Each at one lane and at
+//! four (`<test>::lanes_1`, `<test>::lanes_4`).
 
 mod common;
 
@@ -64,11 +65,27 @@ fn worker(
     (stop, done)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn every_item_of_a_fan_out_completes_exactly_once_while_replicas_are_killed() {
+/// At one engine lane and at four (the windows between lanes — group commit, the hand-off of
+/// a completion's next task — exist only at several). Written out rather than through
+/// `at_lanes_1_and_4!`: restarting a replica blocks in place, which needs the multi-threaded
+/// runtime.
+mod every_item_of_a_fan_out_completes_exactly_once_while_replicas_are_killed {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn lanes_1() {
+        super::every_item_completes_exactly_once(1).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn lanes_4() {
+        super::every_item_completes_exactly_once(4).await
+    }
+}
+
+async fn every_item_completes_exactly_once(lanes: usize) {
     let database = TestDatabase::create().await;
     let timing = Timing::SHORT;
     let mut fleet = Fleet::of("crash-fan-out", 2, timing)
+        .lanes(lanes)
         .start(database.url(), FAN_OUT)
         .await;
     let items: Vec<Value> = (0..ITEMS).map(|n| json!({"n": n})).collect();

@@ -85,6 +85,12 @@ flows:
         end: { reply: escalated }
 "#;
 
+/// The instance of `sim` migrated onto `target` as version 2, its nodes mapped by id.
+fn migrated(sim: &Sim, target: &Flow) -> sutra_core::step::Step {
+    migrate(&sim.flow, target, 2, &sim.snapshot, &BTreeMap::new(), ctx())
+        .expect("the migration fits")
+}
+
 /// The parks a step armed, in order.
 fn armed(effects: &[Effect]) -> Vec<ParkKind> {
     effects
@@ -266,15 +272,7 @@ fn migration_arms_the_races_arms_afresh_on_the_target() {
     sim.start(json!({"id": "o1", "key": "k1"}));
     let before: Vec<_> = sim.snapshot.parks().map(|p| p.id).collect();
     let target = flow(&RACE.replace("PT1H", "PT2H"));
-    let step = migrate(
-        &sim.flow,
-        &target,
-        2,
-        &sim.snapshot,
-        &BTreeMap::new(),
-        ctx(),
-    )
-    .unwrap();
+    let step = migrated(&sim, &target);
     assert_eq!(disarmed(&step.effects).len(), 3, "the old arms");
     assert_eq!(armed(&step.effects).len(), 3, "the target's arms");
     let after: Vec<_> = step.snapshot.parks().map(|p| p.id).collect();
@@ -443,15 +441,7 @@ fn migration_keeps_the_loops_results_and_offers_its_running_bodies_again() {
         output: json!("A"),
     });
     let target = flow(&LOOP.replace("topic: reserve,", "topic: reserve-v2,"));
-    let step = migrate(
-        &sim.flow,
-        &target,
-        2,
-        &sim.snapshot,
-        &BTreeMap::new(),
-        ctx(),
-    )
-    .unwrap();
+    let step = migrated(&sim, &target);
     let topics: Vec<String> = armed(&step.effects)
         .into_iter()
         .filter_map(|kind| match kind {
@@ -511,15 +501,7 @@ fn a_loop_that_ends_resolves_its_timers_and_migration_keeps_them() {
     );
     let mut sim = sim(&yaml);
     sim.start(json!({"id": "o1", "items": ["a"]}));
-    let step = migrate(
-        &sim.flow,
-        &flow(&yaml),
-        2,
-        &sim.snapshot,
-        &BTreeMap::new(),
-        ctx(),
-    )
-    .unwrap();
+    let step = migrated(&sim, &flow(&yaml));
     let timers: Vec<_> = step
         .snapshot
         .tokens

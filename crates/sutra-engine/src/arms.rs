@@ -4,18 +4,19 @@
 use sutra_core::snapshot::{Park, ParkKind, Role, Snapshot, TokenId};
 use sutra_store::Arm;
 
-/// The rows of `park`. A park with a due time (a `wait`, a `receive`'s timeout, a deadline)
-/// has a timer beside its wait or task, and whichever answers first consumes both. `race` names
-/// the race a receive park is an arm of: the store lets one arm of a race take a buffered
-/// message ([`Arm::Wait`]'s `group`).
-pub fn of(park: &Park, race: Option<TokenId>) -> Vec<Arm> {
+/// The rows of the park `token` holds in the `snapshot` a step left. A park with a due time (a
+/// `wait`, a `receive`'s timeout, a deadline) has a timer beside its wait or task, and
+/// whichever answers first consumes both. A receive park that is a race's arm names its race,
+/// so that the store lets one arm of a race take a buffered message ([`Arm::Wait`]'s `group`);
+/// only a receive's token is looked up for it, so a fan-out's task parks cost no search.
+pub fn of(park: &Park, token: TokenId, snapshot: &Snapshot) -> Vec<Arm> {
     let timer = park.kind.due().map(|due| Arm::Timer { park: park.id, due });
     let waiting = match &park.kind {
         ParkKind::Receive { channel, key, .. } => Some(Arm::Wait {
             park: park.id,
             channel: channel.clone(),
             key: key.clone(),
-            group: race.map(|racer| racer.0),
+            group: race_of(snapshot, token).map(|racer| racer.0),
         }),
         ParkKind::Wait { .. } => None,
         ParkKind::Task {
@@ -40,7 +41,7 @@ pub fn of(park: &Park, race: Option<TokenId>) -> Vec<Arm> {
 
 /// The racing token whose arm `token` is, in the snapshot a step left; `None` for any other
 /// token.
-pub fn race_of(snapshot: &Snapshot, token: TokenId) -> Option<TokenId> {
+fn race_of(snapshot: &Snapshot, token: TokenId) -> Option<TokenId> {
     let token = snapshot.token(token)?;
     match token.role {
         Some(Role::Arm { .. }) => token.parent,

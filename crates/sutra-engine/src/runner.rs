@@ -554,9 +554,7 @@ fn to_commit(
     let mut outbox = Vec::new();
     for effect in &step.effects {
         match effect {
-            Effect::Arm { token, park, .. } => {
-                arms.extend(arms::of(park, arms::race_of(&step.snapshot, *token)))
-            }
+            Effect::Arm { token, park, .. } => arms.extend(arms::of(park, *token, &step.snapshot)),
             Effect::Disarm(disarm) => disarms.push(*disarm),
             Effect::Emit {
                 channel,

@@ -103,7 +103,7 @@ pub struct FlowGraph {
 pub struct GraphNode {
     pub id: String,
     /// The YAML key of its kind: `set`, `task`, `emit`, `receive`, `wait`, `choice`,
-    /// `parallel`, `race`, `end` or `fail`.
+    /// `parallel`, `race`, `for-each`, `end` or `fail`.
     pub kind: String,
     /// A word on what it does: a task's topic, a channel, a failure code.
     pub detail: Option<String>,

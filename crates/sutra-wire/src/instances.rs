@@ -69,16 +69,20 @@ pub struct Token {
     /// The token that forked this one; `None` for the root token.
     #[serde(default)]
     pub parent: Option<u64>,
-    /// `ready`, `parked`, `joining` or `racing` (at a `race`, waiting for its first arm).
+    /// `ready`, `parked`, `joining`, `racing` (at a `race`, waiting for its first arm) or
+    /// `looping` (at a `for-each`, waiting for its bodies).
     pub state: String,
     /// What the token waits for: the park (an object with its `id` and a `kind` of `task`,
-    /// `receive` or `wait`), `{"pending": n}` branches of a join, or `null` when ready. Kept as
-    /// JSON: the park's members are the snapshot's own, which grow with the flow language.
+    /// `receive` or `wait`), `{"pending": n}` branches of a join, a loop's progress
+    /// `{"items", "done", "running", "pending"}`, or `null` when ready or racing. Kept as JSON:
+    /// the park's members are the snapshot's own, which grow with the flow language.
     pub park: Option<Value>,
     /// What the token is for besides being at its node: `{"role": "arm", "index": n}` (an arm
     /// of the race its `parent` waits at), `{"role": "reminder", "fired": n}` (the timer of the
-    /// `remind` of the node its `parent` waits at) or `{"role": "detached"}` (running a
-    /// reminder's nodes); absent for an ordinary token.
+    /// `remind` of the node its `parent` waits at), `{"role": "detached"}` (running a
+    /// reminder's nodes), `{"role": "body", "index": n}` (the body for item `n` of the
+    /// `for-each` its `parent` loops at) or `{"role": "deadline"}` (the timer of that loop's
+    /// deadline); absent for an ordinary token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<Value>,
     #[serde(flatten)]

@@ -92,6 +92,16 @@ impl Run<'_> {
     /// Resolves the satellites of `host`, which leaves its node: their parks are disarmed (or
     /// never armed, if they were made in this step) and the tokens are gone.
     pub(super) fn resolve_satellites(&mut self, host: TokenId) {
+        // Every resume of an ordinary token comes here: most have no satellite to resolve,
+        // and then the tokens are not rebuilt.
+        if !self
+            .snap
+            .tokens
+            .iter()
+            .any(|token| is_satellite_of(token, host))
+        {
+            return;
+        }
         let (satellites, others) = std::mem::take(&mut self.snap.tokens)
             .into_iter()
             .partition(|token| is_satellite_of(token, host));
