@@ -23,6 +23,7 @@
 
 mod answers;
 mod boundary;
+mod call;
 mod for_each;
 mod migration;
 mod nodes;
@@ -217,7 +218,10 @@ impl<'a> Run<'a> {
         self.record(
             HistoryKind::Started,
             None,
-            json!({"message": message.id, "channel": self.flow.start.channel}),
+            json!({
+                "message": message.id,
+                "channel": self.flow.start.as_ref().map(|start| &start.channel),
+            }),
         );
         self.msg = Some(message.to_json());
         match self.flow.entry {

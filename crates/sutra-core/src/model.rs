@@ -34,7 +34,7 @@ impl Deployment {
     pub fn flows_starting_on<'a>(&'a self, channel: &'a str) -> impl Iterator<Item = &'a Flow> {
         self.flows
             .values()
-            .filter(move |flow| flow.start.channel == channel)
+            .filter(move |flow| flow.starts_on(channel))
     }
 
     /// Whether messages on `channel` come in: a flow starts on it or a `receive` waits on it.
@@ -42,7 +42,7 @@ impl Deployment {
     /// for someone else.
     pub fn consumes(&self, channel: &str) -> bool {
         self.flows.values().any(|flow| {
-            flow.start.channel == channel
+            flow.starts_on(channel)
                 || flow
                     .nodes
                     .iter()
@@ -154,7 +154,8 @@ pub struct NodeIndex(pub u32);
 #[derive(Debug, Clone)]
 pub struct Flow {
     pub name: String,
-    pub start: Start,
+    /// The channel whose messages start it; `None` for a flow only other flows `call`.
+    pub start: Option<Start>,
     /// Every node of the flow, including those inside parallel branches and reminders. Ids are unique flow-wide.
     pub nodes: Vec<Node>,
     /// The first node of the top-level list; `None` for a flow with no nodes (it completes at once).
@@ -165,7 +166,7 @@ pub struct Flow {
 }
 
 impl Flow {
-    pub fn new(name: String, start: Start, nodes: Vec<Node>, entry: Option<NodeIndex>) -> Flow {
+    pub fn new(name: String, start: Option<Start>, nodes: Vec<Node>, entry: Option<NodeIndex>) -> Flow {
         let mut ids = HashMap::with_capacity(nodes.len());
         for (i, node) in nodes.iter().enumerate() {
             // The first of a repeated id, which the checker refuses anyway.
@@ -178,6 +179,11 @@ impl Flow {
             entry,
             ids,
         }
+    }
+
+    /// Whether a message on `channel` starts this flow.
+    pub fn starts_on(&self, channel: &str) -> bool {
+        self.start.as_ref().is_some_and(|start| start.channel == channel)
     }
 
     pub fn node(&self, index: NodeIndex) -> &Node {
@@ -258,6 +264,9 @@ pub enum NodeKind {
     /// One body per item of a list, at most `concurrency` at a time, the results collected in
     /// item order (BPMN's multi-instance activity).
     ForEach(ForEachSpec),
+    /// Runs another flow of the deployment as an instance of its own (a child) and waits for
+    /// it to end (BPMN's call activity).
+    Call(CallSpec),
     End {
         reply: Option<Template>,
     },
@@ -280,6 +289,7 @@ impl NodeKind {
             NodeKind::Parallel(_) => "parallel",
             NodeKind::Race(_) => "race",
             NodeKind::ForEach(_) => "for-each",
+            NodeKind::Call(_) => "call",
             NodeKind::End { .. } => "end",
             NodeKind::Fail { .. } => "fail",
         }
@@ -388,4 +398,14 @@ pub struct ForEachSpec {
 #[derive(Debug, Clone)]
 pub enum Body {
     Task(TaskSpec),
+    Call(CallSpec),
+}
+
+/// A called flow: a `call` node's, or a `for-each` body's.
+#[derive(Debug, Clone)]
+pub struct CallSpec {
+    /// A flow of the same deployment document; the child runs on the caller's version.
+    pub flow: String,
+    /// The child's `vars.input`, rendered when the token reaches the node.
+    pub input: Template,
 }

@@ -35,7 +35,7 @@ fn flow(flow: &Flow) -> FlowGraph {
         .collect();
     FlowGraph {
         name: flow.name.clone(),
-        start: flow.start.channel.clone(),
+        start: flow.start.as_ref().map(|start| start.channel.clone()),
         entry: flow.entry.map(|entry| flow.node(entry).id.clone()),
         nodes,
         extra: Extra::new(),
@@ -46,12 +46,16 @@ fn detail(kind: &NodeKind) -> Option<String> {
     match kind {
         NodeKind::Task(task) => Some(task.topic.clone()),
         NodeKind::ForEach(spec) => {
-            let Body::Task(task) = &spec.body;
+            let body = match &spec.body {
+                Body::Task(task) => task.topic.clone(),
+                Body::Call(call) => format!("call {}", call.flow),
+            };
             Some(match spec.concurrency {
-                Some(at_once) => format!("{} · {at_once} at once", task.topic),
-                None => task.topic.clone(),
+                Some(at_once) => format!("{body} · {at_once} at once"),
+                None => body,
             })
         }
+        NodeKind::Call(call) => Some(call.flow.clone()),
         NodeKind::Emit(emit) => Some(emit.channel.clone()),
         NodeKind::Receive(receive) => Some(receive.channel.clone()),
         NodeKind::Wait(WaitSpec::Duration(duration)) => Some(format!("{duration:#}")),
@@ -120,6 +124,7 @@ fn edges(flow: &Flow, index: NodeIndex) -> Vec<GraphEdge> {
         NodeKind::Set(_)
         | NodeKind::Task(_)
         | NodeKind::ForEach(_)
+        | NodeKind::Call(_)
         | NodeKind::Emit(_)
         | NodeKind::Wait(_) => push(after(node), "next"),
     }

@@ -87,8 +87,8 @@ pub struct DeploymentGraph {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FlowGraph {
     pub name: String,
-    /// The channel it starts on.
-    pub start: String,
+    /// The channel it starts on; `null` for a flow only other flows `call`.
+    pub start: Option<String>,
     /// The first node; `None` for a flow with no nodes.
     pub entry: Option<String>,
     pub nodes: Vec<GraphNode>,

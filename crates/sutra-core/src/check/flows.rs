@@ -132,7 +132,7 @@ fn flow<'a>(
         let spans: Vec<Span> = outline.slots.iter().map(|slot| slot.at).collect();
         graph::warn_unreachable(cx, &nodes, entry, &spans);
     }
-    Some(Flow::new(name.to_owned(), start?, nodes, entry))
+    Some(Flow::new(name.to_owned(), Some(start?), nodes, entry))
 }
 
 fn start<'a>(

@@ -29,7 +29,7 @@ fn successors(node: &Node) -> Vec<NodeIndex> {
             .chain(choice.otherwise)
             .collect(),
         NodeKind::Parallel(heads) => heads.iter().flatten().copied().chain(after).collect(),
-        NodeKind::Task(_) | NodeKind::ForEach(_) => {
+        NodeKind::Task(_) | NodeKind::ForEach(_) | NodeKind::Call(_) => {
             after.into_iter().chain(node.on_error).collect()
         }
         NodeKind::Receive(receive) => after.into_iter().chain(receive.on_timeout).collect(),

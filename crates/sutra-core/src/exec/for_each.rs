@@ -113,12 +113,18 @@ impl Run<'_> {
                 _ => None,
             })
             .ok_or_else(|| not_a_loop(node))?;
-        let Body::Task(task) = &spec.body;
         let position = json!(index);
         let bindings = self
             .bindings()
             .json(&spec.item, &item)
             .json("index", &position);
+        let task = match &spec.body {
+            Body::Task(task) => task,
+            Body::Call(call) => {
+                let input = call.input.render(&bindings)?;
+                return self.call_child(body, node, &call.flow, input);
+            }
+        };
         let input = task.input.render(&bindings)?;
         let kind = ParkKind::Task {
             topic: task.topic.clone(),

@@ -144,6 +144,7 @@ fn check_landing(
                 | NodeKind::Wait(_)
                 | NodeKind::Race(_)
                 | NodeKind::ForEach(_)
+                | NodeKind::Call(_)
         )
     };
     match source {

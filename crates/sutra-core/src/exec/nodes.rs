@@ -71,6 +71,7 @@ impl Run<'_> {
             NodeKind::Parallel(branches) => self.fork(token, branches),
             NodeKind::Race(arms) => self.race(token, arms),
             NodeKind::ForEach(spec) => self.for_each(token, node, spec),
+            NodeKind::Call(spec) => self.call(token, node, spec),
             NodeKind::End { reply } => {
                 let reply = match reply {
                     Some(template) => template.render(&self.bindings())?,
