@@ -55,6 +55,7 @@ fn measure(what: &str, source: &str, visits: usize) {
         deployment: "cost".into(),
         version: 1,
         flow: "cost".into(),
+        parent: None,
     });
     let message = Message {
         id: "m-1".into(),

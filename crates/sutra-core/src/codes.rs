@@ -76,6 +76,12 @@ codes! {
     FOR_EACH_TOO_MANY_ITEMS = ("SUTRA.RUNTIME.FOR_EACH.TOO_MANY_ITEMS", 422, false,
         "Too many for-each items",
         "The `items` of a `for-each` gave more items than `sutra.for-each.max-items` (default 10,000) allows; the instance failed at the node. Split the list (a for-each over chunks), or raise the ceiling; then restore the instance.");
+    CALL_DEPTH_EXCEEDED = ("SUTRA.RUNTIME.CALL.DEPTH_EXCEEDED", 422, false,
+        "Calls nested too deep",
+        "A `call` would nest deeper than `sutra.call.max-depth` (default 16) below the instance a message started; the call went to the node's `on-error`, or failed the instance there. End the recursion with a choice (or raise the ceiling), deploy, migrate and restore the instance.");
+    CALL_CANCELLED = ("SUTRA.RUNTIME.CALL.CANCELLED", 422, false,
+        "Called instance cancelled",
+        "The instance a `call` waited for was cancelled by someone else; the caller went to the node's `on-error`, or failed there. Restore the caller to call the flow again with a new instance.");
     CHOICE_NO_MATCH = ("SUTRA.RUNTIME.CHOICE.NO_MATCH", 422, false,
         "No choice guard matched",
         "No `when` guard was true and the choice has no `otherwise`. Add an `otherwise`, deploy the fix, migrate and restore the instance.");

@@ -42,7 +42,8 @@ use crate::snapshot::{
     Failure, Park, ParkId, ParkKind, Role, Snapshot, Status, Token, TokenId, TokenState,
 };
 use crate::step::{
-    Disarm, Effect, Event, HistoryEvent, HistoryKind, Message, Rejection, Reply, Step, StepContext,
+    ChildOutcome, Disarm, Effect, Event, HistoryEvent, HistoryKind, Message, Rejection, Reply,
+    Step, StepContext,
 };
 
 /// Applies `event` to the instance in `snapshot`, running every runnable token until each is
@@ -67,6 +68,11 @@ pub fn apply(
         Event::TaskCompleted { park, output } => run.resume(park, Answer::Output(output))?,
         Event::TaskFailed { park, error } => run.resume(park, Answer::Error(error))?,
         Event::TaskExhausted { park, error } => run.resume(park, Answer::Exhausted(error))?,
+        Event::ChildEnded {
+            park,
+            child,
+            outcome,
+        } => run.resume(park, Answer::Child { child, outcome })?,
     }
     Ok(run.finish())
 }
@@ -92,7 +98,7 @@ pub fn fail(
     let effects = snapshot
         .parks()
         .map(|park| Effect::Disarm(Disarm::of(park)))
-        .collect();
+        .collect::<Vec<_>>();
     failed.status = Status::Failed;
     failed.audit_seq += 1;
     failed.failure = Some(Failure {
@@ -113,6 +119,8 @@ pub fn fail(
         code: code.to_owned(),
         detail: detail.to_owned(),
     });
+    let mut effects: Vec<Effect> = effects;
+    effects.extend(answer_to_caller(&failed));
     Ok(Step {
         snapshot: failed,
         effects,
@@ -163,6 +171,8 @@ struct Run<'a> {
     msg: Option<Value>,
     instance: Value,
     visits: u32,
+    /// Instances called so far in this step: each child's id takes the next seed.
+    calls: u32,
     effects: Vec<Effect>,
     history: Vec<HistoryEvent>,
     reply: Option<Reply>,
@@ -183,15 +193,20 @@ impl<'a> Run<'a> {
                 "version": info.version,
                 "tenant": info.tenant,
                 "deployment": info.deployment,
+                "parent": info.parent.as_ref().map(|caller| &caller.instance),
             }),
             visits: 0,
+            calls: 0,
             effects: Vec::new(),
             history: Vec::new(),
             reply: None,
         }
     }
 
-    fn finish(self) -> Step {
+    fn finish(mut self) -> Step {
+        if self.reply.is_some() {
+            self.effects.extend(answer_to_caller(&self.snap));
+        }
         Step {
             snapshot: self.snap,
             effects: self.effects,
@@ -215,14 +230,14 @@ impl<'a> Run<'a> {
         }
         self.snap.status = Status::Suspended;
         self.snap.vars.insert("input".into(), message.data.clone());
-        self.record(
-            HistoryKind::Started,
-            None,
-            json!({
-                "message": message.id,
-                "channel": self.flow.start.as_ref().map(|start| &start.channel),
-            }),
-        );
+        let mut detail = json!({
+            "message": message.id,
+            "channel": self.flow.start.as_ref().map(|start| &start.channel),
+        });
+        if let Some(caller) = &self.snap.instance.parent {
+            detail["parent"] = json!({"instance": caller.instance, "node": caller.node});
+        }
+        self.record(HistoryKind::Started, None, detail);
         self.msg = Some(message.to_json());
         match self.flow.entry {
             None => self.complete(Value::Null),
@@ -243,10 +258,17 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
-    /// Cancels a suspended or failed instance. Its tokens are dropped; the parks of a suspended
-    /// instance are disarmed (a failed instance's parks were disarmed when it failed).
+    /// Cancels a suspended or failed instance, or a called one that has not started yet. Its
+    /// tokens are dropped; the parks of a suspended instance are disarmed (a failed instance's
+    /// parks were disarmed when it failed).
     fn cancel(&mut self, reason: Option<String>) -> Result<(), Rejection> {
-        if !matches!(self.snap.status, Status::Suspended | Status::Failed) {
+        let called = self.snap.instance.parent.is_some();
+        let cancellable = match self.snap.status {
+            Status::Suspended | Status::Failed => true,
+            Status::Created => called,
+            Status::Completed | Status::Cancelled => false,
+        };
+        if !cancellable {
             return Err(self.invalid("cancel"));
         }
         self.tear_down_parks();
@@ -275,15 +297,20 @@ impl<'a> Run<'a> {
             json!({"code": failure.as_ref().map(|f| &f.code)}),
         );
         let failed = failure.and_then(|f| f.token);
-        // The failed token runs its node again, which makes its satellites anew.
-        if let Some(failed) = failed {
-            self.snap
-                .tokens
-                .retain(|token| !boundary::is_satellite_of(token, failed));
-        }
+        // The failed token runs its node again, and so does a token that waited for a called
+        // instance, which the failure cancelled: each makes its satellites anew.
+        let reruns: Vec<TokenId> = (self.snap.tokens.iter())
+            .filter(|token| Some(token.id) == failed || call::waits_for_child(token))
+            .map(|token| token.id)
+            .collect();
+        self.snap.tokens.retain(|token| {
+            !reruns
+                .iter()
+                .any(|&rerun| boundary::is_satellite_of(token, rerun))
+        });
         for mut token in std::mem::take(&mut self.snap.tokens) {
             match &token.state {
-                TokenState::Ready | TokenState::Parked(_) if Some(token.id) == failed => {
+                TokenState::Ready | TokenState::Parked(_) if reruns.contains(&token.id) => {
                     token.state = TokenState::Ready;
                 }
                 TokenState::Parked(park) => {
@@ -311,6 +338,10 @@ impl<'a> Run<'a> {
         };
         let mut token = self.snap.tokens.remove(i);
         token.state = TokenState::Ready;
+        if self.waits_on(&mut token, park, &answer) {
+            self.put_back(token);
+            return Ok(());
+        }
         match token.role {
             Some(Role::Arm { index }) => {
                 let (racer, outcome) = self.race_won(token, index, park, answer)?;
@@ -476,8 +507,11 @@ impl<'a> Run<'a> {
         if self.was_armed(id) {
             self.effects.push(Effect::Disarm(Disarm::of(park)));
         } else {
-            self.effects
-                .retain(|effect| !matches!(effect, Effect::Arm { park: p, .. } if p.id == id));
+            self.effects.retain(|effect| match effect {
+                Effect::Arm { park: p, .. } => p.id != id,
+                Effect::Call { park, .. } => *park != id,
+                _ => true,
+            });
         }
     }
 
@@ -562,6 +596,11 @@ fn park_detail(park: &Park) -> Value {
             json!({"park": park.id, "kind": "receive", "channel": channel, "key": key, "due": due})
         }
         ParkKind::Wait { due } => json!({"park": park.id, "kind": "wait", "due": due}),
+        ParkKind::Call {
+            flow, child, due, ..
+        } => {
+            json!({"park": park.id, "kind": "call", "flow": flow, "child": child, "due": due})
+        }
         ParkKind::Task { topic, due, .. } => {
             let mut detail = json!({"park": park.id, "kind": "task", "topic": topic});
             // A task's deadline, when it has one: a task without stays recorded as before.
@@ -571,4 +610,16 @@ fn park_detail(park: &Park) -> Value {
             detail
         }
     }
+}
+
+/// What an instance that has a caller tells it when the step ends the instance: its `end`
+/// reply, its failure, or its cancel. Nothing for an instance a message started.
+fn answer_to_caller(snapshot: &Snapshot) -> Option<Effect> {
+    let to = snapshot.instance.parent.clone()?;
+    let outcome = match Reply::of_ended(snapshot)? {
+        Reply::Completed(reply) => ChildOutcome::Completed { reply },
+        Reply::Failed { code, detail } => ChildOutcome::Failed { code, detail },
+        Reply::Cancelled => ChildOutcome::Cancelled,
+    };
+    Some(Effect::Answer { to, outcome })
 }

@@ -166,7 +166,12 @@ pub struct Flow {
 }
 
 impl Flow {
-    pub fn new(name: String, start: Option<Start>, nodes: Vec<Node>, entry: Option<NodeIndex>) -> Flow {
+    pub fn new(
+        name: String,
+        start: Option<Start>,
+        nodes: Vec<Node>,
+        entry: Option<NodeIndex>,
+    ) -> Flow {
         let mut ids = HashMap::with_capacity(nodes.len());
         for (i, node) in nodes.iter().enumerate() {
             // The first of a repeated id, which the checker refuses anyway.
@@ -183,7 +188,9 @@ impl Flow {
 
     /// Whether a message on `channel` starts this flow.
     pub fn starts_on(&self, channel: &str) -> bool {
-        self.start.as_ref().is_some_and(|start| start.channel == channel)
+        self.start
+            .as_ref()
+            .is_some_and(|start| start.channel == channel)
     }
 
     pub fn node(&self, index: NodeIndex) -> &Node {

@@ -21,6 +21,21 @@ pub struct InstanceInfo {
     pub deployment: String,
     pub version: u32,
     pub flow: String,
+    /// The instance that called this one and waits for it to end; `None` for an instance a
+    /// message started (and in every snapshot written before calls).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<Caller>,
+}
+
+/// Whom a called instance (a child) answers when it ends: its parent's park that waits for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Caller {
+    pub instance: String,
+    pub park: ParkId,
+    /// The parent's node that called.
+    pub node: String,
+    /// Calls between the root instance and this one: 1 for a child of a root.
+    pub depth: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -263,6 +278,25 @@ pub enum ParkKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         due: Option<Timestamp>,
     },
+    /// Waits for the called instance `child`, an instance of `flow`, to end.
+    Call {
+        flow: String,
+        child: String,
+        /// The node's deadline, when it has one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        due: Option<Timestamp>,
+        /// Set when the child failed and the node has no `on-error`: the park keeps waiting for
+        /// the child to be restored and to end again.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failed: Option<ChildFailure>,
+    },
+}
+
+/// Why a called instance failed, as its parent keeps it while it waits for a repair.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChildFailure {
+    pub code: String,
+    pub detail: String,
 }
 
 /// Which of the kinds of [`ParkKind`] a park is, without its details: what a disarm must know
@@ -284,6 +318,7 @@ impl ParkKind {
             ParkKind::Receive { .. } => ParkSort::Receive,
             ParkKind::Wait { .. } => ParkSort::Wait,
             ParkKind::Task { .. } => ParkSort::Task,
+            ParkKind::Call { .. } => ParkSort::Call,
         }
     }
 
@@ -293,6 +328,7 @@ impl ParkKind {
             ParkKind::Receive { due, .. } => *due,
             ParkKind::Wait { due } => Some(*due),
             ParkKind::Task { due, .. } => *due,
+            ParkKind::Call { due, .. } => *due,
         }
     }
 }

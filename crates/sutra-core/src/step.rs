@@ -8,7 +8,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::snapshot::{Park, ParkId, ParkSort, Snapshot, Status, TokenId};
+use crate::snapshot::{Caller, Park, ParkId, ParkSort, Snapshot, Status, TokenId};
 
 /// Node visits allowed in one step before it fails with `SUTRA.RUNTIME.STEP.BUDGET_EXCEEDED`.
 pub const TRANSITIONS_PER_STEP_DEFAULT: u32 = 10_000;
@@ -16,6 +16,10 @@ pub const TRANSITIONS_PER_STEP_DEFAULT: u32 = 10_000;
 /// Items a `for-each` loops over at most (`sutra.for-each.max-items`) before it fails with
 /// `SUTRA.RUNTIME.FOR_EACH.TOO_MANY_ITEMS`.
 pub const FOR_EACH_ITEMS_DEFAULT: u32 = 10_000;
+
+/// Calls nested below a root instance at most (`sutra.call.max-depth`) before a call fails with
+/// `SUTRA.RUNTIME.CALL.DEPTH_EXCEEDED`.
+pub const CALL_DEPTH_DEFAULT: u32 = 16;
 
 /// An inbound message, as CloudEvents describes it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -104,6 +108,12 @@ pub enum Event {
     },
     /// Administrative restore of a `failed` instance (SPEC §7.2).
     Restore,
+    /// The called instance `child` the `call` parked on `park` waits for has ended.
+    ChildEnded {
+        park: ParkId,
+        child: String,
+        outcome: ChildOutcome,
+    },
 }
 
 impl Event {
@@ -114,7 +124,8 @@ impl Event {
             | Event::TimerFired { park }
             | Event::TaskCompleted { park, .. }
             | Event::TaskFailed { park, .. }
-            | Event::TaskExhausted { park, .. } => Some(*park),
+            | Event::TaskExhausted { park, .. }
+            | Event::ChildEnded { park, .. } => Some(*park),
             Event::Start { .. } | Event::Cancel { .. } | Event::Restore => None,
         }
     }
@@ -127,6 +138,10 @@ pub struct StepContext {
     pub now: Timestamp,
     pub transitions_max: u32,
     pub items_max: u32,
+    pub call_depth_max: u32,
+    /// Randomness for the ids of the instances the step calls, drawn by the engine per step, so
+    /// that the step stays a function of its inputs.
+    pub id_seed: u128,
 }
 
 impl StepContext {
@@ -135,6 +150,8 @@ impl StepContext {
             now,
             transitions_max: TRANSITIONS_PER_STEP_DEFAULT,
             items_max: FOR_EACH_ITEMS_DEFAULT,
+            call_depth_max: CALL_DEPTH_DEFAULT,
+            id_seed: 0,
         }
     }
 }
@@ -161,6 +178,24 @@ pub enum Effect {
         /// `{instance}:{audit seq}:{node}`: stable across retries of the send.
         idempotency_key: String,
     },
+    /// Insert the called instance `child` waiting on `park`, with its start due at once. Comes
+    /// beside the `Arm` of the `Call` park.
+    Call { park: ParkId, child: ChildStart },
+    /// Tell the instance's caller how it ended: the step ended an instance that has a parent.
+    Answer { to: Caller, outcome: ChildOutcome },
+}
+
+/// An instance a step calls.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChildStart {
+    pub id: String,
+    pub flow: String,
+    /// Its `vars.input`.
+    pub input: Value,
+    /// The calling node.
+    pub node: String,
+    /// Calls between the root and the child.
+    pub depth: u32,
 }
 
 /// A park whose rows are resolved, and which rows those are: only a task's has a task a worker
@@ -246,6 +281,10 @@ pub enum HistoryKind {
     LoopStarted,
     /// A `for-each` ended: every body's result is in its `output`, `{items}`.
     LoopEnded,
+    /// A `call` started a child: `{park, child, flow}`.
+    Called,
+    /// A called child ended: `{park, child, status}`, and `{code, detail}` when it failed.
+    ChildEnded,
 }
 
 /// The result of applying one event.

@@ -202,6 +202,8 @@ fn matching_answer(park: &Park, kind: u8) -> Event {
         ParkKind::Receive { due: None, .. } => 0,
         ParkKind::Wait { .. } => 1,
         ParkKind::Task { .. } => [2, 2, 2, 3, 4][usize::from(kind % 5)],
+        // The generated flows call no other flow: a child's end is never asked for here.
+        ParkKind::Call { .. } => 1,
     };
     answer(park.id, kind)
 }
@@ -358,6 +360,13 @@ fn check_step(before: &Snapshot, step: &Step) -> Result<(), TestCaseError> {
                 );
                 prop_assert!(park.id.0 >= before.next_park, "an armed park id is fresh");
             }
+            Effect::Call { park, .. } => prop_assert!(
+                after.parks().any(|p| p.id == *park),
+                "a child is called for park {:?}, which the snapshot does not hold",
+                park
+            ),
+            // Only a called instance answers a caller, and the generated flows call none.
+            Effect::Answer { .. } => prop_assert!(before.instance.parent.is_some()),
             Effect::Disarm(disarm) => {
                 prop_assert!(
                     before.parks().any(|p| Disarm::of(p) == *disarm),

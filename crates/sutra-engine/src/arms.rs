@@ -1,5 +1,6 @@
 //! The durable rows behind a park (SPEC §5.6: what was asked): a correlation wait, a timer, a
-//! task, as the store arms them.
+//! task, as the store arms them. A call's park has only its deadline's timer: the child it
+//! waits for is inserted with the step's children.
 
 use sutra_core::snapshot::{Park, ParkKind, Role, Snapshot, TokenId};
 use sutra_store::Arm;
@@ -18,7 +19,8 @@ pub fn of(park: &Park, token: TokenId, snapshot: &Snapshot) -> Vec<Arm> {
             key: key.clone(),
             group: race_of(snapshot, token).map(|racer| racer.0),
         }),
-        ParkKind::Wait { .. } => None,
+        // A call's child row is the store's `children` of the step, not a row of the park.
+        ParkKind::Wait { .. } | ParkKind::Call { .. } => None,
         ParkKind::Task {
             topic,
             input,

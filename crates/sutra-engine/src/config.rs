@@ -54,6 +54,9 @@ pub struct EngineConfig {
     /// fails with `SUTRA.RUNTIME.FOR_EACH.TOO_MANY_ITEMS`. A loop's items and results live in
     /// its snapshot, rewritten by every step of the loop.
     pub for_each_max_items: u32,
+    /// Calls nested below an instance a message started, at most (`sutra.call.max-depth`): a
+    /// deeper call fails with `SUTRA.RUNTIME.CALL.DEPTH_EXCEEDED`.
+    pub call_max_depth: u32,
     /// The brokers this replica has a URL for (`sutra.transports.{amqp,nats}.url`): a
     /// deployment declaring a channel on another broker is refused here.
     pub brokers: Vec<Transport>,
@@ -83,6 +86,7 @@ impl Default for EngineConfig {
             purge_interval: SignedDuration::from_mins(1),
             retire_interval: SignedDuration::from_mins(1),
             for_each_max_items: sutra_core::step::FOR_EACH_ITEMS_DEFAULT,
+            call_max_depth: sutra_core::step::CALL_DEPTH_DEFAULT,
             brokers: Vec::new(),
         }
     }
@@ -112,6 +116,7 @@ impl EngineConfig {
         at_least_one("sutra.timers.batch", self.deliveries_batch)?;
         at_least_one("sutra.outbox.batch", self.outbox_batch)?;
         at_least_one("sutra.for-each.max-items", self.for_each_max_items)?;
+        at_least_one("sutra.call.max-depth", self.call_max_depth)?;
         at_least_one(
             "sutra.deliveries.max-attempts",
             self.deliveries_max_attempts,
@@ -301,8 +306,9 @@ mod tests {
 
     #[test]
     fn a_count_of_zero_is_refused() {
-        let zeroed: [(Change, &str); 6] = [
+        let zeroed: [(Change, &str); 7] = [
             (|c| c.for_each_max_items = 0, "sutra.for-each.max-items"),
+            (|c| c.call_max_depth = 0, "sutra.call.max-depth"),
             (|c| c.group_max = 0, "sutra.engine.group.max"),
             (
                 |c| c.deliveries_max_attempts = 0,

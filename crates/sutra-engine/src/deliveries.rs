@@ -171,12 +171,7 @@ impl Dispatcher {
         if matches!(delivery.kind, DeliveryKind::Timer) {
             fault::point("timer-fire");
         }
-        let Some(event) = event_for(&delivery) else {
-            // A call's delivery (issue 33): the store writes them, this engine does not apply
-            // them yet. Kept, looked at again uncounted, never discarded or failed.
-            debug!(delivery = delivery.id.0, instance = %delivery.instance, "a call's delivery is not applied yet; will look again");
-            return self.look_again(&delivery).await;
-        };
+        let event = event_for(&delivery);
         let key = instance_key(&delivery);
         let work = Work::Resume {
             event,
@@ -341,11 +336,10 @@ fn instance_key(delivery: &Delivery) -> InstanceKey {
     }
 }
 
-/// The event a delivery asks for; `None` for a call's delivery, which this engine does not apply
-/// yet (issue 33).
-fn event_for(delivery: &Delivery) -> Option<Event> {
+/// The event a delivery asks for.
+fn event_for(delivery: &Delivery) -> Event {
     let park = delivery.park;
-    Some(match &delivery.kind {
+    match &delivery.kind {
         DeliveryKind::Timer => Event::TimerFired { park },
         DeliveryKind::Relay { message } => Event::Relay {
             park,
@@ -370,8 +364,18 @@ fn event_for(delivery: &Delivery) -> Option<Event> {
             },
         },
         DeliveryKind::Restore => Event::Restore,
-        DeliveryKind::Start { .. } | DeliveryKind::Cancel | DeliveryKind::ChildEnded { .. } => {
-            return None;
-        }
-    })
+        // A called instance's first step: taken once, since a start applies only to an
+        // instance not started yet, and a second dispatch is discarded as invalid.
+        DeliveryKind::Start { message } => Event::Start {
+            message: message.clone(),
+        },
+        DeliveryKind::Cancel => Event::Cancel {
+            reason: Some("its caller no longer waits for it".to_owned()),
+        },
+        DeliveryKind::ChildEnded { child, outcome } => Event::ChildEnded {
+            park,
+            child: child.clone(),
+            outcome: outcome.clone(),
+        },
+    }
 }

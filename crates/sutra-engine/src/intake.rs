@@ -398,6 +398,7 @@ fn start_request(route: &ChannelRoute, arrived: &Arrived<'_>) -> Option<StepRequ
         deployment: route.deployment.name.clone(),
         version: route.version,
         flow: flow.name.clone(),
+        parent: None,
     };
     let work = Work::Start {
         info,

@@ -23,7 +23,8 @@
 //! 3. `request`: what a lane is asked to run — a step on an instance, a worker's completion of a
 //!    task — and what its caller learns ([`runner::StepOutcome`]).
 //! 4. `written`: a step written in its group and not yet committed, and its landing once the
-//!    group committed.
+//!    group committed; `step_rows`: what a step's effects and its member's bookkeeping become
+//!    in the store's commit (the children a call inserts, the report a child's end sends).
 //! 5. [`runner`]: the claim-guarded step (SPEC §5.2), one member of a group transaction.
 //! 6. `group`: group commit (decision 0024) — a lane's queued steps as the members of one
 //!    transaction, each on its own claim, all answered after its commit.
@@ -78,6 +79,7 @@ mod retirement;
 pub mod runner;
 pub mod settle;
 mod shared;
+mod step_rows;
 mod sweep;
 pub mod tasks;
 mod test_switches;

@@ -11,14 +11,11 @@
 
 use std::collections::BTreeMap;
 
-use sutra_core::codes::{self, Code};
+use sutra_core::codes::Code;
 use sutra_core::exec;
-use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot};
-use sutra_core::step::{Disarm, Effect, Event, Message, Rejection, Step, StepContext};
-use sutra_store::{
-    Arm, ClaimToken, Claimed, CompletingClaim, DeliveryId, Group, InboxAnswer, InboxEntry,
-    InstanceKey, OutboxEntry, Owner, StepCommit, TakenBy,
-};
+use sutra_core::snapshot::{InstanceInfo, Snapshot};
+use sutra_core::step::{Disarm, Event, Message, Rejection, Step, StepContext};
+use sutra_store::{Claimed, CompletingClaim, DeliveryId, Group, InstanceKey, Owner};
 use tracing::debug;
 
 use crate::error::Error;
@@ -26,10 +23,10 @@ use crate::handoff::{Take, arms_a_task, takers};
 use crate::registry::Live;
 pub use crate::request::StepOutcome;
 use crate::request::{Completion, Consumed, StepRequest, Work};
-use crate::settle;
 use crate::shared::Shared;
+use crate::step_rows::{PendingCommit, fail_on_taken_alias, to_commit};
 use crate::written::Written;
-use crate::{arms, fault, history_log, metrics};
+use crate::{fault, history_log, metrics};
 
 /// Who runs a member's step: the replica's shared parts, the claim's owner, the deployments
 /// the lane sees.
@@ -43,8 +40,11 @@ impl Stepper<'_> {
     /// What a step is given besides its flow, snapshot and event: the time, and the limits the
     /// configuration sets.
     fn ctx(&self) -> StepContext {
+        let config = &self.shared.config;
         StepContext {
-            items_max: self.shared.config.for_each_max_items,
+            items_max: config.for_each_max_items,
+            call_depth_max: config.call_max_depth,
+            id_seed: uuid::Uuid::now_v7().as_u128(),
             ..StepContext::at(self.shared.clock.now())
         }
     }
@@ -483,125 +483,6 @@ pub(crate) fn task_error(error: sutra_store::Error) -> Error {
         sutra_store::Error::TaskNotFound(id) => Error::TaskNotFound(id),
         sutra_store::Error::LockLost(detail) => Error::LockLost(detail),
         other => Error::Store(other),
-    }
-}
-
-struct PendingCommit {
-    /// What the history log calls the step ([`history_log::START`] and its siblings).
-    kind: &'static str,
-    claim: Option<ClaimToken>,
-    /// Who held a caller on the instance before this step, as its claim read it.
-    held_by: Option<String>,
-    /// The park the step's event answered: a step that runs holds it.
-    answered: Option<Disarm>,
-    taken: Option<DeliveryId>,
-    consumed: Option<Consumed>,
-    hold: bool,
-    take: Option<Take>,
-}
-
-impl PendingCommit {
-    /// The commit of an administrator's step on `claimed`: one that answers no park, takes no
-    /// delivery, consumes no message and holds no caller.
-    fn of_claim(kind: &'static str, claimed: Claimed) -> PendingCommit {
-        PendingCommit {
-            kind,
-            claim: Some(claimed.token),
-            held_by: claimed.held_by,
-            answered: None,
-            taken: None,
-            consumed: None,
-            hold: false,
-            take: None,
-        }
-    }
-}
-
-/// SPEC §7.2: a correlation alias already taken fails the instance that tried to park on it.
-/// The step's progress stands; the parks it would have armed are not written.
-fn fail_on_taken_alias(step: Step, channel: &str, key: &str, ctx: StepContext) -> Step {
-    let detail = format!("another instance already waits on channel `{channel}` with key `{key}`");
-    // Only a live instance arms a wait, so the step's snapshot is always live here.
-    let Ok(failed) = exec::fail(
-        &step.snapshot,
-        codes::CORRELATION_ALIAS_TAKEN.code,
-        &detail,
-        ctx,
-    ) else {
-        return step;
-    };
-    let kept = step
-        .effects
-        .into_iter()
-        .filter(|effect| !matches!(effect, Effect::Arm { .. }));
-    Step {
-        snapshot: failed.snapshot,
-        effects: kept.chain(failed.effects).collect(),
-        history: step.history.into_iter().chain(failed.history).collect(),
-        reply: failed.reply,
-    }
-}
-
-/// The rows of `step`, committed by replica `me`, its tasks locked as `locks` say.
-fn to_commit(
-    step: &Step,
-    pending: &PendingCommit,
-    me: &str,
-    locks: &[(ParkId, TakenBy)],
-) -> StepCommit {
-    let mut arms = Vec::new();
-    let mut disarms: Vec<Disarm> = pending.answered.into_iter().collect();
-    let mut outbox = Vec::new();
-    for effect in &step.effects {
-        match effect {
-            Effect::Arm { token, park, .. } => arms.extend(arms::of(park, *token, &step.snapshot)),
-            Effect::Disarm(disarm) => disarms.push(*disarm),
-            Effect::Emit {
-                channel,
-                data,
-                key,
-                idempotency_key,
-            } => outbox.push(OutboxEntry {
-                channel: channel.clone(),
-                payload: data.clone(),
-                message_key: key.clone(),
-                idempotency_key: idempotency_key.clone(),
-            }),
-        }
-    }
-    for arm in &mut arms {
-        if let Arm::Task { park, taken_by, .. } = arm {
-            *taken_by = locks
-                .iter()
-                .find(|(locked, _)| locked == park)
-                .map(|(_, by)| by.clone());
-        }
-    }
-    let inbox = pending.consumed.as_ref().map(|consumed| InboxEntry {
-        channel: consumed.channel.clone(),
-        event_id: consumed.event_id.clone(),
-        answer: InboxAnswer {
-            instance: Some(step.snapshot.instance.id.clone()),
-            status: step.snapshot.status.as_str().to_owned(),
-        },
-        key: consumed.key.clone(),
-    });
-    StepCommit {
-        claim: pending.claim.clone(),
-        snapshot: step.snapshot.clone(),
-        history: step.history.clone(),
-        arms,
-        disarms,
-        outbox,
-        taken: pending.taken,
-        inbox,
-        held_by: pending
-            .hold
-            .then(|| settle::holder_after(pending.held_by.as_deref(), me)),
-        announce_end: step.reply.is_some()
-            && settle::held_elsewhere(pending.held_by.as_deref(), me),
-        children: Vec::new(),
-        report: None,
     }
 }
 

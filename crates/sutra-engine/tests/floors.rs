@@ -38,7 +38,7 @@ const FLOORS: &[&[&str]] = &[
     // 3. What a lane is asked to run, and what its caller learns.
     &["request"],
     // 4. A step written in its group, and its landing once the group committed.
-    &["written"],
+    &["written", "step_rows"],
     // 5. The claim-guarded step.
     &["runner"],
     // 6. Group commit.

@@ -64,6 +64,8 @@ const KEYS: &[(&str, Option<&str>)] = &[
     ("sutra.deliveries.backoff", Some("PT1S")),
     // Items a `for-each` loops over at most (decision 0051).
     ("sutra.for-each.max-items", Some("10000")),
+    // Calls nested below an instance a message started (decision 0052).
+    ("sutra.call.max-depth", Some("16")),
     ("sutra.transports.amqp.url", None),
     ("sutra.transports.http.ca-file", None),
     ("sutra.transports.nats.url", None),
@@ -256,6 +258,7 @@ impl Sources {
             deliveries_max_attempts: self.parsed("sutra.deliveries.max-attempts", number)?,
             deliveries_backoff: self.parsed("sutra.deliveries.backoff", duration)?,
             for_each_max_items: self.parsed("sutra.for-each.max-items", number)?,
+            call_max_depth: self.parsed("sutra.call.max-depth", number)?,
             outbox_batch: self.parsed("sutra.outbox.batch", number)?,
             outbox_backoff: self.parsed("sutra.outbox.backoff", duration)?,
             lease_ttl: self.parsed("sutra.lease.ttl", duration)?,

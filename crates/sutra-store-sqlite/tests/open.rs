@@ -18,6 +18,7 @@ fn start(id: &str) -> StepCommit {
             deployment: "payments".to_owned(),
             version: 1,
             flow: "money-transfer".to_owned(),
+            parent: None,
         }),
         history: Vec::new(),
         arms: Vec::new(),

@@ -498,7 +498,9 @@ fn a_for_each_reads_its_items_its_names_and_its_body() {
     );
     assert_eq!(reserve.item, "item", "the default name");
     assert_eq!(reserve.concurrency, None, "every item at once");
-    let Body::Task(task) = &reserve.body;
+    let Body::Task(task) = &reserve.body else {
+        panic!("reserve-all loops over a task")
+    };
     assert_eq!(task.topic, "reserve-stock");
     assert!(matches!(&task.input, Template::Map(_)), "{:?}", task.input);
     assert_eq!(
@@ -518,7 +520,9 @@ fn a_for_each_reads_its_items_its_names_and_its_body() {
     assert!(matches!(&pack.items, Template::Literal(items) if *items == json!(["a", "b"])));
     assert_eq!(pack.item, "parcel");
     assert_eq!(pack.concurrency, Some(2));
-    let Body::Task(task) = &pack.body;
+    let Body::Task(task) = &pack.body else {
+        panic!("pack loops over a task")
+    };
     assert_eq!(task.topic, "pack");
     assert!(matches!(&task.input, Template::Expr(input) if input.source() == "parcel"));
     assert_eq!((task.retries, task.lock), (1, SignedDuration::from_mins(1)));

@@ -9,7 +9,7 @@ use super::{Fault, Outcome, Run};
 use crate::codes;
 use crate::model::{Node, NodeKind};
 use crate::snapshot::{ParkId, ParkKind, Token};
-use crate::step::{HistoryKind, Message, TaskError};
+use crate::step::{ChildOutcome, HistoryKind, Message, TaskError};
 
 /// An event that answers a park.
 pub(super) enum Answer {
@@ -18,6 +18,11 @@ pub(super) enum Answer {
     Output(Value),
     Error(TaskError),
     Exhausted(TaskError),
+    /// The called instance `child` ended.
+    Child {
+        child: String,
+        outcome: ChildOutcome,
+    },
 }
 
 impl Answer {
@@ -32,6 +37,7 @@ impl Answer {
                 Answer::Output(_) | Answer::Error(_) | Answer::Exhausted(_),
                 ParkKind::Task { .. },
             ) => true,
+            (Answer::Child { child, .. }, ParkKind::Call { child: waited, .. }) => child == waited,
             _ => false,
         }
     }
@@ -79,6 +85,7 @@ impl Run<'_> {
                 let code = codes::TASK_RETRIES_EXHAUSTED.code;
                 self.route_error(token, node, code, error.message)
             }
+            Answer::Child { child, outcome } => self.child_ended(token, node, park, child, outcome),
         }
     }
 

@@ -13,12 +13,12 @@
 use serde_json::{Value, json};
 
 use super::answers::Answer;
-use super::{Fate, Fault, Outcome, Run};
+use super::{Fate, Fault, Outcome, Run, call};
 use crate::codes;
 use crate::expr::json_type_name;
 use crate::model::{Body, ForEachSpec, Node, NodeKind};
 use crate::snapshot::{ParkId, ParkKind, Role, Token, TokenId, TokenState};
-use crate::step::{HistoryKind, Rejection, TaskError};
+use crate::step::{HistoryKind, Rejection};
 
 impl Run<'_> {
     /// Starts the loop: renders the list, and starts the first `concurrency` bodies.
@@ -122,7 +122,7 @@ impl Run<'_> {
             Body::Task(task) => task,
             Body::Call(call) => {
                 let input = call.input.render(&bindings)?;
-                return self.call_child(body, node, &call.flow, input);
+                return self.call_body(body, &call.flow, input);
             }
         };
         let input = task.input.render(&bindings)?;
@@ -165,12 +165,20 @@ impl Run<'_> {
             }
             Answer::Error(error) => {
                 self.record_task_failure(&body, park, &error, false);
-                self.body_failed(&mut looping, &mut body, index, error.code.clone(), error)
+                let fault = Fault::new(&error.code, error.message);
+                self.body_failed(&mut looping, &mut body, index, fault)
             }
             Answer::Exhausted(error) => {
                 self.record_task_failure(&body, park, &error, true);
-                let code = codes::TASK_RETRIES_EXHAUSTED.code.to_owned();
-                self.body_failed(&mut looping, &mut body, index, code, error)
+                let fault = Fault::new(codes::TASK_RETRIES_EXHAUSTED.code, error.message);
+                self.body_failed(&mut looping, &mut body, index, fault)
+            }
+            Answer::Child { child, outcome } => {
+                self.record_child_end(&body, park, &child, &outcome);
+                match call::child_error(&child, outcome) {
+                    Ok(reply) => self.body_done(&mut looping, index, reply),
+                    Err(fault) => self.body_failed(&mut looping, &mut body, index, fault),
+                }
             }
             Answer::Message(_) | Answer::Timer => Err(Fault::new(
                 codes::NODE_UNKNOWN.code,
@@ -218,20 +226,19 @@ impl Run<'_> {
         looping: &mut Token,
         body: &mut Token,
         index: u32,
-        code: String,
-        error: TaskError,
+        fault: Fault,
     ) -> Outcome {
         let node = self.node_named(&looping.node)?;
         let Some(target) = node.on_error else {
             body.state = TokenState::Ready;
             let (id, at) = (body.id, body.node.clone());
             self.put_back(body.clone());
-            self.fail(id, at, Fault::new(&code, error.message));
+            self.fail(id, at, fault);
             return Ok(Fate::Stays);
         };
         self.withdraw_bodies(looping.id);
         self.resolve_satellites(looping.id);
-        let failure = json!({"code": code, "message": error.message, "index": index});
+        let failure = json!({"code": fault.code, "message": fault.detail, "index": index});
         self.snap.vars.insert("error".into(), failure);
         self.goto(looping, target)
     }

@@ -18,9 +18,9 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use super::{Run, boundary};
+use super::{Run, boundary, call};
 use crate::model::{Flow, NodeKind};
-use crate::snapshot::{Snapshot, Status, Token, TokenId, TokenState};
+use crate::snapshot::{Park, Snapshot, Status, Token, TokenId, TokenState};
 use crate::step::{HistoryKind, Rejection, Step, StepContext};
 
 /// Moves the instance of `snapshot`, running `from`, onto `to`, version `version` of its
@@ -45,27 +45,35 @@ pub fn migrate(
     }
     let mut run = Run::new(to, snapshot, ctx);
     let suspended = snapshot.status == Status::Suspended;
+    // A suspended instance's waits for its children are kept, park and child alike: the child
+    // runs on, and its end answers the same park on the new version.
+    let keeps_child = |token: &Token| suspended && call::waits_for_child(token);
     if suspended {
-        run.tear_down_parks();
+        let released: Vec<Park> = (run.snap.tokens.iter())
+            .filter(|token| !keeps_child(token))
+            .filter_map(|token| token.park().cloned())
+            .collect();
+        for park in &released {
+            run.release(park);
+        }
     }
     // Satellites (race arms, reminder timers) go: the token they serve runs its new node
-    // again, which arms that node's own — except a loop's, whose looping token does not run its
-    // node again: its timers are kept, with their due times, and armed again below.
-    let looping: Vec<TokenId> = run
-        .snap
-        .tokens
-        .iter()
-        .filter(|token| matches!(token.state, TokenState::Looping { .. }))
+    // again, which arms that node's own — except a loop's, and a kept call's, whose token does
+    // not run its node again: their timers are kept, with their due times, and armed again
+    // below.
+    let staying: Vec<TokenId> = (run.snap.tokens.iter())
+        .filter(|token| matches!(token.state, TokenState::Looping { .. }) || keeps_child(token))
         .map(|token| token.id)
         .collect();
     let kept = |token: &Token| {
-        !boundary::is_satellite(token) || token.parent.is_some_and(|p| looping.contains(&p))
+        !boundary::is_satellite(token) || token.parent.is_some_and(|p| staying.contains(&p))
     };
     run.snap.tokens.retain(kept);
     for token in &mut run.snap.tokens {
         token.node = landing(map, &token.node).to_owned();
         let parked = matches!(token.state, TokenState::Parked(_));
-        if (parked && !boundary::is_satellite(token)) || token.state == TokenState::Racing {
+        let reruns = parked && !boundary::is_satellite(token) && !keeps_child(token);
+        if reruns || token.state == TokenState::Racing {
             token.state = TokenState::Ready;
         }
     }
@@ -224,6 +232,7 @@ flows:
             deployment: "shop".into(),
             version: 1,
             flow: "order".into(),
+            parent: None,
         };
         let message = Message {
             id: "m-1".into(),

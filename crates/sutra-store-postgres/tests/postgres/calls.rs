@@ -51,6 +51,7 @@ fn child(parent: &str, n: u64) -> NewChild {
             deployment: "payments".to_owned(),
             version: 1,
             flow: "refund".to_owned(),
+            parent: None,
         }),
         park: ParkId(n + 1),
         start: Message {

@@ -63,6 +63,7 @@ pub async fn started(store: &PostgresStore, tenant: &str, id: &str) {
         deployment: "payments".to_owned(),
         version: 1,
         flow: "money-transfer".to_owned(),
+        parent: None,
     });
     snapshot.status = Status::Suspended;
     snapshot.audit_seq = 1;

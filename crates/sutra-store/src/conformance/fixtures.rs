@@ -62,6 +62,7 @@ pub(super) fn snapshot(tenant: &str, id: &str, status: Status) -> Snapshot {
         deployment: "payments".to_owned(),
         version: 1,
         flow: "money-transfer".to_owned(),
+        parent: None,
     });
     snapshot.status = status;
     snapshot
