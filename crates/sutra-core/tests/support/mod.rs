@@ -154,7 +154,7 @@ pub fn flow(nodes: Vec<N>) -> Flow {
         channel: "in".into(),
     };
     let entry = nodes.first().map(|n| index[&n.id]);
-    Flow::new("f".into(), start, arena, entry)
+    Flow::new("f".into(), Some(start), arena, entry)
 }
 
 /// Node ids in arena order: each node, then its branches' nodes (pre-order).
