@@ -1,5 +1,6 @@
-//! The timers of a node that waits (`task`, `receive`): a `deadline`, which ends the wait and
-//! jumps, and a `remind`, whose own list of nodes runs beside the wait each time it fires.
+//! The timers of a node that waits (`task`, `receive`, `for-each`, `call`): a `deadline`, which
+//! ends the wait and jumps, and a `remind`, whose own list of nodes runs beside the wait each time
+//! it fires.
 //!
 //! The reminder's nodes were laid out by the first pass, as a list of their own; here only its
 //! timing is read, and its head found.

@@ -18,7 +18,7 @@ use crate::yaml::{Entry, Node};
 
 use super::channels::Channels;
 use super::reader::{Checker, NameRule, suggestion};
-use super::{LOWERCASE_NAME, for_each, graph, nodes};
+use super::{LOWERCASE_NAME, calls, for_each, graph, nodes};
 
 /// The most nodes a flow has, parallel branches and reminders included: as many as one step
 /// visits by default, so that a straight sequence of them still runs in a step, and far more
@@ -44,7 +44,7 @@ pub(super) fn read(
         return BTreeMap::new();
     };
     let mut starters = Starters::default();
-    entries
+    let flows = entries
         .iter()
         .filter_map(|entry| {
             let label = format!("flow name `{}`", entry.key);
@@ -52,7 +52,9 @@ pub(super) fn read(
             let flow = flow(cx, entry, channels, &mut starters)?;
             Some((entry.key.clone(), flow))
         })
-        .collect()
+        .collect();
+    calls::resolve(cx, entries);
+    flows
 }
 
 /// Which flow starts on each channel. Intake starts one flow per message, so two flows on one
@@ -90,10 +92,10 @@ fn flow<'a>(
     let example = "{ start: { channel: requests }, nodes: [...] }";
     let record = cx.record(node, format!("flow `{name}`"), at, example)?;
     cx.unknown_fields(&record, &["start", "nodes"]);
-    cx.required(&record, "start", "add `start: { channel: <channel name> }`");
+    // Without a `start`, only a call runs the flow: `calls::resolve` checks that one does.
     let start = record
         .entry("start")
-        .and_then(|entry| start(cx, entry, name, channels, starters));
+        .map(|entry| start(cx, entry, name, channels, starters));
     let nodes = cx
         .required(
             &record,
@@ -132,7 +134,12 @@ fn flow<'a>(
         let spans: Vec<Span> = outline.slots.iter().map(|slot| slot.at).collect();
         graph::warn_unreachable(cx, &nodes, entry, &spans);
     }
-    Some(Flow::new(name.to_owned(), Some(start?), nodes, entry))
+    // A `start` written but refused leaves no flow; one not written, a flow only calls run.
+    let start = match start {
+        Some(read) => Some(read?),
+        None => None,
+    };
+    Some(Flow::new(name.to_owned(), start, nodes, entry))
 }
 
 fn start<'a>(

@@ -1,5 +1,5 @@
 //! `for-each`: a body run once per item of a list, at most `concurrency` at a time. The body is a
-//! task for now; its templates see the instance, the item (under `item`, or the `as` name) and
+//! task or a call; its templates see the instance, the item (under `item`, or the `as` name) and
 //! the item's position, `index`.
 
 use serde_json::Value as Json;
@@ -9,11 +9,19 @@ use crate::expr::{INSTANCE_ROOTS, Template};
 use crate::model::{Body, ForEachSpec, NodeKind};
 use crate::yaml::{self, Entry};
 
+use super::calls;
 use super::nodes::{KINDS, Site, TASK_EXAMPLE, TASK_FIELDS, VARIABLE, spec_of, task_spec};
 use super::reader::{Checker, Record, suggestion};
 
 /// The fields of a `for-each`'s map.
-const FIELDS: &[&str] = &["items", "as", "concurrency", "task"];
+const FIELDS: &[&str] = &["items", "as", "concurrency", "task", "call"];
+
+/// The kinds a body may be, one of them.
+const BODIES: &[&str] = &["task", "call"];
+
+/// How a body looks, either kind.
+const BODY_EXAMPLES: &str =
+    "`task: { topic: <name>, input: {...} }` or `call: { flow: <flow name>, input: {...} }`";
 
 /// The name the body sees the item under when `as` does not say.
 pub(super) const ITEM_DEFAULT: &str = "item";
@@ -48,41 +56,7 @@ pub(super) fn for_each(cx: &mut Checker, site: &Site, kind: &Entry) -> Option<No
         .get("concurrency")
         .and_then(|node| concurrency(cx, node, &record.label("concurrency")));
     let concurrency_ok = record.get("concurrency").is_none() || concurrency.is_some();
-    let body = match record.entry("task") {
-        Some(task) => {
-            let body_record = spec_of(cx, task, &record.what, TASK_FIELDS, TASK_EXAMPLE);
-            // The item's name as written, valid or not: a refused `as` was reported already,
-            // and its uses in the body are not mistakes of their own.
-            let name = record
-                .get("as")
-                .and_then(yaml::Node::as_str)
-                .unwrap_or(ITEM_DEFAULT);
-            let roots: Vec<&str> = INSTANCE_ROOTS
-                .iter()
-                .copied()
-                .chain([name, INDEX])
-                .collect();
-            body_record
-                .and_then(|body| task_spec(cx, &body, &roots))
-                .map(Body::Task)
-        }
-        None => {
-            // A body of another kind was reported as such already.
-            if !other_body {
-                cx.report(
-                    Diagnostic::error(
-                        "missing-kind",
-                        record.at,
-                        format!("{} has no body", record.what),
-                    )
-                    .with_hint(
-                        "add `task: { topic: <name>, input: {...} }`: the task runs once per item",
-                    ),
-                );
-            }
-            None
-        }
-    };
+    let body = body(cx, site, &record, other_body);
     Some(NodeKind::ForEach(ForEachSpec {
         items: items?,
         item: item?,
@@ -91,8 +65,75 @@ pub(super) fn for_each(cx: &mut Checker, site: &Site, kind: &Entry) -> Option<No
     }))
 }
 
+/// The body, a task or a call: exactly one of them. Both are read when both are written, so
+/// that their own mistakes are reported too; `other_body` tells that a body of another kind was
+/// reported already.
+fn body(cx: &mut Checker, site: &Site, record: &Record, other_body: bool) -> Option<Body> {
+    let roots = body_roots(record);
+    let task = record.entry("task").and_then(|task| {
+        let body = spec_of(cx, task, &record.what, TASK_FIELDS, TASK_EXAMPLE)?;
+        task_spec(cx, &body, &roots).map(Body::Task)
+    });
+    let call = record.entry("call").and_then(|call| {
+        let body = spec_of(cx, call, &record.what, calls::FIELDS, calls::EXAMPLE)?;
+        calls::call_spec(cx, site, &body, &roots).map(Body::Call)
+    });
+    let written: Vec<&Entry> = record
+        .entries
+        .iter()
+        .filter(|entry| BODIES.contains(&entry.key.as_str()))
+        .collect();
+    match written[..] {
+        [_] => task.or(call),
+        [] => {
+            if !other_body {
+                cx.report(
+                    Diagnostic::error(
+                        "missing-kind",
+                        record.at,
+                        format!("{} has no body", record.what),
+                    )
+                    .with_hint(format!("add {BODY_EXAMPLES}: the body runs once per item")),
+                );
+            }
+            None
+        }
+        [first, second, ..] => {
+            cx.report(
+                Diagnostic::error(
+                    "multiple-kinds",
+                    second.key_span,
+                    format!(
+                        "{} has two bodies, `{}` and `{}`",
+                        record.what, first.key, second.key
+                    ),
+                )
+                .with_hint(
+                    "a body does one thing: keep one, and call a flow if it needs several steps",
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// The names a body's templates may use: the instance's, the item's and its position's.
+fn body_roots<'r>(record: &Record<'r>) -> Vec<&'r str> {
+    // The item's name as written, valid or not: a refused `as` was reported already, and its
+    // uses in the body are not mistakes of their own.
+    let name = record
+        .get("as")
+        .and_then(yaml::Node::as_str)
+        .unwrap_or(ITEM_DEFAULT);
+    INSTANCE_ROOTS
+        .iter()
+        .copied()
+        .chain([name, INDEX])
+        .collect()
+}
+
 /// Reports the fields that are not a `for-each`'s; returns whether one of them is a body the
-/// `for-each` cannot run (yet).
+/// `for-each` cannot run.
 fn unknown_fields(cx: &mut Checker, record: &Record) -> bool {
     let mut other_body = false;
     for entry in record.entries {
@@ -100,11 +141,9 @@ fn unknown_fields(cx: &mut Checker, record: &Record) -> bool {
         if FIELDS.contains(&key) {
             continue;
         }
-        let hint = if key == "call" || KINDS.contains(&key) {
+        let hint = if KINDS.contains(&key) {
             other_body = true;
-            "the body of a `for-each` is a `task` for now (`call:` bodies come with sub-flows): \
-             write `task: { topic: <name>, input: {...} }`"
-                .to_owned()
+            format!("the body of a `for-each` is a `task` or a `call`: write {BODY_EXAMPLES}")
         } else {
             suggestion(key, FIELDS, "the fields here are")
         };

@@ -6,6 +6,7 @@
 //! found. `sutra check` and `POST /v1/deployments` both call [`check`], so they always agree.
 
 mod boundary;
+mod calls;
 mod channels;
 mod flows;
 pub use flows::FLOW_NODES_MAX;
@@ -148,3 +149,5 @@ fn document(cx: &mut Checker, root: &yaml::Node) -> Option<Deployment> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_calls;

@@ -1,6 +1,7 @@
 //! Nodes: exactly one kind each, the kind's own fields, and the node-level fields that only
 //! some kinds accept. A `race`'s arms are read in [`super::race`], a `for-each` in
-//! [`super::for_each`], a waiting node's `deadline` and `remind` in [`super::boundary`].
+//! [`super::for_each`], a `call` in [`super::calls`], a waiting node's `deadline` and `remind` in
+//! [`super::boundary`].
 
 use serde_json::Value as Json;
 
@@ -15,11 +16,11 @@ use crate::yaml::{self, Entry};
 use super::channels::Channels;
 use super::flows::Outline;
 use super::reader::{Checker, NameRule, Record, Zero, listing, suggestion};
-use super::{boundary, for_each, race};
+use super::{boundary, calls, for_each, race};
 
 pub(super) const KINDS: &[&str] = &[
-    "set", "task", "emit", "receive", "wait", "choice", "parallel", "race", "for-each", "end",
-    "fail",
+    "set", "task", "emit", "receive", "wait", "choice", "parallel", "race", "for-each", "call",
+    "end", "fail",
 ];
 
 /// The fields of a node besides its kind.
@@ -34,7 +35,7 @@ const NODE_FIELDS: &[&str] = &[
 ];
 
 /// The kinds of node that wait, and so may have a `deadline` and a `remind`.
-pub(super) const WAITING_KINDS: &[&str] = &["task", "receive", "for-each"];
+pub(super) const WAITING_KINDS: &[&str] = &["task", "receive", "for-each", "call"];
 
 /// What to do instead of a `next` or an `output` on a `race` node.
 const RACE_FIELD_HINT: &str =
@@ -44,14 +45,15 @@ const RACE_FIELD_HINT: &str =
 const RESTRICTED_FIELDS: &[(&str, &[&str], &str)] = &[
     (
         "output",
-        &["task", "receive", "for-each"],
-        "only a task's result, a received message or a `for-each`'s results are stored with \
-         `output`; remove it",
+        &["task", "receive", "for-each", "call"],
+        "only a task's result, a received message, a `for-each`'s results or a called flow's \
+         reply are stored with `output`; remove it",
     ),
     (
         "on-error",
-        &["task", "for-each"],
-        "only a task (or a `for-each` of tasks) reports business errors; remove `on-error`",
+        &["task", "for-each", "call"],
+        "only a task's business error, a called flow's failure or a failed `for-each` body \
+         goes to `on-error`; remove it",
     ),
     (
         "otherwise",
@@ -61,19 +63,19 @@ const RESTRICTED_FIELDS: &[(&str, &[&str], &str)] = &[
     (
         "next",
         &[
-            "set", "task", "emit", "receive", "wait", "parallel", "for-each",
+            "set", "task", "emit", "receive", "wait", "parallel", "for-each", "call",
         ],
         "a `choice` goes on through its arms or `otherwise`, and `end` and `fail` stop the instance; remove `next`",
     ),
     (
         "deadline",
         WAITING_KINDS,
-        "only a node that waits (`task`, `receive`, `for-each`) has a deadline; to bound a `wait`, shorten it, or use a `race` with a `wait` arm",
+        "only a node that waits (`task`, `receive`, `for-each`, `call`) has a deadline; to bound a `wait`, shorten it, or use a `race` with a `wait` arm",
     ),
     (
         "remind",
         WAITING_KINDS,
-        "only a node that waits (`task`, `receive`, `for-each`) has a reminder; put `remind` on the node it is about, or remove it",
+        "only a node that waits (`task`, `receive`, `for-each`, `call`) has a reminder; put `remind` on the node it is about, or remove it",
     ),
 ];
 
@@ -299,6 +301,7 @@ fn kind_of(cx: &mut Checker, site: &Site, node: &Record, kind: &Entry) -> Option
         "parallel" => parallel(site),
         "race" => race::race(cx, site, kind),
         "for-each" => for_each::for_each(cx, site, kind),
+        "call" => calls::call(cx, site, kind),
         "end" => end(cx, site, kind),
         // `the_kind` only returns keys from KINDS: this is `fail`.
         _ => fail(cx, site, kind),

@@ -13,6 +13,8 @@ use crate::duration::parse_duration;
 use crate::expr::{CompileError, Expr, Leaf, Template, classify_leaf};
 use crate::yaml::{Entry, Node, Value};
 
+use super::calls::Reference;
+
 /// Collects diagnostics while the document is read.
 pub(super) struct Checker<'s> {
     source: &'s str,
@@ -23,6 +25,8 @@ pub(super) struct Checker<'s> {
     /// The names under which the `for-each` bodies of the flow being read see their item and
     /// its position: an expression elsewhere that uses one is told why it cannot.
     pub loop_names: Vec<String>,
+    /// The calls read so far, resolved once every flow's name is known.
+    pub calls: Vec<Reference>,
 }
 
 /// A YAML map read as a set of named fields.
@@ -105,6 +109,7 @@ impl<'s> Checker<'s> {
             char_offsets: OnceCell::new(),
             diagnostics: Vec::new(),
             loop_names: Vec::new(),
+            calls: Vec::new(),
         }
     }
 

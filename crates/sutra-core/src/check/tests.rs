@@ -12,13 +12,13 @@ const MONEY_TRANSFER: &str = include_str!("../../../../examples/money-transfer.y
 const ORDER: &str = include_str!("../../../../examples/order.yaml");
 const APPROVAL: &str = include_str!("../../../../examples/approval.yaml");
 
-fn deployment(source: &str) -> Deployment {
+pub(super) fn deployment(source: &str) -> Deployment {
     let checked = check(source);
     assert!(checked.diagnostics.is_empty(), "{:#?}", checked.diagnostics);
     checked.deployment.expect("a valid document")
 }
 
-fn node<'f>(flow: &'f Flow, id: &str) -> &'f Node {
+pub(super) fn node<'f>(flow: &'f Flow, id: &str) -> &'f Node {
     flow.node(flow.find(id).unwrap_or_else(|| panic!("no node `{id}`")))
 }
 
@@ -308,7 +308,7 @@ fn waiting_flow(nodes: &str) -> String {
     )
 }
 
-fn rules(source: &str) -> Vec<&'static str> {
+pub(super) fn rules(source: &str) -> Vec<&'static str> {
     check(source).diagnostics.iter().map(|d| d.rule).collect()
 }
 
@@ -499,7 +499,7 @@ fn a_for_each_reads_its_items_its_names_and_its_body() {
     assert_eq!(reserve.item, "item", "the default name");
     assert_eq!(reserve.concurrency, None, "every item at once");
     let Body::Task(task) = &reserve.body else {
-        panic!("reserve-all loops over a task")
+        panic!("not a task body");
     };
     assert_eq!(task.topic, "reserve-stock");
     assert!(matches!(&task.input, Template::Map(_)), "{:?}", task.input);
@@ -521,7 +521,7 @@ fn a_for_each_reads_its_items_its_names_and_its_body() {
     assert_eq!(pack.item, "parcel");
     assert_eq!(pack.concurrency, Some(2));
     let Body::Task(task) = &pack.body else {
-        panic!("pack loops over a task")
+        panic!("not a task body");
     };
     assert_eq!(task.topic, "pack");
     assert!(matches!(&task.input, Template::Expr(input) if input.source() == "parcel"));
