@@ -82,6 +82,16 @@ pub fn instance(record: &InstanceRecord) -> Result<sutra_wire::Instance> {
         flow: snapshot.instance.flow.clone(),
         deployment: snapshot.instance.deployment.clone(),
         version: snapshot.instance.version,
+        parent: snapshot
+            .instance
+            .parent
+            .as_ref()
+            .map(|caller| sutra_wire::InstanceParent {
+                instance: caller.instance.clone(),
+                node: caller.node.clone(),
+                depth: caller.depth,
+                extra: Extra::new(),
+            }),
         status: snapshot.status.as_str().to_owned(),
         vars: Value::Object(snapshot.vars.clone()),
         tokens,

@@ -19,6 +19,8 @@ pub struct InstanceQuery {
     pub flow: Option<String>,
     /// Only instances pinned to this version of their deployment.
     pub version: Option<u32>,
+    /// Only the instances this instance called (its children), whatever their status.
+    pub parent: Option<String>,
     /// Only failed instances stopped at this failure code. Matched within each page the store
     /// reads, as a bulk filter is: a page may hold fewer than `limit` and still have a `next`.
     pub failure_code: Option<String>,
@@ -45,6 +47,10 @@ pub struct Instance {
     pub deployment: String,
     /// The deployment version the instance is pinned to.
     pub version: u32,
+    /// The instance that called this one and waits for it, at its `node`; absent for an
+    /// instance a message started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<InstanceParent>,
     /// `running`, `suspended`, `completed`, `cancelled` or `failed`.
     pub status: String,
     pub vars: Value,
@@ -55,6 +61,21 @@ pub struct Instance {
     pub audit_seq: u64,
     pub created_at: String,
     pub updated_at: String,
+    #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
+    pub extra: Extra,
+}
+
+/// The caller of a called instance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct InstanceParent {
+    /// The calling instance's id.
+    pub instance: String,
+    /// The calling node.
+    pub node: String,
+    /// Calls between the instance a message started and this one: 1 for its child.
+    pub depth: u32,
     #[serde(flatten)]
     #[cfg_attr(feature = "openapi", schema(ignore))]
     pub extra: Extra,
@@ -73,7 +94,8 @@ pub struct Token {
     /// `looping` (at a `for-each`, waiting for its bodies).
     pub state: String,
     /// What the token waits for: the park (an object with its `id` and a `kind` of `task`,
-    /// `receive` or `wait`), `{"pending": n}` branches of a join, a loop's progress
+    /// `receive`, `wait` or `call` — a call's names the `child` instance and its `flow`, and its
+    /// `failed` `{code, detail}` while it waits for that child's repair), `{"pending": n}` branches of a join, a loop's progress
     /// `{"items", "done", "running", "pending"}`, or `null` when ready or racing. Kept as JSON:
     /// the park's members are the snapshot's own, which grow with the flow language.
     pub park: Option<Value>,

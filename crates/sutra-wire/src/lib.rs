@@ -33,8 +33,8 @@ pub use deployments::{
 };
 pub use health::{Health, Readiness, Scaling};
 pub use instances::{
-    BulkAnswer, BulkBody, BulkFilter, BulkResult, Failure, HistoryEvent, Instance, InstanceQuery,
-    MigrateBody, OutboxMessage, StatusChange, Token,
+    BulkAnswer, BulkBody, BulkFilter, BulkResult, Failure, HistoryEvent, Instance, InstanceParent,
+    InstanceQuery, MigrateBody, OutboxMessage, StatusChange, Token,
 };
 pub use intake::Accepted;
 pub use leases::{Lease, Leases};

@@ -24,7 +24,9 @@ use utoipa_axum::routes;
 
 use super::Api;
 use super::extract::{ApiPath, ApiQuery, Result, parse};
-use super::paging::{cursor, instant, is_instance_id, next_cursor, page_limit, parse_status};
+use super::paging::{
+    cursor, instant, is_instance_id, next_cursor, page_limit, parent, parse_status,
+};
 use crate::auth::Caller;
 use crate::openapi::{
     BadRequest, Conflict, NotFound, PayloadTooLarge, ServerFailures, Unprocessable,
@@ -77,8 +79,7 @@ async fn instances(
         status,
         flow: query.flow,
         version: query.version,
-        // `?parent=` comes with the API side of calls (issue 33, S7).
-        parent: None,
+        parent: parent(query.parent)?,
         created_before: instant("created_before", query.created_before)?,
         created_after: instant("created_after", query.created_after)?,
         after: cursor(query.after, is_instance_id)?,

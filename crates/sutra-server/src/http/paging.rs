@@ -39,6 +39,17 @@ pub(super) fn cursor(after: Option<String>, ours: fn(&str) -> bool) -> Result<Op
     }
 }
 
+/// A listing's `parent`: an instance id, or no instance could match.
+pub(super) fn parent(parent: Option<String>) -> Result<Option<String>> {
+    match parent {
+        Some(parent) if !is_instance_id(&parent) => Err(invalid(format!(
+            "`parent`: `{}` is not an instance id; pass the `id` of the calling instance",
+            parent.chars().take(64).collect::<String>()
+        ))),
+        parent => Ok(parent),
+    }
+}
+
 /// An instance id, as the cursors of the instance listing are.
 pub(super) fn is_instance_id(text: &str) -> bool {
     uuid::Uuid::try_parse(text).is_ok()
