@@ -168,8 +168,10 @@ impl Dispatcher {
 
     /// Takes one delivery: a step on its instance's lane that consumes the row in its commit.
     async fn take(&self, delivery: Delivery) {
-        if matches!(delivery.kind, DeliveryKind::Timer) {
-            fault::point("timer-fire");
+        match delivery.kind {
+            DeliveryKind::Timer => fault::point("timer-fire"),
+            DeliveryKind::ChildEnded { .. } => fault::point("child-ended"),
+            _ => {}
         }
         let event = event_for(&delivery);
         let key = instance_key(&delivery);

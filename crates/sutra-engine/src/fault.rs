@@ -12,6 +12,9 @@
 //! no release runs, exactly as if the machine had lost power for this process. Without the
 //! variable, a point costs one atomic load.
 //!
+//! `child-ended` is reached as the dispatcher takes a called instance's report to its caller:
+//! after the child's final commit, before the caller's step that takes the report.
+//!
 //! `apply-task-outcome` and `apply-relay` are reached only by a step about to apply a task's
 //! outcome (completed, failed, exhausted) or a relayed message: `apply-task-outcome@*:panic` is a
 //! step that always fails on one kind of delivery, for the delivery ceiling's tests
@@ -31,6 +34,7 @@ pub const POINTS: &[&str] = &[
     "after-group-commit",
     "after-commit",
     "timer-fire",
+    "child-ended",
     "after-start-commit",
     "after-send",
     "after-task-complete",
