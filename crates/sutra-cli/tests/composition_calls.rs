@@ -302,3 +302,52 @@ flows:
         "{top}"
     );
 }
+
+/// A caller migrated onto version 2 while parked on a call keeps its child, which runs on
+/// version 1 — and keeps version 1 draining (one unended instance, one live task) until it
+/// ends; its end then resumes the caller on version 2, and version 1 retires.
+#[tokio::test]
+async fn a_migrated_caller_keeps_its_child_whose_version_drains_until_it_ends() {
+    let scratch = Scratch::new("composition-calls-migration");
+    let server = serve!(scratch.database())
+        .env("SUTRA_DEPLOYMENTS_RETIRE_INTERVAL", "PT0.2S")
+        .claim_timeout(std::time::Duration::from_secs(1))
+        .deployed(ORDERS)
+        .await;
+    let order = start(&server, "strict", "m1").await;
+    let task = take(&server).await;
+    let child = only_child(&server, &order).await;
+    let body = server.deploy_accepted(ORDERS).await;
+    assert_eq!(body["version"], 2);
+
+    let (status, body) = server
+        .post_json(
+            &format!("/v1/instances/{order}/migrate"),
+            &json!({"to_version": 2}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let migrated = server.instance(&order).await;
+    assert_eq!(migrated["version"], 2, "{migrated}");
+    assert_eq!(migrated["tokens"][0]["park"]["child"], child, "{migrated}");
+    let called = server.instance(&child).await;
+    assert_eq!(
+        (called["version"].clone(), called["status"].clone()),
+        (json!(1), json!("suspended"))
+    );
+    let kept = json!({"instances": 1, "outbox": 0, "tasks": 1});
+    until("version 1 kept by the child alone", async || {
+        let (_, v1) = server.get("/v1/deployments/orders/1").await;
+        v1["status"] == "draining" && v1["retirement"] == kept
+    })
+    .await;
+
+    let (status, body) = complete(&server, &task, json!("DHL-9")).await;
+    assert_eq!(status, 200, "{body}");
+    let done = server.wait_for_status(&order, "completed").await;
+    assert_eq!(done["vars"]["shipment"]["booking"], "DHL-9", "{done}");
+    until("version 1 retired", async || {
+        server.get("/v1/deployments/orders/1").await.1["status"] == "retired"
+    })
+    .await;
+}
