@@ -56,7 +56,7 @@ function local(rfc3339) {
   return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T${pad(date.getHours())}:${pad(date.getMinutes())}`;
 }
 
-const FILTERS = ['status', 'flow', 'version', 'failure_code', 'correlation_key', 'created_after', 'created_before'];
+const FILTERS = ['status', 'flow', 'version', 'parent', 'failure_code', 'correlation_key', 'created_after', 'created_before'];
 
 export async function instances(main, _params, query) {
   const filter = Object.fromEntries(FILTERS.map((name) => [name, query.get(name) || undefined]));
@@ -78,13 +78,14 @@ export async function instances(main, _params, query) {
     status: select([['', 'any'], ...STATUSES.map((x) => [x, x])], filter.status || ''),
     flow: h('input', { type: 'text', value: filter.flow || '' }),
     version: h('input', { type: 'number', min: 1, value: filter.version || '' }),
+    parent: h('input', { type: 'text', value: filter.parent || '', placeholder: 'the calling instance\'s id' }),
     failure_code: h('input', { type: 'text', value: filter.failure_code || '', placeholder: 'e.g. SUTRA.RUNTIME.EXPRESSION.ERROR' }),
     correlation_key: h('input', { type: 'text', value: filter.correlation_key || '' }),
     created_after: h('input', { type: 'datetime-local', value: local(filter.created_after) }),
     created_before: h('input', { type: 'datetime-local', value: local(filter.created_before) }),
   };
   const labels = {
-    status: 'Status', flow: 'Flow', version: 'Version', failure_code: 'Failure code',
+    status: 'Status', flow: 'Flow', version: 'Version', parent: 'Called by', failure_code: 'Failure code',
     correlation_key: 'Correlation key', created_after: 'Created after', created_before: 'Created before',
   };
   const form = h(
@@ -157,6 +158,15 @@ function waitsFor(token, tokens) {
       return `message on ${park.channel} with key ${park.key}`;
     case 'wait':
       return 'a timer';
+    case 'call':
+      return h(
+        'span',
+        {},
+        'called instance ',
+        h('a', { href: `/instances/${encodeURIComponent(park.child)}`, class: 'mono', 'data-child': park.child }, park.child),
+        ` of flow ${park.flow}`,
+        park.failed ? [' — failed with ', h('code', {}, park.failed.code), ', waiting for its repair'] : null,
+      );
     default:
       return park.pending !== undefined ? `${park.pending} branch(es) to end` : JSON.stringify(park);
   }
@@ -170,11 +180,12 @@ async function graphOf(instance) {
 export async function instance(main, [id]) {
   const path = `/v1/instances/${encodeURIComponent(id)}`;
   const inst = await api(path);
-  const [history, tasks, outbox, flow] = await Promise.all([
+  const [history, tasks, outbox, flow, called] = await Promise.all([
     api(`${path}/history`),
     api(`${path}/tasks`),
     api(`${path}/outbox`),
     graphOf(inst).catch((error) => error),
+    api('/v1/instances', { query: { parent: inst.id, limit: 50 } }),
   ]);
   const actionArea = h('div', { class: 'action-area' });
   const act = async (label, verb, request) => {
@@ -270,6 +281,14 @@ export async function instance(main, [id]) {
       { class: 'facts' },
       h('dt', {}, 'Status'), h('dd', { 'data-status': inst.status }, badge(inst.status)),
       h('dt', {}, 'Flow'), h('dd', {}, inst.flow),
+      inst.parent
+        ? [
+            h('dt', {}, 'Called by'),
+            h('dd', {},
+              h('a', { href: `/instances/${encodeURIComponent(inst.parent.instance)}`, class: 'mono', rel: 'up' }, inst.parent.instance),
+              ' at ', h('code', {}, inst.parent.node), ` (depth ${inst.parent.depth})`),
+          ]
+        : null,
       h('dt', {}, 'Deployment'),
       h('dd', {}, h('a', { href: `/deployments/${encodeURIComponent(inst.deployment)}/${inst.version}` }, `${inst.deployment} v${inst.version}`)),
       h('dt', {}, 'Created'), h('dd', {}, when(inst.created_at)),
@@ -281,6 +300,16 @@ export async function instance(main, [id]) {
     h('section', { 'aria-labelledby': 'graph-title' }, h('h2', { id: 'graph-title' }, 'Graph'), graph),
     h('section', { 'aria-labelledby': 'tokens-title' }, h('h2', { id: 'tokens-title' }, 'Tokens and parks'),
       table('Tokens', ['Token', 'Node', 'State', 'Waits for', 'Until', 'Park'], tokens, 'No tokens: the instance has ended.')),
+    called.items.length
+      ? h('section', { 'aria-labelledby': 'called-title' }, h('h2', { id: 'called-title' }, 'Called instances'),
+          table('Called instances', ['Id', 'Flow', 'Status', 'Created'], called.items.map((c) => [
+            h('a', { href: `/instances/${encodeURIComponent(c.id)}`, class: 'mono' }, c.id),
+            c.flow,
+            badge(c.status),
+            when(c.created_at),
+          ])),
+          called.next ? h('a', { href: `/instances?parent=${encodeURIComponent(inst.id)}` }, 'Every called instance »') : null)
+      : null,
     h('section', { 'aria-labelledby': 'vars-title' }, h('h2', { id: 'vars-title' }, 'Variables'), json(inst.vars)),
     h('section', { 'aria-labelledby': 'history-title' }, h('h2', { id: 'history-title' }, 'History'), events),
     h('section', { 'aria-labelledby': 'tasks-title' }, h('h2', { id: 'tasks-title' }, 'Tasks'),

@@ -445,6 +445,62 @@ test('a race is drawn as a gateway with its arms, a deadline dashed, and the pat
   await page.context().close();
 });
 
+// An order calls its shipping, a flow only called, which waits on a carrier's task.
+const SHIPPING = `
+name: shipping
+channels:
+  shipments: { transport: http, correlate: data.id }
+flows:
+  order:
+    start: { channel: shipments }
+    nodes:
+      - id: ship
+        call: { flow: shipping, input: { order: "= vars.input.id" } }
+        output: shipment
+  shipping:
+    nodes:
+      - id: book
+        task: { topic: book-carrier, input: "= vars.input" }
+`;
+
+test('a call links to its child, the child to its caller, and the list filters by caller', async () => {
+  await sutra.deploy(SHIPPING);
+  const id = await sutra.send('shipments', 'shipment-1', { id: 'p1' });
+  const child = await sutra.until('the called instance', async () => {
+    const parked = (await sutra.instance(id)).tokens.find((t) => t.park?.kind === 'call');
+    return parked?.park.child ?? null;
+  });
+
+  const page = await openPage(sutra.url);
+  await page.goto(`${sutra.url}/instances/${id}`);
+  await page.getByRole('heading', { level: 1, name: `Instance ${id}` }).waitFor();
+  const ship = page.locator('svg.flow g.node[data-node="ship"]');
+  await ship.waitFor();
+  assert.match(await ship.getAttribute('class'), /\bkind-call\b/);
+  assert.notEqual(await ship.locator('rect').evaluate((r) => getComputedStyle(r).strokeWidth), '1.2px', 'a call has a thick border');
+  const called = page.getByRole('table', { name: 'Called instances' });
+  assert.equal(await called.getByRole('link', { name: child }).count(), 1, 'the child is listed');
+  await assertAccessible(page, 'an instance waiting for its call');
+  await page.screenshot({ path: join(SHOTS, 'call.png'), fullPage: true });
+
+  // The token waits for its child: the link leads there, and the child's page leads back.
+  await page.getByRole('table', { name: 'Tokens' }).getByRole('link', { name: child }).click();
+  await page.getByRole('heading', { level: 1, name: `Instance ${child}` }).waitFor();
+  assert.match(await page.locator('dl.facts').textContent(), /Called by.*at ship \(depth 1\)/);
+  // A flow only called starts with no channel.
+  assert.match(await page.locator('svg.flow g.node[data-node="start"]').textContent(), /^called$/);
+  await page.locator('dl.facts').getByRole('link', { name: id }).click();
+  await page.getByRole('heading', { level: 1, name: `Instance ${id}` }).waitFor();
+
+  await page.goto(`${sutra.url}/instances?parent=${id}`);
+  const rows = page.getByRole('table', { name: 'Instances' }).locator('tbody tr');
+  await rows.first().waitFor();
+  assert.equal(await rows.count(), 1, 'exactly the order\'s one call');
+  assert.equal(await page.getByLabel('Called by').inputValue(), id);
+  assert.deepEqual(page.errors, [], 'no errors in the browser console');
+  await page.context().close();
+});
+
 test('with API tokens the console asks for one, reads nothing without it, and sends it as Bearer', async () => {
   const tokens = `acme:admin:${ADMIN_TOKEN}; acme:worker:${WORKER_TOKEN}`;
   const guarded = await new Sutra({ SUTRA_AUTH_TOKENS: tokens }).start();
