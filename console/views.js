@@ -148,7 +148,10 @@ function waitsFor(token, tokens) {
     return `the first of its ${arms} race arms`;
   }
   if (token.state === 'looping' && park) {
-    return `its bodies: ${park.done} of ${park.items} done, ${park.running} running, ${park.pending} pending`;
+    // A body whose called instance failed, with no on-error, waits for that instance's repair.
+    const failed = tokens.filter((t) => t.parent === token.id && t.role?.role === 'body' && t.park?.failed).length;
+    const repair = failed ? ` (${failed} failed, waiting for repair)` : '';
+    return `its bodies: ${park.done} of ${park.items} done, ${park.running} running${repair}, ${park.pending} pending`;
   }
   if (!park) return token.state === 'ready' ? 'stopped here' : '—';
   switch (park.kind) {

@@ -8,8 +8,7 @@ mod support;
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
-use support::{Sim, ctx, new_snapshot, task_error};
-use sutra_core::diagnostic::Severity;
+use support::{Sim, checked_flows, ctx, new_snapshot, task_error};
 use sutra_core::exec::{self, migrate};
 use sutra_core::model::Flow;
 use sutra_core::snapshot::{Caller, ParkId, ParkKind, ParkSort, Snapshot, Status};
@@ -50,13 +49,7 @@ flows:
 "#;
 
 fn flows() -> BTreeMap<String, Flow> {
-    let checked = sutra_core::check::check(CALLS);
-    let errors = checked
-        .diagnostics
-        .iter()
-        .filter(|d| d.severity == Severity::Error);
-    assert_eq!(errors.count(), 0, "{:#?}", checked.diagnostics);
-    checked.deployment.expect("the flows check").flows
+    checked_flows(CALLS)
 }
 
 fn sim(flow: &str) -> Sim {

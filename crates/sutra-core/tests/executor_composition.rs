@@ -8,22 +8,14 @@ mod support;
 use std::collections::BTreeMap;
 
 use serde_json::json;
-use support::{Sim, ctx, message, new_snapshot, now, task_error};
-use sutra_core::diagnostic::Severity;
+use support::{Sim, checked_flows, ctx, message, new_snapshot, now, task_error};
 use sutra_core::exec::migrate;
 use sutra_core::model::Flow;
 use sutra_core::snapshot::{ParkKind, ParkSort, Role, Status, TokenState};
 use sutra_core::step::{Disarm, Effect, Event, HistoryKind, Rejection};
 
 fn flow(yaml: &str) -> Flow {
-    let checked = sutra_core::check::check(yaml);
-    let errors = checked
-        .diagnostics
-        .iter()
-        .filter(|d| d.severity == Severity::Error);
-    assert_eq!(errors.count(), 0, "{:#?}", checked.diagnostics);
-    let deployment = checked.deployment.expect("the flow checks");
-    deployment.flows["f"].clone()
+    checked_flows(yaml)["f"].clone()
 }
 
 fn sim(yaml: &str) -> Sim {

@@ -40,3 +40,31 @@ fn a_snapshot_from_a_newer_build_is_refused_not_guessed() {
         Err(SnapshotError::NoFormat)
     );
 }
+
+/// Each shape issue 33 added — a caller, a race and its arm, a loop with its bodies and its
+/// deadline, a call with its deadline, a body's call waiting for its child's repair, a
+/// reminder and its detached token — is read and written back as stored.
+fn composition_fixture() -> Value {
+    serde_json::from_str(include_str!("fixtures/snapshot-format-1-composition.json")).unwrap()
+}
+
+#[test]
+fn composition_shapes_are_read_and_written_back_unchanged() {
+    let snapshot = Snapshot::from_json(composition_fixture()).unwrap();
+    let caller = snapshot.instance.parent.as_ref().expect("a caller");
+    assert_eq!((caller.park.0, caller.depth), (3, 1));
+    let calls: Vec<_> = snapshot
+        .parks()
+        .filter_map(|park| match &park.kind {
+            ParkKind::Call {
+                flow, failed, due, ..
+            } => Some((flow.as_str(), failed.is_some(), due.is_some())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        calls,
+        [("reserve-one", true, false), ("shipping", false, true)]
+    );
+    assert_eq!(snapshot.to_json(), composition_fixture());
+}

@@ -257,6 +257,15 @@ pub fn template(value: &Value) -> Template {
     }
 }
 
+/// The flows of a deployment document the checker accepts without an error.
+pub fn checked_flows(yaml: &str) -> std::collections::BTreeMap<String, Flow> {
+    let checked = sutra_core::check::check(yaml);
+    let errors = (checked.diagnostics.iter())
+        .filter(|d| d.severity == sutra_core::diagnostic::Severity::Error);
+    assert_eq!(errors.count(), 0, "{:#?}", checked.diagnostics);
+    checked.deployment.expect("the flows check").flows
+}
+
 pub fn now() -> Timestamp {
     "2026-01-01T00:00:00Z".parse().unwrap()
 }
