@@ -203,6 +203,37 @@ fn fan_out_runs_to_its_end_and_reports_its_items() {
 }
 
 #[test]
+fn call_runs_its_callers_to_their_end_through_their_children() {
+    let output = Command::new(env!("CARGO_BIN_EXE_sutra"))
+        .args([
+            "bench",
+            "call",
+            "--instances",
+            "8",
+            "--clients",
+            "4",
+            "--json",
+        ])
+        .env_remove("SUTRA_SERVER")
+        .output()
+        .expect("sutra runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["workload"], "call");
+    assert_eq!(report["instances_completed"], 8, "{report}");
+    // The caller's start, its child's, and its resume.
+    let (instances, steps) = (
+        report["instances_per_second"].as_f64().unwrap(),
+        report["steps_per_second"].as_f64().unwrap(),
+    );
+    assert!((steps - 3.0 * instances).abs() < 1e-6 * steps, "{report}");
+}
+
+#[test]
 fn items_are_refused_for_other_workloads_and_when_none() {
     for (args, reason) in [
         (

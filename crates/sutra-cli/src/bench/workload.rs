@@ -32,6 +32,9 @@ pub enum Workload {
     /// carries, one task per item on `bench-item`, all at once → end. Each body's completion is
     /// a step; the start step that fans out, with its N task rows, is one.
     FanOut,
+    /// Three steps: start → `call` of a flow that only ends → end: the caller's start (which
+    /// inserts the child), the child's start (which ends it and reports), the caller's resume.
+    Call,
 }
 
 /// `--items` when not given: the items of a `fan-out` start message.
@@ -55,6 +58,7 @@ impl Workload {
             Workload::Relay => "relay",
             Workload::AmqpStart => "amqp-start",
             Workload::FanOut => "fan-out",
+            Workload::Call => "call",
         }
     }
 
@@ -68,7 +72,7 @@ impl Workload {
     pub fn steps(self, items: u64) -> u64 {
         match self {
             Workload::StartEnd | Workload::AmqpStart => 1,
-            Workload::TwoTasks => 3,
+            Workload::TwoTasks | Workload::Call => 3,
             Workload::Relay => 2,
             Workload::FanOut => items + 1,
         }
@@ -93,6 +97,11 @@ impl Workload {
                                  \x20         task: { topic: bench-item, input: { n: \"= vars.input.n\", i: \"= index\" } }\n\
                                  \x20       output: results\n\
                                  \x20     - id: done\n        end: {}\n"
+                .to_owned(),
+            Workload::Call => "      - id: call\n        call: { flow: bench-call-child }\n\
+                               \x20     - id: done\n        end: {}\n\
+                               \x20 bench-call-child:\n    nodes:\n\
+                               \x20     - id: done\n        end: {}\n"
                 .to_owned(),
         };
         let (start_ack, more_channels) = if self == Workload::Relay {
@@ -147,7 +156,11 @@ impl Workload {
         }
         let sent = send(client, &channel, key, "start", json!({"n": key})).await?;
         match self {
-            Workload::StartEnd | Workload::TwoTasks | Workload::AmqpStart | Workload::FanOut => {
+            Workload::StartEnd
+            | Workload::TwoTasks
+            | Workload::AmqpStart
+            | Workload::FanOut
+            | Workload::Call => {
                 ended(&sent, key)?;
                 recorder.step_seen(key);
             }
