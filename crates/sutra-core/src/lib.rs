@@ -14,6 +14,7 @@ pub mod exec;
 pub mod expr;
 pub mod model;
 pub mod request;
+pub mod schedule;
 pub mod snapshot;
 pub mod step;
 pub mod storable;
