@@ -28,6 +28,7 @@ mod for_each;
 mod migration;
 mod nodes;
 mod race;
+mod scope;
 
 pub use migration::migrate;
 
@@ -474,6 +475,9 @@ impl<'a> Run<'a> {
     /// Fails the instance in place (SPEC §7.2): the failing token stays at its node, the others
     /// keep their parks in the snapshot for restore, but no park keeps a live row.
     fn fail(&mut self, token: TokenId, node: String, fault: Fault) {
+        if self.caught(token, &node, &fault) {
+            return;
+        }
         self.tear_down_parks();
         self.snap.status = Status::Failed;
         let detail = json!({"code": fault.code, "detail": fault.detail});

@@ -274,6 +274,10 @@ pub enum NodeKind {
     /// Runs another flow of the deployment as an instance of its own (a child) and waits for
     /// it to end (BPMN's call activity).
     Call(CallSpec),
+    /// A block of nodes (its first, `None` for an empty block): a failure inside that nothing
+    /// inside catches goes to the node's `on-error`, and its `deadline` ends every token inside
+    /// (BPMN's embedded subprocess with boundary events).
+    Scope(Option<NodeIndex>),
     End {
         reply: Option<Template>,
     },
@@ -297,6 +301,7 @@ impl NodeKind {
             NodeKind::Race(_) => "race",
             NodeKind::ForEach(_) => "for-each",
             NodeKind::Call(_) => "call",
+            NodeKind::Scope(_) => "scope",
             NodeKind::End { .. } => "end",
             NodeKind::Fail { .. } => "fail",
         }

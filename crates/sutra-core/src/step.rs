@@ -285,6 +285,9 @@ pub enum HistoryKind {
     Called,
     /// A called child ended: `{park, child, status}`, and `{code, detail}` when it failed.
     ChildEnded,
+    /// A failure inside a `scope` went to its `on-error`, every token inside torn down:
+    /// `{node, code, message}`, at the scope's node.
+    ErrorCaught,
 }
 
 /// The result of applying one event.

@@ -68,9 +68,11 @@ fn detail(kind: &NodeKind) -> Option<String> {
                 .collect::<Vec<_>>()
                 .join(", "),
         ),
-        NodeKind::Choice(_) | NodeKind::Parallel(_) | NodeKind::Race(_) | NodeKind::End { .. } => {
-            None
-        }
+        NodeKind::Choice(_)
+        | NodeKind::Parallel(_)
+        | NodeKind::Race(_)
+        | NodeKind::Scope(_)
+        | NodeKind::End { .. } => None,
     }
 }
 
@@ -104,6 +106,10 @@ fn edges(flow: &Flow, index: NodeIndex) -> Vec<GraphEdge> {
                 push(branch.and_then(id), "branch");
             }
             push(after(node), "join");
+        }
+        NodeKind::Scope(head) => {
+            push(head.and_then(id), "block");
+            push(after(node), "next");
         }
         NodeKind::End { .. } | NodeKind::Fail { .. } => {}
         NodeKind::Receive(receive) => {

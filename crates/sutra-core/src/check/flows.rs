@@ -175,6 +175,8 @@ pub(super) struct Slot<'a> {
     /// The list of the node's `remind` `nodes` (an index into [`Outline::lists`]); `None` when
     /// the node has no such list or it is malformed (the second pass reports how).
     pub reminder: Option<usize>,
+    /// The list of a `scope` node's `nodes`, as `reminder` is.
+    pub scope: Option<usize>,
 }
 
 /// Whose list a list is.
@@ -186,6 +188,8 @@ pub(super) enum Owner {
     Branch(NodeIndex, usize),
     /// The `remind` `nodes` of a waiting node.
     Reminder(NodeIndex),
+    /// The `nodes` of a `scope` node.
+    Scope(NodeIndex),
 }
 
 /// A list of nodes: the flow's top-level list, one parallel branch, or one reminder's nodes.
@@ -241,12 +245,23 @@ impl<'a> Outline<'a> {
                 position,
                 branches: None,
                 reminder: None,
+                scope: None,
             });
             let branches = self.branches(cx, node, index, id);
             self.slots[index.0 as usize].branches = branches;
             let reminder = self.reminder(cx, node, index);
             self.slots[index.0 as usize].reminder = reminder;
+            let scope = self.scope(cx, node, index);
+            self.slots[index.0 as usize].scope = scope;
         }
+    }
+
+    /// Lays out the list of a `scope` node's `nodes`; the second pass reports a malformed one.
+    fn scope(&mut self, cx: &mut Checker, node: &'a Node, index: NodeIndex) -> Option<usize> {
+        let nodes = node.entry("scope")?.value.entry("nodes")?.value.as_seq()?;
+        let list = self.lists.len();
+        self.lay_out(cx, nodes, Owner::Scope(index));
+        Some(list)
     }
 
     /// Lays out the list of a node's `remind` `nodes`, whatever the node's kind: the second
@@ -361,6 +376,10 @@ impl<'a> Outline<'a> {
                 let owner = self.slot(host).id.unwrap_or("?");
                 format!("the reminder of node `{owner}`")
             }
+            Owner::Scope(host) => {
+                let owner = self.slot(host).id.unwrap_or("?");
+                format!("scope `{owner}`")
+            }
         }
     }
 
@@ -399,10 +418,16 @@ impl<'a> Outline<'a> {
         };
         let target_list = self.slot(to).list;
         if target_list != list {
-            let reminder = [list, target_list]
+            let owners = [list, target_list].map(|list| self.lists[list].owner);
+            let reminder = owners
                 .iter()
-                .any(|&list| matches!(self.lists[list].owner, Owner::Reminder(_)));
-            let hint = if reminder {
+                .any(|owner| matches!(owner, Owner::Reminder(_)));
+            let scope = owners.iter().any(|owner| matches!(owner, Owner::Scope(_)));
+            let hint = if scope {
+                "a scope's nodes are a block: a jump must stay inside it; let the block end (or \
+                 fail, to reach the scope's `on-error`), and put what follows after the `scope` \
+                 node"
+            } else if reminder {
                 "a reminder's nodes are self-contained: they run beside the waiting node, and a \
                  jump must stay in their own list; to leave the wait, give the node a `deadline`"
             } else {

@@ -29,6 +29,12 @@ fn successors(node: &Node) -> Vec<NodeIndex> {
             .chain(choice.otherwise)
             .collect(),
         NodeKind::Parallel(heads) => heads.iter().flatten().copied().chain(after).collect(),
+        NodeKind::Scope(head) => head
+            .iter()
+            .copied()
+            .chain(after)
+            .chain(node.on_error)
+            .collect(),
         NodeKind::Task(_) | NodeKind::ForEach(_) | NodeKind::Call(_) => {
             after.into_iter().chain(node.on_error).collect()
         }

@@ -15,6 +15,7 @@ mod graph;
 mod nodes;
 mod race;
 mod reader;
+mod scope;
 
 use crate::diagnostic::{self, Diagnostic};
 use crate::model::Deployment;

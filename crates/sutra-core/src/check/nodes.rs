@@ -16,11 +16,11 @@ use crate::yaml::{self, Entry};
 use super::channels::Channels;
 use super::flows::Outline;
 use super::reader::{Checker, NameRule, Record, Zero, listing, suggestion};
-use super::{boundary, calls, for_each, race};
+use super::{boundary, calls, for_each, race, scope};
 
 pub(super) const KINDS: &[&str] = &[
     "set", "task", "emit", "receive", "wait", "choice", "parallel", "race", "for-each", "call",
-    "end", "fail",
+    "scope", "end", "fail",
 ];
 
 /// The fields of a node besides its kind.
@@ -37,6 +37,9 @@ const NODE_FIELDS: &[&str] = &[
 /// The kinds of node that wait, and so may have a `deadline` and a `remind`.
 pub(super) const WAITING_KINDS: &[&str] = &["task", "receive", "for-each", "call"];
 
+/// The kinds that may have a `deadline`: those that wait, and a `scope`, whose block it bounds.
+const DEADLINE_KINDS: &[&str] = &["task", "receive", "for-each", "call", "scope"];
+
 /// What to do instead of a `next` or an `output` on a `race` node.
 const RACE_FIELD_HINT: &str =
     "a `race` goes on through the arm that wins: put `next` and `output` on its arms";
@@ -51,9 +54,9 @@ const RESTRICTED_FIELDS: &[(&str, &[&str], &str)] = &[
     ),
     (
         "on-error",
-        &["task", "for-each", "call"],
-        "only a task's business error, a called flow's failure or a failed `for-each` body \
-         goes to `on-error`; remove it",
+        &["task", "for-each", "call", "scope"],
+        "only a task's business error, a called flow's failure, a failed `for-each` body or a \
+         failure inside a `scope` goes to `on-error`; remove it",
     ),
     (
         "otherwise",
@@ -63,14 +66,14 @@ const RESTRICTED_FIELDS: &[(&str, &[&str], &str)] = &[
     (
         "next",
         &[
-            "set", "task", "emit", "receive", "wait", "parallel", "for-each", "call",
+            "set", "task", "emit", "receive", "wait", "parallel", "for-each", "call", "scope",
         ],
         "a `choice` goes on through its arms or `otherwise`, and `end` and `fail` stop the instance; remove `next`",
     ),
     (
         "deadline",
-        WAITING_KINDS,
-        "only a node that waits (`task`, `receive`, `for-each`, `call`) has a deadline; to bound a `wait`, shorten it, or use a `race` with a `wait` arm",
+        DEADLINE_KINDS,
+        "only a node that waits (`task`, `receive`, `for-each`, `call`) or a `scope` has a deadline; to bound a `wait`, shorten it, or use a `race` with a `wait` arm",
     ),
     (
         "remind",
@@ -176,7 +179,8 @@ pub(super) fn build(
     }
     // Only on a kind that takes them: elsewhere they were reported as misplaced.
     let waits = kind.filter(|kind| WAITING_KINDS.contains(&kind.key.as_str()));
-    let deadline = waits.and_then(|kind| boundary::deadline(cx, &site, &record, kind));
+    let bounded = kind.filter(|kind| DEADLINE_KINDS.contains(&kind.key.as_str()));
+    let deadline = bounded.and_then(|kind| boundary::deadline(cx, &site, &record, kind));
     let remind = waits.and_then(|_| boundary::remind(cx, &site, &record));
     let kind = kind.and_then(|kind| kind_of(cx, &site, &record, kind));
     let label = |field: &str| record.label(field);
@@ -302,6 +306,7 @@ fn kind_of(cx: &mut Checker, site: &Site, node: &Record, kind: &Entry) -> Option
         "race" => race::race(cx, site, kind),
         "for-each" => for_each::for_each(cx, site, kind),
         "call" => calls::call(cx, site, kind),
+        "scope" => scope::scope(cx, site, kind),
         "end" => end(cx, site, kind),
         // `the_kind` only returns keys from KINDS: this is `fail`.
         _ => fail(cx, site, kind),

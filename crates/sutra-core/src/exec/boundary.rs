@@ -41,8 +41,9 @@ impl Run<'_> {
         }
     }
 
-    /// A loop's deadline fired: its bodies are withdrawn, its other timers resolved, and the
-    /// looping token goes on at the deadline's `next`. Returns the looping token and what
+    /// A loop's or a scope's deadline fired: every token inside — a loop's bodies, a scope's
+    /// block — is torn down with the other timers, and the waiting token goes on at the
+    /// deadline's `next`. Returns the looping token and what
     /// became of it, or `Stale` when no token loops for the timer.
     pub(super) fn loop_deadline(
         &mut self,
@@ -50,14 +51,22 @@ impl Run<'_> {
         park: ParkId,
     ) -> Result<(Token, Outcome), Rejection> {
         let looping = self.snap.tokens.iter().position(|token| {
-            Some(token.id) == timer.parent && matches!(token.state, TokenState::Looping { .. })
+            Some(token.id) == timer.parent
+                && matches!(
+                    token.state,
+                    TokenState::Looping { .. } | TokenState::Joining { .. }
+                )
         });
         let Some(looping) = looping else {
             return Err(Rejection::Stale(Some(park)));
         };
+        let looping_id = self.snap.tokens[looping].id;
+        // A loop's bodies and timers, or a scope's block and timers.
+        self.clear_inside(looping_id);
+        let Some(looping) = self.snap.tokens.iter().position(|t| t.id == looping_id) else {
+            return Err(Rejection::Stale(Some(park)));
+        };
         let mut looping = self.snap.tokens.remove(looping);
-        self.withdraw_bodies(looping.id);
-        self.resolve_satellites(looping.id);
         looping.state = TokenState::Ready;
         let outcome = self.deadline_fired(&mut looping, park);
         Ok((looping, outcome))

@@ -62,7 +62,13 @@ pub fn migrate(
     // not run its node again: their timers are kept, with their due times, and armed again
     // below.
     let staying: Vec<TokenId> = (run.snap.tokens.iter())
-        .filter(|token| matches!(token.state, TokenState::Looping { .. }) || keeps_child(token))
+        .filter(|token| {
+            // A loop's, or a scope's (waiting for its block as a join does).
+            matches!(
+                token.state,
+                TokenState::Looping { .. } | TokenState::Joining { .. }
+            ) || keeps_child(token)
+        })
         .map(|token| token.id)
         .collect();
     let kept = |token: &Token| {
@@ -153,6 +159,7 @@ fn check_landing(
                 | NodeKind::Race(_)
                 | NodeKind::ForEach(_)
                 | NodeKind::Call(_)
+                | NodeKind::Scope(_)
         )
     };
     match source {

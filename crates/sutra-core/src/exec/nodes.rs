@@ -17,6 +17,8 @@ impl Run<'_> {
     pub(super) fn advance(&mut self, token: &mut Token) -> Outcome {
         let node = self.node_named(&token.node)?;
         if matches!(token.state, TokenState::Joining { .. }) {
+            // A scope's deadline goes with its block.
+            self.resolve_satellites(token.id);
             self.record_at(HistoryKind::Joined, token, json!({}));
             return self.proceed(token, node.after);
         }
@@ -72,6 +74,7 @@ impl Run<'_> {
             NodeKind::Race(arms) => self.race(token, arms),
             NodeKind::ForEach(spec) => self.for_each(token, node, spec),
             NodeKind::Call(spec) => self.call(token, node, spec),
+            NodeKind::Scope(head) => self.scope(token, node, *head),
             NodeKind::End { reply } => {
                 let reply = match reply {
                     Some(template) => template.render(&self.bindings())?,
@@ -104,7 +107,7 @@ impl Run<'_> {
 
     /// Forks one token per non-empty branch; the forking token waits for them. With no branch to
     /// run, it is joinable at once.
-    fn fork(&mut self, token: &mut Token, branches: &[Option<NodeIndex>]) -> Outcome {
+    pub(super) fn fork(&mut self, token: &mut Token, branches: &[Option<NodeIndex>]) -> Outcome {
         let firsts = branches
             .iter()
             .flatten()
