@@ -76,7 +76,7 @@ const TRANSFERS: &[Transfer] = &[
         id: "t-5",
         from: "mallory",
         amount: 60,
-        story: "the debit worker refuses: a business error fails the instance",
+        story: "the debit worker refuses: the payment scope undoes it and fails the transfer",
     },
 ];
 
@@ -155,7 +155,7 @@ async fn drive(
         .await
         .map_err(|e| format!("deploying the example failed: {e}"))?;
     println!(
-        "Deployed `{}` version {} (examples/money-transfer.yaml): debit → choice → credit → ledger webhook → end.",
+        "Deployed `{}` version {} (examples/money-transfer.yaml): a payment scope (debit → choice → credit, refunded by compensation if it fails) → ledger webhook → end.",
         deployed.name, deployed.version
     );
     match bank {

@@ -82,6 +82,9 @@ codes! {
     CALL_CANCELLED = ("SUTRA.RUNTIME.CALL.CANCELLED", 422, false,
         "Called instance cancelled",
         "The instance a `call` waited for was cancelled by someone else; the caller went to the node's `on-error`, or failed there. Restore the caller to call the flow again with a new instance.");
+    COMPENSATION_FAILED = ("SUTRA.RUNTIME.COMPENSATION.FAILED", 422, false,
+        "Compensation handler failed",
+        "A compensation handler failed; compensation stopped at it and the instance failed. Repair the cause (a migration onto a fixed version if the handler is wrong), then restore the instance: the failed handler runs again and compensation goes on, without re-running the handlers that completed.");
     CHOICE_NO_MATCH = ("SUTRA.RUNTIME.CHOICE.NO_MATCH", 422, false,
         "No choice guard matched",
         "No `when` guard was true and the choice has no `otherwise`. Add an `otherwise`, deploy the fix, migrate and restore the instance.");

@@ -24,6 +24,7 @@
 mod answers;
 mod boundary;
 mod call;
+mod compensation;
 mod for_each;
 mod migration;
 mod nodes;
@@ -357,7 +358,7 @@ impl<'a> Run<'a> {
                 let outcome = self.remind(&mut token, fired);
                 self.settle(token, outcome);
             }
-            Some(Role::Detached) | None => {
+            Some(Role::Detached | Role::Compensation { .. }) | None => {
                 // The token leaves its node, and what waited beside it goes.
                 self.resolve_satellites(token.id);
                 let outcome = self.answer(&mut token, park, answer);
@@ -405,6 +406,10 @@ impl<'a> Run<'a> {
 
     /// Continues at `after`: the next node, or the end of the token's list.
     fn proceed(&mut self, token: &mut Token, after: After) -> Outcome {
+        // A handler runs its one node: compensation goes on, not the handler's list.
+        if let Some(Role::Compensation { entry }) = token.role {
+            return self.handler_done(token, entry);
+        }
         match after {
             After::Node(target) => self.goto(token, target),
             After::End => {
@@ -475,9 +480,16 @@ impl<'a> Run<'a> {
     /// Fails the instance in place (SPEC §7.2): the failing token stays at its node, the others
     /// keep their parks in the snapshot for restore, but no park keeps a live row.
     fn fail(&mut self, token: TokenId, node: String, fault: Fault) {
-        if self.caught(token, &node, &fault) {
+        let handling = (self.snap.token(token))
+            .is_some_and(|t| matches!(t.role, Some(Role::Compensation { .. })));
+        // A handler's failure is compensation's, which no scope undoes: the instance fails.
+        let fault = if handling {
+            self.compensation_failed(token, &node, fault)
+        } else if self.caught(token, &node, &fault) {
             return;
-        }
+        } else {
+            fault
+        };
         self.tear_down_parks();
         self.snap.status = Status::Failed;
         let detail = json!({"code": fault.code, "detail": fault.detail});

@@ -224,6 +224,9 @@ pub struct Node {
     /// A non-interrupting timer on a node that waits: each time it fires while the node still
     /// waits, its branch runs beside it (BPMN's non-interrupting boundary timer event).
     pub remind: Option<Remind>,
+    /// The handler that undoes this node once it completed: run only by a `compensate` node,
+    /// once per completion (BPMN's compensation boundary event and its handler).
+    pub compensate_with: Option<NodeIndex>,
 }
 
 /// A node's `deadline`.
@@ -278,6 +281,12 @@ pub enum NodeKind {
     /// inside catches goes to the node's `on-error`, and its `deadline` ends every token inside
     /// (BPMN's embedded subprocess with boundary events).
     Scope(Option<NodeIndex>),
+    /// Runs the handler of every completed node that declared one, newest first, one at a
+    /// time, then goes on: only those completed inside the scope named, when one is (BPMN's
+    /// compensation throw event).
+    Compensate {
+        scope: Option<String>,
+    },
     End {
         reply: Option<Template>,
     },
@@ -302,6 +311,7 @@ impl NodeKind {
             NodeKind::ForEach(_) => "for-each",
             NodeKind::Call(_) => "call",
             NodeKind::Scope(_) => "scope",
+            NodeKind::Compensate { .. } => "compensate",
             NodeKind::End { .. } => "end",
             NodeKind::Fail { .. } => "fail",
         }

@@ -100,6 +100,24 @@ pub struct Snapshot {
     /// snapshots written before it was kept: `null`, as an `end` without a reply gives.
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub reply: Value,
+    /// The completions of nodes that declared `compensate-with`, oldest first: what a
+    /// `compensate` node undoes. Absent until a node that can be compensated completes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compensations: Vec<Completion>,
+}
+
+/// One completion of a node that declared `compensate-with`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Completion {
+    pub node: String,
+    /// The scopes it completed inside, innermost first: `compensate: { scope }` undoes the
+    /// completions inside that scope only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub within: Vec<String>,
+    /// Whether its handler has completed: a restore of a compensation that failed part way
+    /// does not run it again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub compensated: bool,
 }
 
 impl Snapshot {
@@ -116,6 +134,7 @@ impl Snapshot {
             next_park: 1,
             failure: None,
             reply: Value::Null,
+            compensations: Vec::new(),
         }
     }
 
@@ -212,6 +231,9 @@ pub enum Role {
     /// The timer of the `deadline` of the `for-each` its parent loops at (a looping token holds
     /// no park for the deadline to be the timer of).
     Deadline,
+    /// Running the handler of completion `entry` (an index into `Snapshot::compensations`) for
+    /// the `compensate` node its parent waits at.
+    Compensation { entry: u32 },
 }
 
 impl Token {
@@ -242,6 +264,11 @@ pub enum TokenState {
         results: Vec<Value>,
         next: u32,
         running: u32,
+    },
+    /// At a `compensate` node: `pending` completions whose handlers are still to run, next
+    /// first; the one running is a token of its own (`Role::Compensation`).
+    Compensating {
+        pending: Vec<u32>,
     },
 }
 

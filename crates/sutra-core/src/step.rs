@@ -288,6 +288,10 @@ pub enum HistoryKind {
     /// A failure inside a `scope` went to its `on-error`, every token inside torn down:
     /// `{node, code, message}`, at the scope's node.
     ErrorCaught,
+    /// A `compensate` node started undoing `{completions}` (inside `{scope}`, when named).
+    CompensationStarted,
+    /// A compensation handler completed: `{entry, undoes}`, at the handler's node.
+    Compensated,
 }
 
 /// The result of applying one event.

@@ -12,6 +12,9 @@
 //! no release runs, exactly as if the machine had lost power for this process. Without the
 //! variable, a point costs one atomic load.
 //!
+//! `after-compensated` is reached once a step that completed a compensation handler (and armed
+//! the next one) has committed, before anyone hears of it.
+//!
 //! `child-ended` is reached as the dispatcher takes a called instance's report to its caller:
 //! after the child's final commit, before the caller's step that takes the report.
 //!
@@ -35,6 +38,7 @@ pub const POINTS: &[&str] = &[
     "after-commit",
     "timer-fire",
     "child-ended",
+    "after-compensated",
     "after-start-commit",
     "after-send",
     "after-task-complete",

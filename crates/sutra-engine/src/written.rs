@@ -3,7 +3,7 @@
 //! wakes whoever acts next — or, when the group did not commit, lets its held callers go.
 
 use sutra_core::snapshot::ParkId;
-use sutra_core::step::{Effect, Step};
+use sutra_core::step::{Effect, HistoryKind, Step};
 use sutra_store::{DeliveryId, LockedTask};
 
 use crate::handoff::{self, take_out};
@@ -41,6 +41,9 @@ impl Written {
         } else {
             "after-commit"
         });
+        if (self.step.history.iter()).any(|event| event.kind == HistoryKind::Compensated) {
+            fault::point("after-compensated");
+        }
         let Written {
             step,
             due_now,

@@ -56,6 +56,7 @@ fn detail(kind: &NodeKind) -> Option<String> {
             })
         }
         NodeKind::Call(call) => Some(call.flow.clone()),
+        NodeKind::Compensate { scope } => scope.as_ref().map(|scope| format!("scope {scope}")),
         NodeKind::Emit(emit) => Some(emit.channel.clone()),
         NodeKind::Receive(receive) => Some(receive.channel.clone()),
         NodeKind::Wait(WaitSpec::Duration(duration)) => Some(format!("{duration:#}")),
@@ -131,11 +132,15 @@ fn edges(flow: &Flow, index: NodeIndex) -> Vec<GraphEdge> {
         | NodeKind::Task(_)
         | NodeKind::ForEach(_)
         | NodeKind::Call(_)
+        | NodeKind::Compensate { .. }
         | NodeKind::Emit(_)
         | NodeKind::Wait(_) => push(after(node), "next"),
     }
     if let Some(on_error) = node.on_error {
         push(id(on_error), "on-error");
+    }
+    if let Some(handler) = node.compensate_with {
+        push(id(handler), "compensate-with");
     }
     if let Some(deadline) = &node.deadline {
         push(id(deadline.next), &format!("deadline {:#}", deadline.after));

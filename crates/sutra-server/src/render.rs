@@ -116,6 +116,10 @@ fn token(token: &Token, instance: &str) -> Result<sutra_wire::Token> {
             ("joining", Some(serde_json::json!({"pending": pending})))
         }
         TokenState::Racing => ("racing", None),
+        TokenState::Compensating { pending } => (
+            "compensating",
+            Some(serde_json::json!({"pending": pending.len()})),
+        ),
         TokenState::Looping {
             items,
             next,

@@ -90,10 +90,12 @@ pub struct Token {
     /// The token that forked this one; `None` for the root token.
     #[serde(default)]
     pub parent: Option<u64>,
-    /// `ready`, `parked`, `joining`, `racing` (at a `race`, waiting for its first arm) or
-    /// `looping` (at a `for-each`, waiting for its bodies).
+    /// `ready`, `parked`, `joining` (at a `parallel` or a `scope`), `racing` (at a `race`,
+    /// waiting for its first arm), `looping` (at a `for-each`, waiting for its bodies) or
+    /// `compensating` (at a `compensate`, waiting for its handlers).
     pub state: String,
-    /// What the token waits for: the park (an object with its `id` and a `kind` of `task`,
+    /// What the token waits for: `{"pending": n}` handlers still to run after the one running,
+    /// when compensating; the park (an object with its `id` and a `kind` of `task`,
     /// `receive`, `wait` or `call` — a call's names the `child` instance and its `flow`, and its
     /// `failed` `{code, detail}` while it waits for that child's repair), `{"pending": n}` branches of a join, a loop's progress
     /// `{"items", "done", "running", "pending"}`, or `null` when ready or racing. Kept as JSON:
@@ -103,8 +105,10 @@ pub struct Token {
     /// of the race its `parent` waits at), `{"role": "reminder", "fired": n}` (the timer of the
     /// `remind` of the node its `parent` waits at), `{"role": "detached"}` (running a
     /// reminder's nodes), `{"role": "body", "index": n}` (the body for item `n` of the
-    /// `for-each` its `parent` loops at) or `{"role": "deadline"}` (the timer of that loop's
-    /// deadline); absent for an ordinary token.
+    /// `for-each` its `parent` loops at), `{"role": "deadline"}` (the timer of that loop's or
+    /// scope's deadline) or `{"role": "compensation", "entry": n}` (running the handler that
+    /// undoes completion `n` for the `compensate` its `parent` waits at); absent for an
+    /// ordinary token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<Value>,
     #[serde(flatten)]

@@ -18,7 +18,7 @@ use crate::yaml::{Entry, Node};
 
 use super::channels::Channels;
 use super::reader::{Checker, NameRule, suggestion};
-use super::{LOWERCASE_NAME, calls, for_each, graph, nodes};
+use super::{LOWERCASE_NAME, calls, compensation, for_each, graph, nodes};
 
 /// The most nodes a flow has, parallel branches and reminders included: as many as one step
 /// visits by default, so that a straight sequence of them still runs in a step, and far more
@@ -133,6 +133,7 @@ fn flow<'a>(
     if cx.errors() == errors {
         let spans: Vec<Span> = outline.slots.iter().map(|slot| slot.at).collect();
         graph::warn_unreachable(cx, &nodes, entry, &spans);
+        compensation::check_handlers(cx, &nodes, &spans);
     }
     // A `start` written but refused leaves no flow; one not written, a flow only calls run.
     let start = match start {
@@ -381,6 +382,28 @@ impl<'a> Outline<'a> {
                 format!("scope `{owner}`")
             }
         }
+    }
+
+    /// Resolves the id in `target` to a node anywhere in the flow: a compensation handler,
+    /// which only compensation reaches, so no list's bounds apply.
+    pub fn find(&self, cx: &mut Checker, target: &Node, label: &str) -> Option<NodeIndex> {
+        let id = cx.text(target, label)?;
+        if let Some(&index) = self.ids.get(id) {
+            return Some(index);
+        }
+        let known: Vec<&str> = self.slots.iter().filter_map(|slot| slot.id).collect();
+        cx.report(
+            Diagnostic::error(
+                "dangling-reference",
+                target.span,
+                format!(
+                    "{label} refers to `{id}`, which is not a node of flow `{}`",
+                    self.flow
+                ),
+            )
+            .with_hint(suggestion(id, &known, "the flow's nodes are")),
+        );
+        None
     }
 
     /// Resolves a jump from node `from` to the id in `target`.

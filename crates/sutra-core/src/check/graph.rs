@@ -6,6 +6,7 @@
 use crate::diagnostic::{Diagnostic, Span};
 use crate::model::{After, Node, NodeIndex, NodeKind};
 
+use super::compensation;
 use super::reader::Checker;
 
 /// Where control can go from `node`.
@@ -46,7 +47,9 @@ fn successors(node: &Node) -> Vec<NodeIndex> {
                 After::End => None,
             })
             .collect(),
-        NodeKind::Set(_) | NodeKind::Emit(_) | NodeKind::Wait(_) => after.into_iter().collect(),
+        NodeKind::Set(_) | NodeKind::Emit(_) | NodeKind::Wait(_) | NodeKind::Compensate { .. } => {
+            after.into_iter().collect()
+        }
     };
     successors.extend(boundary);
     successors
@@ -78,6 +81,29 @@ pub(super) fn warn_unreachable(
     let mut seen = vec![false; nodes.len()];
     if let Some(entry) = entry {
         mark_from(nodes, entry, &mut seen);
+    }
+    // A handler is reached by compensation alone: never by the flow's path, and not warned
+    // about for it.
+    for handler in compensation::handlers(nodes) {
+        let at = handler.0 as usize;
+        if seen[at] {
+            cx.report(
+                Diagnostic::error(
+                    "reachable-handler",
+                    spans[at],
+                    format!(
+                        "node `{}` is a compensation handler, and the flow's own path reaches it",
+                        nodes[at].id
+                    ),
+                )
+                .with_hint(
+                    "compensation alone runs a handler: put it where nothing leads to it — \
+                     after an `end` or a `fail` — and no `next` or arm jumps to it",
+                ),
+            );
+        }
+        // Alone: a handler never goes on to what follows it in its list.
+        seen[at] = true;
     }
     for index in 0..nodes.len() {
         if seen[index] {

@@ -8,6 +8,8 @@
 mod boundary;
 mod calls;
 mod channels;
+mod compensation;
+mod fields;
 mod flows;
 pub use flows::FLOW_NODES_MAX;
 mod for_each;

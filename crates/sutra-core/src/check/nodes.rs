@@ -1,7 +1,7 @@
 //! Nodes: exactly one kind each, the kind's own fields, and the node-level fields that only
 //! some kinds accept. A `race`'s arms are read in [`super::race`], a `for-each` in
 //! [`super::for_each`], a `call` in [`super::calls`], a waiting node's `deadline` and `remind` in
-//! [`super::boundary`].
+//! [`super::boundary`], which node-level fields each kind accepts in [`super::fields`].
 
 use serde_json::Value as Json;
 
@@ -14,13 +14,26 @@ use crate::model::{
 use crate::yaml::{self, Entry};
 
 use super::channels::Channels;
+use super::fields::{DEADLINE_KINDS, WAITING_KINDS, check_restricted_fields};
 use super::flows::Outline;
 use super::reader::{Checker, NameRule, Record, Zero, listing, suggestion};
-use super::{boundary, calls, for_each, race, scope};
+use super::{boundary, calls, compensation, for_each, race, scope};
 
 pub(super) const KINDS: &[&str] = &[
-    "set", "task", "emit", "receive", "wait", "choice", "parallel", "race", "for-each", "call",
-    "scope", "end", "fail",
+    "set",
+    "task",
+    "emit",
+    "receive",
+    "wait",
+    "choice",
+    "parallel",
+    "race",
+    "for-each",
+    "call",
+    "scope",
+    "compensate",
+    "end",
+    "fail",
 ];
 
 /// The fields of a node besides its kind.
@@ -32,54 +45,7 @@ const NODE_FIELDS: &[&str] = &[
     "otherwise",
     "deadline",
     "remind",
-];
-
-/// The kinds of node that wait, and so may have a `deadline` and a `remind`.
-pub(super) const WAITING_KINDS: &[&str] = &["task", "receive", "for-each", "call"];
-
-/// The kinds that may have a `deadline`: those that wait, and a `scope`, whose block it bounds.
-const DEADLINE_KINDS: &[&str] = &["task", "receive", "for-each", "call", "scope"];
-
-/// What to do instead of a `next` or an `output` on a `race` node.
-const RACE_FIELD_HINT: &str =
-    "a `race` goes on through the arm that wins: put `next` and `output` on its arms";
-
-/// Node-level fields that only some kinds accept, and what to do instead.
-const RESTRICTED_FIELDS: &[(&str, &[&str], &str)] = &[
-    (
-        "output",
-        &["task", "receive", "for-each", "call"],
-        "only a task's result, a received message, a `for-each`'s results or a called flow's \
-         reply are stored with `output`; remove it",
-    ),
-    (
-        "on-error",
-        &["task", "for-each", "call", "scope"],
-        "only a task's business error, a called flow's failure, a failed `for-each` body or a \
-         failure inside a `scope` goes to `on-error`; remove it",
-    ),
-    (
-        "otherwise",
-        &["choice"],
-        "only a `choice` has an `otherwise`; use `next` to jump unconditionally",
-    ),
-    (
-        "next",
-        &[
-            "set", "task", "emit", "receive", "wait", "parallel", "for-each", "call", "scope",
-        ],
-        "a `choice` goes on through its arms or `otherwise`, and `end` and `fail` stop the instance; remove `next`",
-    ),
-    (
-        "deadline",
-        DEADLINE_KINDS,
-        "only a node that waits (`task`, `receive`, `for-each`, `call`) or a `scope` has a deadline; to bound a `wait`, shorten it, or use a `race` with a `wait` arm",
-    ),
-    (
-        "remind",
-        WAITING_KINDS,
-        "only a node that waits (`task`, `receive`, `for-each`, `call`) has a reminder; put `remind` on the node it is about, or remove it",
-    ),
+    "compensate-with",
 ];
 
 /// Variable names: expressions read them as `vars.name`.
@@ -163,6 +129,7 @@ pub(super) fn build(
         after: After::End,
         deadline: None,
         remind: None,
+        compensate_with: None,
     };
     let example = "{ id: done, end: {} }";
     let Some(record) = cx.record(slot.node, site.what.clone(), slot.at, example) else {
@@ -199,6 +166,9 @@ pub(super) fn build(
         after: next.map_or_else(|| outline.following(index), After::Node),
         deadline,
         remind,
+        compensate_with: record
+            .get("compensate-with")
+            .and_then(|node| outline.find(cx, node, &label("compensate-with"))),
         ..placeholder
     }
 }
@@ -268,32 +238,6 @@ fn the_kind<'y>(cx: &mut Checker, record: &Record<'y>) -> Option<&'y Entry> {
     }
 }
 
-fn check_restricted_fields(cx: &mut Checker, record: &Record, kind: &str) {
-    for &(field, kinds, hint) in RESTRICTED_FIELDS {
-        if let Some(entry) = record.entry(field).filter(|_| !kinds.contains(&kind)) {
-            let hint = match (kind, field) {
-                ("race", "next" | "output") => RACE_FIELD_HINT,
-                ("race", "deadline") => {
-                    "a `race` is bounded by a `wait` arm: add one, such as \
-                     `- wait: { duration: P2D }` with its `next`"
-                }
-                _ => hint,
-            };
-            cx.report(
-                Diagnostic::error(
-                    "misplaced-field",
-                    entry.key_span,
-                    format!(
-                        "`{field}` does not apply to `{kind}` nodes ({})",
-                        record.what
-                    ),
-                )
-                .with_hint(hint),
-            );
-        }
-    }
-}
-
 fn kind_of(cx: &mut Checker, site: &Site, node: &Record, kind: &Entry) -> Option<NodeKind> {
     match kind.key.as_str() {
         "set" => set(cx, site, kind),
@@ -307,6 +251,7 @@ fn kind_of(cx: &mut Checker, site: &Site, node: &Record, kind: &Entry) -> Option
         "for-each" => for_each::for_each(cx, site, kind),
         "call" => calls::call(cx, site, kind),
         "scope" => scope::scope(cx, site, kind),
+        "compensate" => compensation::compensate(cx, site, kind),
         "end" => end(cx, site, kind),
         // `the_kind` only returns keys from KINDS: this is `fail`.
         _ => fail(cx, site, kind),

@@ -74,6 +74,7 @@ impl Run<'_> {
             Answer::Output(output) => {
                 self.record_at(HistoryKind::TaskCompleted, token, json!({"park": park}));
                 self.set_output(node, output);
+                self.completed(token, node);
                 self.proceed(token, node.after)
             }
             Answer::Error(error) => {

@@ -113,6 +113,7 @@ impl Run<'_> {
         match child_error(&child, outcome) {
             Ok(reply) => {
                 self.set_output(node, reply);
+                self.completed(token, node);
                 self.proceed(token, node.after)
             }
             Err(fault) => {

@@ -264,6 +264,7 @@ impl Run<'_> {
         let detail = json!({"items": results.len()});
         self.record_at(HistoryKind::LoopEnded, looping, detail);
         self.set_output(node, Value::Array(results));
+        self.completed(looping, node);
         self.proceed(looping, node.after)
     }
 }

@@ -30,6 +30,7 @@ impl Run<'_> {
         match &node.kind {
             NodeKind::Set(assignments) => {
                 self.assign(token, assignments)?;
+                self.completed(token, node);
                 self.proceed(token, node.after)
             }
             NodeKind::Task(spec) => {
@@ -47,6 +48,7 @@ impl Run<'_> {
             }
             NodeKind::Emit(spec) => {
                 self.emit(token, spec)?;
+                self.completed(token, node);
                 self.proceed(token, node.after)
             }
             NodeKind::Receive(spec) => {
@@ -75,6 +77,7 @@ impl Run<'_> {
             NodeKind::ForEach(spec) => self.for_each(token, node, spec),
             NodeKind::Call(spec) => self.call(token, node, spec),
             NodeKind::Scope(head) => self.scope(token, node, *head),
+            NodeKind::Compensate { scope } => self.compensate(token, scope.as_deref()),
             NodeKind::End { reply } => {
                 let reply = match reply {
                     Some(template) => template.render(&self.bindings())?,

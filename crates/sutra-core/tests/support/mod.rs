@@ -231,6 +231,7 @@ fn lay_out(list: &[N], index: &HashMap<String, NodeIndex>, arena: &mut Vec<Node>
             after,
             deadline: None,
             remind: None,
+            compensate_with: None,
         });
         if let K::Parallel(branches) = &n.kind {
             branches.iter().for_each(|b| lay_out(b, index, arena));
