@@ -19,14 +19,14 @@ function clip(text, n) {
 }
 
 // The vertices and edges to lay out: the flow's nodes, plus `start`, `end` and one join per
-// `parallel` node.
+// `parallel` or `scope` node (a scope's block is drawn as a branch of its own).
 function vertices(flow) {
   const byId = new Map(flow.nodes.map((node) => [node.id, node]));
   const vs = new Map();
   vs.set('start', { id: 'start', kind: 'start', synthetic: true });
   for (const node of flow.nodes) {
     vs.set(node.id, { ...node });
-    if (node.kind === 'parallel') {
+    if (node.kind === 'parallel' || node.kind === 'scope') {
       vs.set(`join:${node.id}`, { id: `join:${node.id}`, kind: 'join', synthetic: true });
     }
   }
@@ -246,6 +246,35 @@ function edgePath(a, b, back, skips) {
   return `M${a.x},${y1} C${a.x},${mid} ${b.x},${mid} ${b.x},${y2}`;
 }
 
+// A box behind each scope's block — its nodes, the nodes of branches inside it, and its join —
+// labelled with the scope's id, so that what its `on-error` and `deadline` cover is seen.
+function scopeBoxes(flow, pos) {
+  const ownerOf = new Map(flow.nodes.map((node) => [node.id, node.branch_of]));
+  const inside = (id, scope) => {
+    for (let at = ownerOf.get(id), n = 0; at && n < flow.nodes.length; at = ownerOf.get(at), n += 1) {
+      if (at === scope) return true;
+    }
+    return false;
+  };
+  return flow.nodes
+    .filter((node) => node.kind === 'scope')
+    .map((scope) => {
+      const members = flow.nodes.filter((node) => inside(node.id, scope.id)).map((node) => node.id);
+      const points = [...members, `join:${scope.id}`].map((id) => pos.get(id)).filter(Boolean);
+      if (!points.length) return null;
+      const pad = 10;
+      const left = Math.min(...points.map((p) => p.x)) - BOX_W / 2 - pad;
+      const right = Math.max(...points.map((p) => p.x)) + BOX_W / 2 + pad;
+      const top = Math.min(...points.map((p) => p.y)) - pad - 12;
+      const bottom = Math.max(...points.map((p) => p.y)) + BOX_H + pad;
+      return s('g', { class: 'scope-box', 'data-scope': scope.id },
+        s('title', {}, `scope ${scope.id}: ${members.join(', ')}`),
+        s('rect', { x: left, y: top, width: right - left, height: bottom - top, rx: 10 }),
+        s('text', { x: left + 8, y: top + 13, class: 'scope-label' }, clip(`scope ${scope.id}`, 30)));
+    })
+    .filter(Boolean);
+}
+
 // A token that serves another at its node: a race's arm, a reminder's or a loop's deadline
 // timer, a loop's body. It is drawn as part of its host's mark, not as a token of its own.
 const isSatellite = (token) => ['arm', 'reminder', 'deadline', 'body'].includes(token.role?.role);
@@ -308,6 +337,7 @@ export function drawFlow(flow, { tokens = [], failure = null, history = null } =
       ),
     ),
   );
+  for (const box of scopeBoxes(flow, pos)) svg.append(box);
   for (const edge of edges) {
     const a = pos.get(edge.from);
     const b = pos.get(edge.to);

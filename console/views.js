@@ -153,6 +153,9 @@ function waitsFor(token, tokens) {
     const repair = failed ? ` (${failed} failed, waiting for repair)` : '';
     return `its bodies: ${park.done} of ${park.items} done, ${park.running} running${repair}, ${park.pending} pending`;
   }
+  if (token.state === 'compensating' && park) {
+    return `its compensation handlers: one running, ${park.pending} more to run`;
+  }
   if (!park) return token.state === 'ready' ? 'stopped here' : '—';
   switch (park.kind) {
     case 'task':
@@ -245,6 +248,8 @@ export async function instance(main, [id]) {
         return ` (body for item ${t.role.index} of token ${t.parent})`;
       case 'deadline':
         return ` (deadline of token ${t.parent})`;
+      case 'compensation':
+        return ` (undoing completion ${t.role.entry} for token ${t.parent})`;
       default:
         return '';
     }
@@ -312,6 +317,15 @@ export async function instance(main, [id]) {
             when(c.created_at),
           ])),
           called.next ? h('a', { href: `/instances?parent=${encodeURIComponent(inst.id)}` }, 'Every called instance »') : null)
+      : null,
+    inst.compensations?.length
+      ? h('section', { 'aria-labelledby': 'compensation-title' }, h('h2', { id: 'compensation-title' }, 'Compensation log'),
+          table('Compensation log', ['#', 'Completed node', 'Inside', 'Compensated'], inst.compensations.map((c, i) => [
+            i,
+            h('code', {}, c.node),
+            c.within?.length ? c.within.join(' › ') : '—',
+            c.compensated ? 'yes' : 'not yet',
+          ])))
       : null,
     h('section', { 'aria-labelledby': 'vars-title' }, h('h2', { id: 'vars-title' }, 'Variables'), json(inst.vars)),
     h('section', { 'aria-labelledby': 'history-title' }, h('h2', { id: 'history-title' }, 'History'), events),

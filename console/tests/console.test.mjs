@@ -501,6 +501,73 @@ test('a call links to its child, the child to its caller, and the list filters b
   await page.context().close();
 });
 
+// A saga: the payment scope's failure is undone by compensation, then the transfer fails.
+const SAGA = `
+name: saga
+channels:
+  sagas: { transport: http, correlate: data.id }
+flows:
+  transfer:
+    start: { channel: sagas }
+    nodes:
+      - id: payment
+        scope:
+          nodes:
+            - id: debit
+              task: { topic: saga-debit }
+              compensate-with: refund
+            - id: credit
+              task: { topic: saga-credit }
+        on-error: undo
+      - id: done
+        end: {}
+      - id: undo
+        compensate: { scope: payment }
+        next: failed
+      - id: failed
+        fail: { code: TRANSFER.FAILED }
+      - id: refund
+        task: { topic: saga-refund }
+`;
+
+test('a scope is drawn as a box, a handler on a dotted edge, and the compensation log is listed', async () => {
+  await sutra.deploy(SAGA);
+  const id = await sutra.send('sagas', 'saga-1', { id: 'g1' });
+  const take = async (topic) => sutra.until(`a ${topic} task`, async () => {
+    const polled = await sutra.call('POST', '/v1/tasks/poll', { worker: 'w', topics: [topic], wait: 'PT10S' });
+    return polled.body.length ? polled.body[0] : null;
+  });
+  const debit = await take('saga-debit');
+  await sutra.call('POST', `/v1/tasks/${encodeURIComponent(debit.id)}/complete`, { lock_token: debit.lock_token, output: {} });
+  const credit = await take('saga-credit');
+  await sutra.call('POST', `/v1/tasks/${encodeURIComponent(credit.id)}/fail`, { lock_token: credit.lock_token, error: { code: 'NO.ACCOUNT', message: 'closed' }, retry: false });
+  const refund = await take('saga-refund');
+
+  const page = await openPage(sutra.url);
+  await page.goto(`${sutra.url}/instances/${id}`);
+  await page.getByRole('heading', { level: 1, name: `Instance ${id}` }).waitFor();
+  const graph = page.locator('svg.flow');
+  const box = graph.locator('g.scope-box[data-scope="payment"]');
+  await box.waitFor();
+  assert.match(await box.locator('title').textContent(), /scope payment: debit, credit/);
+  const handler = graph.locator('g.edge[data-from="debit"][data-label="compensate-with"]');
+  assert.equal(await handler.getAttribute('data-to'), 'refund');
+  assert.match(await handler.getAttribute('class'), /\bedge-compensate-with\b/);
+  const log = page.getByRole('table', { name: 'Compensation log' });
+  assert.match(await log.locator('tbody tr').first().textContent(), /debit.*payment.*not yet/);
+  assert.match(await page.getByRole('table', { name: 'Tokens' }).textContent(), /undoing completion 0/);
+  await assertAccessible(page, 'an instance compensating');
+  await page.screenshot({ path: join(SHOTS, 'saga.png'), fullPage: true });
+
+  await sutra.call('POST', `/v1/tasks/${encodeURIComponent(refund.id)}/complete`, { lock_token: refund.lock_token, output: {} });
+  await sutra.until('the transfer to fail', async () => (await sutra.instance(id)).status === 'failed');
+  await page.getByRole('button', { name: 'Refresh' }).click();
+  await page.locator('dd[data-status="failed"]').waitFor();
+  assert.match(await log.locator('tbody tr').first().textContent(), /debit.*yes/);
+  assert.deepEqual(page.errors, [], 'no errors in the browser console');
+  await page.context().close();
+});
+
 test('with API tokens the console asks for one, reads nothing without it, and sends it as Bearer', async () => {
   const tokens = `acme:admin:${ADMIN_TOKEN}; acme:worker:${WORKER_TOKEN}`;
   const guarded = await new Sutra({ SUTRA_AUTH_TOKENS: tokens }).start();

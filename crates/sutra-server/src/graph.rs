@@ -1,5 +1,5 @@
 //! A deployment's flows as graphs (`GET /v1/deployments/{name}/{version}/graph`): each node with
-//! where control can go from it, and the `parallel` branch that holds it. The console lays an
+//! where control can go from it, and the `parallel` branch or `scope` block that holds it. The console lays an
 //! instance's tokens out on it; the edges are read off the checked model, so they are the ones
 //! the engine follows.
 
@@ -108,9 +108,10 @@ fn edges(flow: &Flow, index: NodeIndex) -> Vec<GraphEdge> {
             }
             push(after(node), "join");
         }
+        // A scope's block is drawn as a branch of its own, joined where the scope goes on.
         NodeKind::Scope(head) => {
-            push(head.and_then(id), "block");
-            push(after(node), "next");
+            push(head.and_then(id), "branch");
+            push(after(node), "join");
         }
         NodeKind::End { .. } | NodeKind::Fail { .. } => {}
         NodeKind::Receive(receive) => {
@@ -134,7 +135,13 @@ fn edges(flow: &Flow, index: NodeIndex) -> Vec<GraphEdge> {
         | NodeKind::Call(_)
         | NodeKind::Compensate { .. }
         | NodeKind::Emit(_)
-        | NodeKind::Wait(_) => push(after(node), "next"),
+        | NodeKind::Wait(_) => {
+            // A compensation handler runs its one node: compensation goes on, not its list.
+            let handler = flow.nodes.iter().any(|n| n.compensate_with == Some(index));
+            if !handler {
+                push(after(node), "next");
+            }
+        }
     }
     if let Some(on_error) = node.on_error {
         push(id(on_error), "on-error");
@@ -169,8 +176,10 @@ fn arm_label(waits: &ArmWait) -> String {
 fn branch_owners(flow: &Flow) -> Vec<Option<(NodeIndex, u32)>> {
     let mut owners = vec![None; flow.nodes.len()];
     for (p, node) in flow.nodes.iter().enumerate() {
-        let NodeKind::Parallel(branches) = &node.kind else {
-            continue;
+        let branches = match &node.kind {
+            NodeKind::Parallel(branches) => branches.as_slice(),
+            NodeKind::Scope(head) => std::slice::from_ref(head),
+            _ => continue,
         };
         for (b, first) in branches.iter().enumerate() {
             let mut stack: Vec<NodeIndex> = first.iter().copied().collect();

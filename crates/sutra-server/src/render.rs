@@ -96,6 +96,9 @@ pub fn instance(record: &InstanceRecord) -> Result<sutra_wire::Instance> {
         vars: Value::Object(snapshot.vars.clone()),
         tokens,
         failure,
+        compensations: (snapshot.compensations.iter())
+            .map(|done| serde_json::json!({"node": done.node, "within": done.within, "compensated": done.compensated}))
+            .collect(),
         audit_seq: snapshot.audit_seq,
         created_at: record.created_at.to_string(),
         updated_at: record.updated_at.to_string(),

@@ -107,8 +107,8 @@ pub struct GraphNode {
     pub kind: String,
     /// A word on what it does: a task's topic, a channel, a failure code.
     pub detail: Option<String>,
-    /// The `parallel` node whose branch holds it, and that branch's index; `None` at the top
-    /// level.
+    /// The `parallel` node whose branch holds it, and that branch's index (or the `scope` node
+    /// whose block holds it, branch 0); `None` at the top level.
     pub branch_of: Option<String>,
     pub branch: Option<u32>,
     pub edges: Vec<GraphEdge>,

@@ -56,6 +56,10 @@ pub struct Instance {
     pub vars: Value,
     pub tokens: Vec<Token>,
     pub failure: Option<Failure>,
+    /// The completions of nodes that declared `compensate-with`, oldest first: `{node, within
+    /// (the scopes it ran inside, innermost first), compensated}`. Absent while there is none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compensations: Vec<Value>,
     /// The last audit sequence number written: the instance's history has exactly this many
     /// events.
     pub audit_seq: u64,
