@@ -1,7 +1,7 @@
 //! Properties of the executor over random flows and random event sequences.
 //!
 //! Flows mix every node kind, jump to random nodes of their own list (so they loop), nest
-//! parallels, and guard choices with expressions that are true, false, erroring or not boolean.
+//! parallels and scopes (whose `on-error` catches what fails inside), and guard choices with expressions that are true, false, erroring or not boolean.
 //! Events answer live parks with the right or the wrong kind of event, name parks that do not
 //! exist, cancel and restore. After every event the invariants of ARCHITECTURE.md must hold.
 
@@ -57,6 +57,8 @@ enum GenKind {
     Wait(bool),
     Choice(Vec<(usize, u8)>, Option<u8>),
     Parallel(Vec<Vec<Gen>>),
+    /// A block; the node's `on-error`, when generated, catches what fails inside.
+    Scope(Vec<Gen>),
     End(bool),
     Fail,
 }
@@ -88,7 +90,12 @@ fn gen_node() -> impl Strategy<Value = Gen> {
     node(leaf.boxed()).prop_recursive(2, 24, 3, move |inner| {
         let branches =
             proptest::collection::vec(proptest::collection::vec(inner.clone(), 0..4), 0..3);
-        prop_oneof![3 => inner, 1 => node(branches.prop_map(GenKind::Parallel).boxed())]
+        let block = proptest::collection::vec(inner.clone(), 0..4);
+        prop_oneof![
+            3 => inner,
+            1 => node(branches.prop_map(GenKind::Parallel).boxed()),
+            1 => node(block.prop_map(GenKind::Scope).boxed()),
+        ]
     })
 }
 
@@ -136,6 +143,7 @@ fn to_nodes(list: &[Gen], counter: &mut usize) -> Vec<N> {
                 GenKind::Parallel(branches) => {
                     parallel(id, branches.iter().map(|b| to_nodes(b, counter)).collect())
                 }
+                GenKind::Scope(block) => scope(id, to_nodes(block, counter)),
                 GenKind::End(reply) => end(id, reply.then(|| json!("= vars.x"))),
                 GenKind::Fail => fail(id, "FLOW.FAILED", Some(json!("= 'x is ' + string(vars.x)"))),
             };

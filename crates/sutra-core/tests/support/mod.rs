@@ -39,6 +39,7 @@ enum K {
     WaitUntil(String),
     Choice(Vec<(String, String)>, Option<String>),
     Parallel(Vec<Vec<N>>),
+    Scope(Vec<N>),
     End(Option<Value>),
     Fail(String, Option<Value>),
 }
@@ -93,6 +94,11 @@ pub fn choice(id: &str, arms: &[(&str, &str)], otherwise: Option<&str>) -> N {
 
 pub fn parallel(id: &str, branches: Vec<Vec<N>>) -> N {
     node(id, K::Parallel(branches))
+}
+
+/// `scope`: a block whose failures go to the node's `on-error`.
+pub fn scope(id: &str, block: Vec<N>) -> N {
+    node(id, K::Scope(block))
 }
 
 pub fn end(id: &str, reply: Option<Value>) -> N {
@@ -161,8 +167,10 @@ pub fn flow(nodes: Vec<N>) -> Flow {
 fn number(list: &[N], order: &mut Vec<String>) {
     for n in list {
         order.push(n.id.clone());
-        if let K::Parallel(branches) = &n.kind {
-            branches.iter().for_each(|b| number(b, order));
+        match &n.kind {
+            K::Parallel(branches) => branches.iter().for_each(|b| number(b, order)),
+            K::Scope(block) => number(block, order),
+            _ => {}
         }
     }
 }
@@ -215,6 +223,7 @@ fn lay_out(list: &[N], index: &HashMap<String, NodeIndex>, arena: &mut Vec<Node>
                     .map(|b| b.first().map(|n| at(&n.id)))
                     .collect(),
             ),
+            K::Scope(block) => NodeKind::Scope(block.first().map(|n| at(&n.id))),
             K::End(reply) => NodeKind::End {
                 reply: reply.as_ref().map(template),
             },
@@ -233,8 +242,10 @@ fn lay_out(list: &[N], index: &HashMap<String, NodeIndex>, arena: &mut Vec<Node>
             remind: None,
             compensate_with: None,
         });
-        if let K::Parallel(branches) = &n.kind {
-            branches.iter().for_each(|b| lay_out(b, index, arena));
+        match &n.kind {
+            K::Parallel(branches) => branches.iter().for_each(|b| lay_out(b, index, arena)),
+            K::Scope(block) => lay_out(block, index, arena),
+            _ => {}
         }
     }
 }
