@@ -18,8 +18,9 @@
 //!
 //! This file is the step driver: the events, the choice of the next token, settling what became
 //! of it, parks, endings and failures. What each node kind does when a token reaches it is in
-//! `exec/nodes.rs`, what a park's answer does in `exec/answers.rs`, races in `exec/race.rs`, loops in
-//! `exec/for_each.rs`, and a waiting node's deadline and reminders in `exec/boundary.rs`.
+//! `exec/nodes.rs`, what a park's answer does in `exec/answers.rs`, races in `exec/race.rs`, loops
+//! in `exec/for_each.rs`, a waiting node's deadline and reminders in `exec/boundary.rs`, calls in
+//! `exec/call.rs`, error scopes in `exec/scope.rs` and compensation in `exec/compensation.rs`.
 
 mod answers;
 mod boundary;
