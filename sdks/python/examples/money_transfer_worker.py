@@ -1,7 +1,7 @@
 """A pretend bank for examples/money-transfer.yaml: handles its `debit-account` and
 `credit-account` tasks, as `sutra demo`'s built-in worker does. Every account can pay, except
-mallory's: debiting it is a business error (`INSUFFICIENT_FUNDS`), which the flow's `debit`
-node — having no `on-error` — turns into a failed instance.
+mallory's: debiting it is a business error (`INSUFFICIENT_FUNDS`), which the flow's payment
+scope catches: it compensates what had completed and fails the transfer (`TRANSFER.FAILED`).
 
 Run a server, deploy the example and send it a transfer (the example declares an AMQP channel,
 so the server needs a broker URL to accept it; RabbitMQ itself may be away):

@@ -1,7 +1,7 @@
 // A worker for examples/money-transfer.yaml: the tasks debit-account and credit-account, as
 // `sutra demo`'s pretend bank does them. Every account can pay except mallory's, whose debit is
-// a business error (INSUFFICIENT_FUNDS): with no on-error on the `debit` node, it fails the
-// instance.
+// a business error (INSUFFICIENT_FUNDS): the flow's payment scope catches it, compensates what
+// had completed (nothing yet) and fails the transfer with TRANSFER.FAILED.
 //
 //   node examples/money-transfer-worker.mjs            # work until Ctrl-C / SIGTERM
 //   node examples/money-transfer-worker.mjs --demo     # deploy the example, send three

@@ -29,5 +29,5 @@ test("the money-transfer example worker debits, credits and refuses mallory", as
   assert.match(stdout, /deployed payments version 1/);
   assert.match(stdout, /-1: completed \{"account":"alice","amount":120,"reference":"debit-/);
   assert.match(stdout, /-2: completed \{"account":"bob","amount":75,/);
-  assert.match(stdout, /-3: failed INSUFFICIENT_FUNDS: mallory's account is empty/);
+  assert.match(stdout, /-3: failed TRANSFER\.FAILED: \S+: mallory's account is empty/);
 });

@@ -41,11 +41,20 @@ fn the_examples_check_cleanly() {
 fn control_falls_through_unless_next_says_otherwise() {
     let deployment = deployment(MONEY_TRANSFER);
     let flow = &deployment.flows["money-transfer"];
-    assert_eq!(flow.entry, flow.find("debit"));
+    assert_eq!(flow.entry, flow.find("payment"));
+    assert!(
+        matches!(node(flow, "payment").kind, NodeKind::Scope(head) if head == flow.find("debit"))
+    );
     assert_eq!(after(flow, "debit"), to(flow, "big"));
-    assert_eq!(after(flow, "credit"), to(flow, "notify"));
-    assert_eq!(after(flow, "refund"), to(flow, "failed"));
-    assert_eq!(after(flow, "failed"), After::End);
+    assert_eq!(
+        after(flow, "credit"),
+        After::End,
+        "the end of the scope's block"
+    );
+    assert_eq!(after(flow, "payment"), to(flow, "notify"));
+    assert_eq!(after(flow, "undo"), to(flow, "failed"));
+    assert_eq!(node(flow, "debit").compensate_with, flow.find("refund"));
+    assert_eq!(after(flow, "refund"), After::End);
 }
 
 #[test]
@@ -65,7 +74,7 @@ fn choices_and_receives_resolve_their_targets() {
     assert_eq!(receive.channel, "bank-replies");
     assert_eq!(receive.key.source(), "vars.input.transferId");
     assert_eq!(receive.timeout, Some(SignedDuration::from_hours(24)));
-    assert_eq!(receive.on_timeout, flow.find("refund"));
+    assert_eq!(receive.on_timeout, None, "a timeout is the scope's failure");
     assert_eq!(approval.output.as_deref(), Some("approval"));
 }
 
