@@ -238,9 +238,27 @@ async fn a_for_each_of_calls_collects_replies_in_item_order(a: &Server, b: &Serv
     assert_eq!(children(a, &basket).await.len(), 3);
 }
 
+async fn a_child_cancelled_by_someone_else_sends_its_caller_to_on_error(a: &Server, b: &Server) {
+    let order = start(a, "orders", "o3").await;
+    let task = take(b).await;
+    let child = only_child(a, &order).await;
+    let (status, body) = a.post(&format!("/v1/instances/{child}/cancel")).await;
+    assert_eq!(status, 200, "{body}");
+    let done = a.wait_for_status(&order, "completed").await;
+    let error = &done["vars"]["error"];
+    assert_eq!(error["code"], "SUTRA.RUNTIME.CALL.CANCELLED", "{done}");
+    assert_eq!(error["instance"], child.as_str(), "{done}");
+    let (status, answer) = complete(b, &task, json!("too late")).await;
+    assert_eq!(
+        status, 409,
+        "the cancelled child's task was withdrawn: {answer}"
+    );
+}
+
 async fn every_rule(a: &Server, b: &Server) {
     a_call_runs_its_flow_as_a_child_and_takes_its_reply(a, b).await;
     a_failed_child_goes_to_on_error_and_is_cancelled(a, b).await;
+    a_child_cancelled_by_someone_else_sends_its_caller_to_on_error(a, b).await;
     an_uncaught_failure_waits_for_the_child_to_be_restored(a, b).await;
     cancelling_the_caller_cancels_two_levels_down(a, b).await;
     a_deadline_on_a_call_cancels_the_child(a, b).await;

@@ -53,11 +53,7 @@ fn flows() -> BTreeMap<String, Flow> {
 }
 
 fn sim(flow: &str) -> Sim {
-    Sim {
-        flow: flows()[flow].clone(),
-        snapshot: new_snapshot(),
-        ctx: ctx(),
-    }
+    Sim::checked(CALLS, flow)
 }
 
 /// A child of `i1`'s call on park 1, as the engine creates it: `shipping`, not started.

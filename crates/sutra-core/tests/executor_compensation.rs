@@ -7,7 +7,7 @@
 mod support;
 
 use serde_json::json;
-use support::{Sim, checked_flows, ctx, new_snapshot, task_error};
+use support::{Sim, task_error};
 use sutra_core::snapshot::Status;
 use sutra_core::step::{Event, HistoryKind, Step};
 
@@ -71,11 +71,7 @@ flows:
 "#;
 
 fn sim(flow: &str) -> Sim {
-    Sim {
-        flow: checked_flows(SAGAS)[flow].clone(),
-        snapshot: new_snapshot(),
-        ctx: ctx(),
-    }
+    Sim::checked(SAGAS, flow)
 }
 
 fn complete(sim: &mut Sim, node: &str) -> Step {
@@ -209,11 +205,7 @@ fn compensating_nothing_goes_straight_on() {
         "      - id: count\n        set: { n: 0 }\n",
         "      - id: count\n        set: { n: 3 }\n      - id: early\n        compensate: {}\n",
     );
-    let mut sim = Sim {
-        flow: checked_flows(&yaml)["loops"].clone(),
-        snapshot: new_snapshot(),
-        ctx: ctx(),
-    };
+    let mut sim = Sim::checked(&yaml, "loops");
     let step = sim.start(json!({"id": "l1"}));
     assert!(
         step.history

@@ -8,7 +8,7 @@ mod support;
 use std::collections::BTreeMap;
 
 use serde_json::json;
-use support::{Sim, checked_flows, ctx, message, new_snapshot, now, task_error};
+use support::{Sim, checked_flows, ctx, message, now, task_error};
 use sutra_core::exec::migrate;
 use sutra_core::model::Flow;
 use sutra_core::snapshot::{ParkKind, ParkSort, Role, Status, TokenState};
@@ -19,11 +19,7 @@ fn flow(yaml: &str) -> Flow {
 }
 
 fn sim(yaml: &str) -> Sim {
-    Sim {
-        flow: flow(yaml),
-        snapshot: new_snapshot(),
-        ctx: ctx(),
-    }
+    Sim::checked(yaml, "f")
 }
 
 const RACE: &str = r#"

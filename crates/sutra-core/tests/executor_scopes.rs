@@ -6,7 +6,7 @@
 mod support;
 
 use serde_json::json;
-use support::{Sim, checked_flows, ctx, new_snapshot, task_error};
+use support::{Sim, task_error};
 use sutra_core::snapshot::{ParkSort, Status};
 use sutra_core::step::{Disarm, Effect, Event, HistoryKind, Step};
 
@@ -58,11 +58,7 @@ flows:
 "#;
 
 fn sim(flow: &str) -> Sim {
-    Sim {
-        flow: checked_flows(SCOPES)[flow].clone(),
-        snapshot: new_snapshot(),
-        ctx: ctx(),
-    }
+    Sim::checked(SCOPES, flow)
 }
 
 fn disarmed(step: &Step) -> Vec<Disarm> {
@@ -221,11 +217,7 @@ fn the_innermost_scope_with_a_handler_catches() {
         "      - id: done\n        end: { reply: done }\n  shipping:",
         "      - id: done\n        end: { reply: \"= vars.caught\" }\n      - id: outer-caught\n        end: { reply: outer }\n  shipping:",
     );
-    let mut sim = Sim {
-        flow: checked_flows(&yaml)["nested"].clone(),
-        snapshot: new_snapshot(),
-        ctx: ctx(),
-    };
+    let mut sim = Sim::checked(&yaml, "nested");
     sim.start(json!({"id": "n1"}));
     let park = sim.park("work");
     let step = sim.ok(Event::TaskFailed {

@@ -41,9 +41,10 @@ fn a_snapshot_from_a_newer_build_is_refused_not_guessed() {
     );
 }
 
-/// Each shape issue 33 added — a caller, a race and its arm, a loop with its bodies and its
-/// deadline, a call with its deadline, a body's call waiting for its child's repair, a
-/// reminder and its detached token — is read and written back as stored.
+/// Each shape issues 33 and 34 added — a caller, a race and its arm, a loop with its bodies and
+/// its deadline, a call with its deadline, a body's call waiting for its child's repair, a
+/// reminder and its detached token, a compensating token, a handler's token and the log of
+/// completions — is read and written back as stored.
 fn composition_fixture() -> Value {
     serde_json::from_str(include_str!("fixtures/snapshot-format-1-composition.json")).unwrap()
 }
@@ -66,5 +67,20 @@ fn composition_shapes_are_read_and_written_back_unchanged() {
         calls,
         [("reserve-one", true, false), ("shipping", false, true)]
     );
+    let log: Vec<_> = (snapshot.compensations.iter())
+        .map(|done| (done.node.as_str(), done.within.len(), done.compensated))
+        .collect();
+    assert_eq!(
+        log,
+        [
+            ("reserve", 0, false),
+            ("debit", 1, false),
+            ("prepare", 0, true)
+        ]
+    );
+    assert!(matches!(
+        snapshot.tokens.last().and_then(|t| t.role),
+        Some(sutra_core::snapshot::Role::Compensation { entry: 1 })
+    ));
     assert_eq!(snapshot.to_json(), composition_fixture());
 }

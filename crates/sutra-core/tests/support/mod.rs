@@ -331,6 +331,15 @@ impl Sim {
         }
     }
 
+    /// A new instance of `flow`, read by the checker from the deployment document `yaml`.
+    pub fn checked(yaml: &str, flow: &str) -> Sim {
+        Sim {
+            flow: checked_flows(yaml)[flow].clone(),
+            snapshot: new_snapshot(),
+            ctx: ctx(),
+        }
+    }
+
     pub fn apply(&mut self, event: Event) -> Result<Step, Rejection> {
         let step = apply(&self.flow, &self.snapshot, event, self.ctx)?;
         self.snapshot = step.snapshot.clone();
