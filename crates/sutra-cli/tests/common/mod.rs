@@ -292,6 +292,24 @@ impl Fleet {
         self.retired.iter().map(|(id, _)| id.clone()).collect()
     }
 
+    /// Every incarnation's stderr once it holds at least `answers` answered messages: a replica
+    /// writes an answer's event before its caller hears the answer, but the thread that reads
+    /// the replica's stderr may not have read it yet when the caller asks (bounded, 10 s).
+    pub fn histories_answering(&self, answers: usize) -> Vec<history::Incarnation> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let histories = self.histories();
+            let read = histories
+                .iter()
+                .map(|history| history.stderr.matches(r#""ev":"answered""#).count())
+                .sum::<usize>();
+            if read >= answers || Instant::now() >= deadline {
+                return histories;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Every incarnation's stderr so far, killed or up, with its replica id: what the history
     /// checker reads.
     pub fn histories(&self) -> Vec<history::Incarnation> {
