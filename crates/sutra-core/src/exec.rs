@@ -235,7 +235,7 @@ impl<'a> Run<'a> {
         self.snap.vars.insert("input".into(), message.data.clone());
         let mut detail = json!({
             "message": message.id,
-            "channel": self.flow.start.as_ref().map(|start| &start.channel),
+            "channel": self.flow.start_channel(),
         });
         if let Some(caller) = &self.snap.instance.parent {
             detail["parent"] = json!({"instance": caller.instance, "node": caller.node});

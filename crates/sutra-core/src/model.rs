@@ -188,9 +188,23 @@ impl Flow {
 
     /// Whether a message on `channel` starts this flow.
     pub fn starts_on(&self, channel: &str) -> bool {
-        self.start
-            .as_ref()
-            .is_some_and(|start| start.channel == channel)
+        matches!(&self.start, Some(Start::Channel(on)) if on == channel)
+    }
+
+    /// The channel whose messages start this flow, if messages do.
+    pub fn start_channel(&self) -> Option<&str> {
+        match &self.start {
+            Some(Start::Channel(channel)) => Some(channel),
+            _ => None,
+        }
+    }
+
+    /// The schedule that starts this flow, if one does.
+    pub fn schedule(&self) -> Option<&Schedule> {
+        match &self.start {
+            Some(Start::Schedule(schedule)) => Some(schedule),
+            _ => None,
+        }
     }
 
     pub fn node(&self, index: NodeIndex) -> &Node {
@@ -202,9 +216,68 @@ impl Flow {
     }
 }
 
+/// What starts a flow's instances.
 #[derive(Debug, Clone)]
-pub struct Start {
-    pub channel: String,
+pub enum Start {
+    /// Each message on the channel.
+    Channel(String),
+    /// Each tick of a schedule (issue 34, decision 0056): the engine's `scheduler` role starts
+    /// the instance, as if a message had come on the flow's [`Schedule::channel`].
+    Schedule(Schedule),
+}
+
+/// A flow's `start: { schedule }`.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    pub when: crate::schedule::When,
+    /// The IANA name the ticks are read in (`UTC` unless written).
+    pub zone_name: String,
+    pub zone: jiff::tz::TimeZone,
+    pub overlap: Overlap,
+    pub catch_up: CatchUp,
+    /// The started instance's `vars.input`, rendered at the tick with `tick` (its instant, RFC
+    /// 3339 in UTC) bound.
+    pub input: Template,
+}
+
+impl Schedule {
+    /// The channel a tick's start is recorded on in the inbox: no deployment can declare it
+    /// (a channel name has no `:`), so a tick never collides with a message.
+    pub fn channel(flow: &str) -> String {
+        format!("schedule:{flow}")
+    }
+
+    /// The inbox event id of the tick at `tick` of `flow` in `deployment`: the same from every
+    /// replica that fires it, so the inbox starts one instance per tick.
+    pub fn event_id(deployment: &str, flow: &str, tick: jiff::Timestamp) -> String {
+        format!("{deployment}/{flow}@{tick}")
+    }
+
+    /// The expression as written: `cron 0 2 * * *` or `every PT15M`.
+    pub fn expression(&self) -> String {
+        match &self.when {
+            crate::schedule::When::Cron(cron) => format!("cron {}", cron.source()),
+            crate::schedule::When::Every(period) => format!("every {period}"),
+        }
+    }
+}
+
+/// What a tick does while the instance the schedule started last still runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overlap {
+    /// Nothing: the tick is skipped.
+    Skip,
+    /// Starts another instance.
+    Allow,
+}
+
+/// What a schedule does about the ticks it missed while no replica fired (an outage).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CatchUp {
+    /// Nothing: the missed ticks are skipped.
+    None,
+    /// Fires the latest missed tick once.
+    One,
 }
 
 #[derive(Debug, Clone)]

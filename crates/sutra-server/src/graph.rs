@@ -35,7 +35,7 @@ fn flow(flow: &Flow) -> FlowGraph {
         .collect();
     FlowGraph {
         name: flow.name.clone(),
-        start: flow.start.as_ref().map(|start| start.channel.clone()),
+        start: flow.start_channel().map(str::to_owned),
         entry: flow.entry.map(|entry| flow.node(entry).id.clone()),
         nodes,
         extra: Extra::new(),

@@ -37,6 +37,7 @@ mod outbox;
 mod purge;
 mod reads;
 mod scaling;
+mod schedules;
 mod steps;
 mod tasks;
 
@@ -55,6 +56,7 @@ pub use outbox::{Outbox, OutboxId, OutboxRecord, OutboxRetry, OutboxRow, SendErr
 pub use purge::{Purge, Purged};
 pub use reads::{InstanceFilter, InstanceRecord, Reads};
 pub use scaling::{Backlog, Scaling};
+pub use schedules::{Advance, NewSchedule, ScheduleKey, ScheduleRecord, Schedules};
 pub use steps::{
     Arm, Committed, EndNotice, NewChild, OutboxEntry, Report, StepCommit, Steps, TakenBy,
 };

@@ -157,7 +157,7 @@ fn start<'a>(
     let (channel, declared) = channels.lookup(cx, node, &record.label("channel"))?;
     declared.check_consumable(cx, &channel, node.span, &format!("flow `{flow}`"));
     starters.claim(cx, &channel, flow, node.span);
-    Some(Start { channel })
+    Some(Start::Channel(channel))
 }
 
 /// One node as laid out by the first pass.

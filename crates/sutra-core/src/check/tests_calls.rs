@@ -53,10 +53,7 @@ const ORDER_SHIPS: &str = "  order:
 fn a_call_runs_a_flow_that_only_calls_start() {
     let deployment = deployment(&shop(ORDER_SHIPS));
     let order = &deployment.flows["order"];
-    assert_eq!(
-        order.start.as_ref().map(|start| start.channel.as_str()),
-        Some("orders")
-    );
+    assert_eq!(order.start_channel(), Some("orders"));
     for called in ["shipping", "label"] {
         assert!(deployment.flows[called].start.is_none(), "{called}");
     }

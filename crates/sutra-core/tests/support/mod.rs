@@ -156,9 +156,7 @@ pub fn flow(nodes: Vec<N>) -> Flow {
         .collect();
     let mut arena = Vec::new();
     lay_out(&nodes, &index, &mut arena);
-    let start = Start {
-        channel: "in".into(),
-    };
+    let start = Start::Channel("in".into());
     let entry = nodes.first().map(|n| index[&n.id]);
     Flow::new("f".into(), Some(start), arena, entry)
 }
