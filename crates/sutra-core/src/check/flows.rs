@@ -18,7 +18,7 @@ use crate::yaml::{Entry, Node};
 
 use super::channels::Channels;
 use super::reader::{Checker, NameRule, suggestion};
-use super::{LOWERCASE_NAME, calls, compensation, for_each, graph, nodes};
+use super::{LOWERCASE_NAME, calls, compensation, for_each, graph, nodes, schedule};
 
 /// The most nodes a flow has, parallel branches and reminders included: as many as one step
 /// visits by default, so that a straight sequence of them still runs in a step, and far more
@@ -152,12 +152,53 @@ fn start<'a>(
 ) -> Option<Start> {
     let what = format!("the `start` of flow `{flow}`");
     let record = cx.record(&entry.value, what, entry.key_span, "{ channel: requests }")?;
-    cx.unknown_fields(&record, &["channel"]);
-    let node = cx.required(&record, "channel", "add `channel: <channel name>`")?;
-    let (channel, declared) = channels.lookup(cx, node, &record.label("channel"))?;
-    declared.check_consumable(cx, &channel, node.span, &format!("flow `{flow}`"));
-    starters.claim(cx, &channel, flow, node.span);
-    Some(Start::Channel(channel))
+    cx.unknown_fields(&record, &["channel", "schedule"]);
+    match (record.entry("channel"), record.entry("schedule")) {
+        (Some(channel), None) => {
+            let node = &channel.value;
+            let (channel, declared) = channels.lookup(cx, node, &record.label("channel"))?;
+            declared.check_consumable(cx, &channel, node.span, &format!("flow `{flow}`"));
+            starters.claim(cx, &channel, flow, node.span);
+            Some(Start::Channel(channel))
+        }
+        (None, Some(entry)) => schedule::read(cx, entry, flow).map(Start::Schedule),
+        (Some(channel), Some(entry)) => {
+            let later = if channel.key_span.index > entry.key_span.index {
+                channel
+            } else {
+                entry
+            };
+            cx.report(
+                Diagnostic::error(
+                    "start-channel-and-schedule",
+                    later.key_span,
+                    format!("{} has both `channel` and `schedule`", record.what),
+                )
+                .with_hint(
+                    "a flow starts on messages or on a schedule: keep one of them; to start the \
+                     same work both ways, move its nodes to a flow without `start` and `call` it \
+                     from two flows, one started each way",
+                ),
+            );
+            // Its own mistakes are worth reporting in the same run.
+            schedule::read(cx, entry, flow);
+            None
+        }
+        (None, None) => {
+            cx.report(
+                Diagnostic::error(
+                    "missing-field",
+                    record.at,
+                    format!("{} has no `channel` or `schedule`", record.what),
+                )
+                .with_hint(
+                    "add `channel: <channel name>` for a flow that messages start, or \
+                     `schedule: { cron: \"0 2 * * *\" }` for one that a schedule starts",
+                ),
+            );
+            None
+        }
+    }
 }
 
 /// One node as laid out by the first pass.

@@ -17,6 +17,7 @@ mod graph;
 mod nodes;
 mod race;
 mod reader;
+mod schedule;
 mod scope;
 
 use crate::diagnostic::{self, Diagnostic};
@@ -154,3 +155,5 @@ fn document(cx: &mut Checker, root: &yaml::Node) -> Option<Deployment> {
 mod tests;
 #[cfg(test)]
 mod tests_calls;
+#[cfg(test)]
+mod tests_schedule;

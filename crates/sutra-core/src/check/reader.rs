@@ -507,7 +507,7 @@ impl<'s> Checker<'s> {
     /// The part of a scalar that is `length` chars at `offset` into `needle`, a piece of the
     /// scalar's value. Falls back to the whole scalar when the value is not written verbatim on
     /// one line of the source (escapes, folded text).
-    fn within(&self, scalar: Span, needle: &str, offset: usize, length: usize) -> Span {
+    pub(super) fn within(&self, scalar: Span, needle: &str, offset: usize, length: usize) -> Span {
         let text = self.text_at(scalar);
         match text.find(needle) {
             Some(at) if !text[..at].contains('\n') && !needle.contains('\n') => {
