@@ -143,6 +143,7 @@ macro_rules! conformance_tests {
             an_unchanged_expression_keeps_next_at_across_versions,
             an_older_version_changes_nothing,
             a_flow_the_new_version_no_longer_schedules_loses_its_row,
+            concurrent_syncs_leave_the_newest_versions_schedule,
             an_advance_from_a_stale_next_at_writes_nothing,
             a_paused_schedule_is_not_due_and_resumes,
             pausing_an_unknown_schedule_answers_none,

@@ -296,6 +296,23 @@ pub async fn a_flow_the_new_version_no_longer_schedules_loses_its_row<S: Store>(
     assert_eq!(due(store, tick(600), 10).await, [owned(TENANT, HOURLY)]);
 }
 
+/// Replicas activating versions of one deployment at once, in any order: the newest version's
+/// schedule is what stays, whichever sync lands last.
+pub async fn concurrent_syncs_leave_the_newest_versions_schedule<S: Store>(store: &S) {
+    let flows = ["flow-1", "flow-2", "flow-3", "flow-4"];
+    let version = |n: u32| [schedule(flows[n as usize - 1], EVERY_HOUR, UTC, tick(60))];
+    let (v3, v1, v4, v2) = (version(3), version(1), version(4), version(2));
+
+    tokio::join!(
+        sync(store, TENANT, 3, &v3),
+        sync(store, TENANT, 1, &v1),
+        sync(store, TENANT, 4, &v4),
+        sync(store, TENANT, 2, &v2),
+    );
+
+    assert_eq!(listed(store, TENANT).await, [fresh(TENANT, 4, &v4[0])]);
+}
+
 /// Two leaders advancing one tick (a lease handed over mid-pass): both read the row at the same
 /// `next_at`, and only the first advance from it writes.
 pub async fn an_advance_from_a_stale_next_at_writes_nothing<S: Store>(store: &S) {
