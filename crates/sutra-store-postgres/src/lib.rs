@@ -15,8 +15,8 @@
 //! One file per area of the seam, each with the statements of its area, each statement's SQL
 //! beside the binding of its parameters: [`claim`] first, then
 //! [`commit`], [`intake`], [`deliveries`], [`tasks`], [`outbox`], [`leases`], [`deployments`],
-//! [`reads`] and [`purge`]. Opening reads the URL's TLS settings as libpq's users know them
-//! ([`tls`]; docs/decisions/0034-tls-to-postgresql.md).
+//! [`reads`], [`purge`] and [`schedules`]. Opening reads the URL's TLS settings as libpq's users
+//! know them ([`tls`]; docs/decisions/0034-tls-to-postgresql.md).
 
 mod claim;
 mod codec;
@@ -30,6 +30,7 @@ mod outbox;
 mod purge;
 mod reads;
 mod scaling;
+mod schedules;
 mod schema;
 mod scope;
 mod statements;

@@ -4,12 +4,12 @@
 //! statements they run ([`ClaimStatements`] in `claim`, …): the claim (`claim`), the order of a
 //! step's writes (`commit`), intake and `buffer` (`intake`), the deliveries, the task poll,
 //! complete, fail and extend (`tasks`), the outbox, the leases, the deploy (`deployments`), the
-//! reads, the purge and the scaling counts. [`statements`] holds what every area shares: the
-//! [`Backend`], and the unit of work's own statements ([`Statements`]). Beside them: the row
-//! structs and their decoding into the store's records ([`rows`]) and the API's listings
-//! ([`listings`]). Each backend binds a statement's parameters next to its SQL; what both derive
-//! alike from a record is a function here ([`settle_fence`], [`next_attempt`],
-//! [`TaskArm::state`]).
+//! reads, the purge, the scaling counts and the schedule rows (`schedules`). [`statements`]
+//! holds what every area shares: the [`Backend`], and the unit of work's own statements
+//! ([`Statements`]). Beside them: the row structs and their decoding into the store's records
+//! ([`rows`]) and the API's listings ([`listings`]). Each backend binds a statement's parameters
+//! next to its SQL; what both derive alike from a record is a function here ([`settle_fence`],
+//! [`next_attempt`], [`TaskArm::state`]).
 //!
 //! A new operation is a script and its trait method in the area's module here, and one statement
 //! per backend in that backend's file of the same area.
@@ -28,6 +28,15 @@ macro_rules! task_columns {
     };
 }
 
+/// The columns of a [`rows::ScheduleRow`], for every statement that reads one.
+#[macro_export]
+macro_rules! schedule_columns {
+    () => {
+        "tenant, deployment, flow, version, expression, zone, next_at, last_at, last_instance,
+         paused"
+    };
+}
+
 mod claim;
 mod commit;
 mod deliveries;
@@ -42,6 +51,7 @@ mod purge;
 mod reads;
 pub mod rows;
 pub mod scaling;
+mod schedules;
 pub mod statements;
 mod store;
 mod tasks;
@@ -57,6 +67,7 @@ pub use outbox::{OutboxStatements, next_attempt};
 pub use purge::PurgeStatements;
 pub use reads::ReadStatements;
 pub use scaling::ScalingStatements;
+pub use schedules::{ScheduleStatements, ScheduleSync};
 pub use statements::{Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements};
 pub use store::SqlStore;
 pub use tasks::TaskStatements;

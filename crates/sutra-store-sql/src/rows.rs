@@ -13,7 +13,8 @@ use sutra_store::codec::{corrupt, park_id, parse_history_kind, timestamp, unsign
 use sutra_store::{
     ClaimKind, ClaimToken, Claimed, Delivery, DeliveryId, DeliveryKind, DeploymentRecord,
     DeploymentStatus, InboxAnswer, InstanceKey, InstanceRecord, Lease, OutboxEntry, OutboxId,
-    OutboxRecord, Owner, Result, SweepOutcome, TaskLock, TaskRecord, TaskState, WaitTarget,
+    OutboxRecord, Owner, Result, ScheduleRecord, SweepOutcome, TaskLock, TaskRecord, TaskState,
+    WaitTarget,
 };
 
 pub fn snapshot(json: Value) -> Result<Snapshot> {
@@ -335,6 +336,38 @@ impl LeaseRow {
             holder: self.holder,
             expires_at: timestamp(self.expires_at)?,
             epoch: self.epoch,
+        })
+    }
+}
+
+/// A schedule row, as every statement of the `schedules` table returns it.
+#[derive(sqlx::FromRow)]
+pub struct ScheduleRow {
+    tenant: String,
+    deployment: String,
+    flow: String,
+    version: i64,
+    expression: String,
+    zone: String,
+    next_at: i64,
+    last_at: Option<i64>,
+    last_instance: Option<String>,
+    paused: bool,
+}
+
+impl ScheduleRow {
+    pub fn decode(self) -> Result<ScheduleRecord> {
+        Ok(ScheduleRecord {
+            tenant: self.tenant,
+            deployment: self.deployment,
+            flow: self.flow,
+            version: unsigned(self.version, "a schedule's version")?,
+            expression: self.expression,
+            zone: self.zone,
+            next_at: timestamp(self.next_at)?,
+            last_at: self.last_at.map(timestamp).transpose()?,
+            last_instance: self.last_instance,
+            paused: self.paused,
         })
     }
 }

@@ -39,6 +39,7 @@ use crate::outbox::OutboxStatements;
 use crate::purge::PurgeStatements;
 use crate::reads::ReadStatements;
 use crate::scaling::ScalingStatements;
+use crate::schedules::ScheduleStatements;
 use crate::tasks::TaskStatements;
 
 /// Whose rows a transaction may touch. SQLite keeps no tenants apart by itself and ignores it;
@@ -116,6 +117,7 @@ pub trait Backend: Send + Sync + 'static {
         + ReadStatements
         + PurgeStatements
         + ScalingStatements
+        + ScheduleStatements
         + 'static;
 
     /// Begins a unit of work scoped to `scope`: a transaction, or (where a backend need not

@@ -13,7 +13,7 @@
 //! One file per area of the seam, each with the statements of its area, each statement's SQL
 //! beside the binding of its parameters: [`claim`] first, then
 //! [`commit`], [`intake`], [`deliveries`], [`tasks`], [`outbox`], [`leases`], [`deployments`],
-//! [`reads`] and [`purge`].
+//! [`reads`], [`purge`] and [`schedules`].
 
 mod claim;
 mod codec;
@@ -27,6 +27,7 @@ mod outbox;
 mod purge;
 mod reads;
 mod scaling;
+mod schedules;
 mod statements;
 mod tasks;
 

@@ -22,6 +22,7 @@ mod leases;
 mod outbox;
 mod purge;
 mod reads;
+mod schedules;
 mod steps;
 mod tasks;
 
@@ -36,6 +37,7 @@ pub use leases::*;
 pub use outbox::*;
 pub use purge::*;
 pub use reads::*;
+pub use schedules::*;
 pub use steps::*;
 pub use tasks::*;
 
@@ -136,6 +138,16 @@ macro_rules! conformance_tests {
             instances_list_exactly_a_parents_children_paged_by_id,
             every_call_delivery_kind_reads_back_as_asked,
             the_retirement_gate_keeps_a_version_while_a_created_child_is_on_it,
+            a_synced_schedule_is_listed_and_due_at_its_next_tick,
+            a_newer_version_replaces_the_schedule_keeping_paused_and_last_fire,
+            an_unchanged_expression_keeps_next_at_across_versions,
+            an_older_version_changes_nothing,
+            a_flow_the_new_version_no_longer_schedules_loses_its_row,
+            concurrent_syncs_leave_the_newest_versions_schedule,
+            an_advance_from_a_stale_next_at_writes_nothing,
+            a_paused_schedule_is_not_due_and_resumes,
+            pausing_an_unknown_schedule_answers_none,
+            schedules_are_tenant_scoped,
         );
     };
     (@each $fresh:expr; $($invariant:ident),+ $(,)?) => {

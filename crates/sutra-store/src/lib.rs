@@ -69,7 +69,7 @@ pub use tasks::{
 pub mod prelude {
     pub use crate::{
         Claims, Deliveries, Deployments, Groups, Intake, Leases, Outbox, Purge, Reads, Scaling,
-        Steps, Store, Tasks,
+        Schedules, Steps, Store, Tasks,
     };
 }
 
@@ -88,6 +88,7 @@ pub trait Store:
     + Reads
     + Purge
     + Scaling
+    + Schedules
     + 'static
 {
 }
@@ -105,6 +106,7 @@ impl<T> Store for T where
         + Reads
         + Purge
         + Scaling
+        + Schedules
         + 'static
 {
 }

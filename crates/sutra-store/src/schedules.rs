@@ -69,8 +69,11 @@ pub trait Schedules: Send + Sync {
     /// Makes `schedules` the schedules of `deployment`, as of `version`: a flow's row is inserted,
     /// or replaced when its stored version is older (keeping `paused` and the last fire, and
     /// keeping `next_at` unless the expression or zone changed); rows of flows not in
-    /// `schedules` are deleted. Nothing changes when a newer version is stored already, so a
-    /// replica late to load a version cannot bring its predecessor's schedule back.
+    /// `schedules` are deleted. Nothing changes when a newer version is stored already — a row
+    /// of a newer version, or a newer version of the deployment itself, even one that schedules
+    /// nothing — so a replica late to load a version cannot bring its predecessor's schedule
+    /// back; syncing the stored version again changes nothing either. Syncs of one deployment
+    /// are ordered with each other and with its deploys.
     async fn sync_schedules(
         &self,
         tenant: &str,

@@ -16,7 +16,7 @@ use crate::common::{
     OTHER_TENANT, TENANT, arming, claimed, early, emit, replica, started, task, wait,
 };
 
-const TABLES: [&str; 9] = [
+const TABLES: [&str; 10] = [
     "deployments",
     "instances",
     "waits",
@@ -26,6 +26,7 @@ const TABLES: [&str; 9] = [
     "buffered",
     "outbox",
     "history",
+    "schedules",
 ];
 
 /// Writes at least one row of every table for `tenant`, on instance `id`.
@@ -51,6 +52,16 @@ async fn populate(store: &PostgresStore, tenant: &str, id: &str) {
     store.ask(&asked).await.unwrap();
     store
         .buffer(tenant, &early(&format!("early-{id}"), "nobody-waits"))
+        .await
+        .unwrap();
+    let nightly = sutra_store::NewSchedule {
+        flow: "nightly".to_owned(),
+        expression: "cron 0 2 * * *".to_owned(),
+        zone: "UTC".to_owned(),
+        next_at: jiff::Timestamp::now(),
+    };
+    store
+        .sync_schedules(tenant, "payments", 1, &[nightly])
         .await
         .unwrap();
 }
@@ -190,6 +201,10 @@ async fn rows_written_for_another_tenant_are_refused() {
         format!(
             "INSERT INTO history VALUES ('{OTHER_TENANT}', 'i-globex', 99, 0, 'started', NULL,
                                          NULL, '{{}}')"
+        ),
+        format!(
+            "INSERT INTO schedules (tenant, deployment, flow, version, expression, zone, next_at)
+             VALUES ('{OTHER_TENANT}', 'forged', 'f', 1, 'every PT1M', 'UTC', 0)"
         ),
     ];
     for insert in forged {
