@@ -13,6 +13,7 @@ const ROUTES = [
   [/^\/deployments\/?$/, views.deployments],
   [/^\/deployments\/([^/]+)\/(\d+)$/, views.deployment],
   [/^\/tasks\/?$/, views.tasks],
+  [/^\/schedules\/?$/, views.schedules],
   [/^\/system\/?$/, views.system],
 ];
 
@@ -21,6 +22,7 @@ const NAV = [
   ['/failed', 'Failed'],
   ['/deployments', 'Deployments'],
   ['/tasks', 'Tasks'],
+  ['/schedules', 'Schedules'],
   ['/system', 'System'],
 ];
 

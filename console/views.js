@@ -663,6 +663,51 @@ export async function tasks(main, _params, query) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Schedules: the scheduled flows, when each fires next, and an operator's pause
+
+export async function schedules(main) {
+  const listed = await api('/v1/schedules');
+  const actionArea = h('div', { class: 'action-area' });
+  const toggle = async (sched) => {
+    const label = sched.paused ? 'Resume' : 'Pause';
+    const name = `${sched.deployment}/${sched.flow}`;
+    const consequence = sched.paused
+      ? 'Its next due tick fires at the scheduler\'s next look; ticks missed in the pause fire as its catch-up says.'
+      : 'No tick fires, on any replica, until it is resumed.';
+    replace(actionArea);
+    if (!(await confirmAction(`${label} this schedule?`, h('p', {}, `${label} `, h('code', {}, name), '. ', consequence), label))) return;
+    try {
+      const path = `/v1/schedules/${encodeURIComponent(sched.deployment)}/${encodeURIComponent(sched.flow)}/${sched.paused ? 'resume' : 'pause'}`;
+      const answer = await api(path, { method: 'POST' });
+      notify(`${name} is ${answer.paused ? 'paused' : 'running'}.`);
+      await schedules(main);
+    } catch (error) {
+      replace(actionArea, problemBox(error));
+    }
+  };
+  replace(
+    main,
+    title('Schedules'),
+    h('p', {}, 'Flows the engine starts by itself, one instance per tick across the fleet (',
+      h('code', {}, 'start: { schedule }'), ').'),
+    actionArea,
+    table('Schedules', ['Deployment', 'Flow', 'Schedule', 'Time zone', 'Next tick', 'Last tick', 'Last instance', 'State', ''],
+      listed.items.map((sched) => [
+        h('a', { href: `/deployments/${encodeURIComponent(sched.deployment)}/${sched.version}` }, `${sched.deployment} v${sched.version}`),
+        sched.flow,
+        h('code', {}, sched.expression),
+        sched.timezone,
+        sched.next_at ? when(sched.next_at) : 'never',
+        sched.last_at ? when(sched.last_at) : '—',
+        sched.last_instance ? h('a', { href: `/instances/${sched.last_instance}`, class: 'mono' }, sched.last_instance) : '—',
+        badge(sched.paused ? 'paused' : 'running'),
+        h('button', { type: 'button', onclick: () => toggle(sched) }, sched.paused ? 'Resume' : 'Pause'),
+      ]),
+      'No schedules: no active deployment version has a flow with start: { schedule }.'),
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
 // System: replicas and leases, and the live figures
 
 function stepsTotal(metrics) {

@@ -568,6 +568,37 @@ test('a scope is drawn as a box, a handler on a dotted edge, and the compensatio
   await page.context().close();
 });
 
+test('the schedules page lists a schedule with its last instance, and pauses it', async () => {
+  await sutra.deploy(`
+name: clock
+flows:
+  tick:
+    start: { schedule: { every: PT1S, overlap: allow, input: { at: "= tick" } } }
+    nodes:
+      - id: done
+        end: {}
+`);
+  await sutra.until('a tick', async () => (await sutra.call('GET', '/v1/schedules')).body.items.find((x) => x.last_instance));
+  const page = await openPage(sutra.url);
+  await page.goto(`${sutra.url}/`);
+  await page.getByRole('link', { name: 'Schedules' }).click();
+  await page.getByRole('heading', { level: 1, name: 'Schedules' }).waitFor();
+  const row = page.getByRole('table', { name: 'Schedules' }).locator('tbody tr', { hasText: 'clock v1' });
+  assert.match(await row.textContent(), /tick.*every PT1S.*UTC.*running/);
+  assert.equal(await row.locator('a.mono').count(), 1, 'the last instance is linked');
+  await assertAccessible(page, 'the schedules page');
+  await page.screenshot({ path: join(SHOTS, 'schedules.png'), fullPage: true });
+
+  await row.getByRole('button', { name: 'Pause' }).click();
+  const dialog = page.getByRole('dialog', { name: 'Pause this schedule?' });
+  await dialog.getByRole('button', { name: 'Pause' }).click();
+  await page.getByRole('table', { name: 'Schedules' }).locator('tbody tr', { hasText: 'paused' }).waitFor();
+  const listed = await sutra.call('GET', '/v1/schedules');
+  assert.equal(listed.body.items.find((x) => x.deployment === 'clock').paused, true, 'paused through the API');
+  assert.deepEqual(page.errors, [], 'no errors in the browser console');
+  await page.context().close();
+});
+
 test('with API tokens the console asks for one, reads nothing without it, and sends it as Bearer', async () => {
   const tokens = `acme:admin:${ADMIN_TOKEN}; acme:worker:${WORKER_TOKEN}`;
   const guarded = await new Sutra({ SUTRA_AUTH_TOKENS: tokens }).start();

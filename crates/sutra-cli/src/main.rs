@@ -20,6 +20,7 @@ mod migrate;
 mod output;
 mod remote;
 mod restore;
+mod schedules;
 mod send;
 mod serve;
 mod tasks;
@@ -89,6 +90,9 @@ enum Command {
     Tasks(tasks::Command),
     /// Show who leads which singleton role (timers, the sweep, the purger, singleton channels).
     Leases,
+    /// List scheduled flows, and pause or resume one.
+    #[command(subcommand)]
+    Schedules(schedules::Command),
 }
 
 fn main() -> ExitCode {
@@ -111,6 +115,7 @@ fn main() -> ExitCode {
         Command::Cancel(instance) => remote::run(server, json, |c| cancel::run(instance, c)),
         Command::Tasks(command) => remote::run(server, json, |c| tasks::run(command, c)),
         Command::Leases => remote::run(server, json, leases::run),
+        Command::Schedules(command) => remote::run(server, json, |c| schedules::run(command, c)),
         Command::Migrate(args) => remote::run(server, json, |c| migrate::run(args, c)),
         Command::Deployments(command) => {
             remote::run(server, json, |c| deployments::run(command, c))

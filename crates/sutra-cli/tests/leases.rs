@@ -45,11 +45,12 @@ flows:
 "#;
 
 /// Every role of a fleet running [`BANK`].
-const ROLES: [&str; 5] = [
+const ROLES: [&str; 6] = [
     "channel:default:bank-replies",
     "history-purger",
     "instance-sweeper",
     "retirement-gate",
+    "scheduler",
     "timers",
 ];
 
@@ -408,7 +409,7 @@ async fn on_one_sqlite_file_every_process_leads_and_deployments_converge_by_poll
         table.starts_with("no leases:")
             && table.ends_with(
                 "replica file-b leads channel:default:bank-replies, history-purger, \
-                 instance-sweeper, retirement-gate, timers\n"
+                 instance-sweeper, retirement-gate, scheduler, timers\n"
             ),
         "{table}"
     );

@@ -13,8 +13,8 @@ use sutra_testkit::{Bearer, Server, serve, until_ok};
 const ACME: &str = "acme-all-roles-0123456789abcdef";
 const GLOBEX: &str = "globex-all-roles-0123456789abcdef";
 
-/// `pay` waits on a relay, `pick` is a task, `broken` fails the instance: every kind of row a
-/// tenant can hold.
+/// `pay` waits on a relay, `pick` is a task, `broken` fails the instance, `nightly` is a
+/// schedule: every kind of row a tenant can hold.
 const SHOP: &str = r#"
 name: shop
 channels:
@@ -44,6 +44,11 @@ flows:
         fail: { code: ORDER.BROKEN, detail: "= 'broken ' + vars.input.id" }
       - id: expired
         fail: { code: ORDER.EXPIRED, detail: "= 'unpaid ' + vars.input.id" }
+  nightly:
+    start: { schedule: { cron: "0 2 * * *" } }
+    nodes:
+      - id: tally
+        end: {}
 "#;
 
 /// Tenant A's rows, as tenant A's token sees them.
@@ -68,6 +73,7 @@ async fn acme_with_every_kind_of_row(acme: &Bearer) -> Acme {
     parked_on_payment(acme, &picking).await;
     let (status, body) = acme.send("payments", "p-3", json!({"order": "o3"})).await;
     assert_eq!(status, 202, "{body}");
+    scheduled(acme, 2).await;
     let poll = json!({"worker": "acme-worker", "topics": ["pick"], "wait": "PT10S"});
     let (status, tasks) = acme.post_json("/v1/tasks/poll", &poll).await;
     assert_eq!(status, 200, "{tasks}");
@@ -80,6 +86,18 @@ async fn acme_with_every_kind_of_row(acme: &Bearer) -> Acme {
         task: task["id"].as_str().unwrap().to_owned(),
         lock_token: task["lock_token"].as_str().unwrap().to_owned(),
     }
+}
+
+/// Waits until the holder's `nightly` schedule is version `version`'s: the scheduler writes it
+/// after the deploy.
+async fn scheduled(holder: &Bearer, version: u32) {
+    until_ok(async || {
+        let (_, listed) = holder.get("/v1/schedules").await;
+        (listed["items"][0]["version"] == json!(version))
+            .then_some(())
+            .ok_or_else(|| format!("version {version}'s schedule never listed: {listed}"))
+    })
+    .await;
 }
 
 async fn started(holder: &Bearer, event: &str, data: Value) -> String {
@@ -107,6 +125,7 @@ async fn everything_acme_sees(acme: &Bearer, rows: &Acme) -> Vec<Value> {
         "/v1/deployments/shop/2".to_owned(),
         "/v1/instances".to_owned(),
         "/v1/tasks".to_owned(),
+        "/v1/schedules".to_owned(),
     ];
     for id in [&rows.waiting, &rows.failed, &rows.picking] {
         for tail in ["", "/history", "/outbox"] {
@@ -154,6 +173,7 @@ async fn no_api_call_and_no_raw_query_of_one_tenant_reads_or_changes_anothers_ro
 
     b_deploys_beside_a_and_never_over_it(&globex).await;
     b_lists_only_its_own_rows(&globex, &rows).await;
+    b_pauses_only_its_own_schedule(&globex).await;
     b_cannot_show_or_administer_as_instances(&globex, &rows).await;
     b_cannot_take_or_answer_as_tasks(&globex, &rows).await;
     b_cannot_relay_to_or_replay_as_messages(&globex, &rows).await;
@@ -216,6 +236,23 @@ async fn b_lists_only_its_own_rows(globex: &Bearer, rows: &Acme) {
             "{list}"
         );
     }
+}
+
+/// B's schedule of the same name is its own: pausing it leaves A's running (A's view, compared
+/// at the end, still says so).
+async fn b_pauses_only_its_own_schedule(globex: &Bearer) {
+    scheduled(globex, 1).await;
+    let (status, body) = globex.post("/v1/schedules/shop/nightly/pause").await;
+    assert_eq!(
+        (status, &body["paused"], &body["version"]),
+        (200, &json!(true), &json!(1)),
+        "{body}"
+    );
+    assert_not_found(
+        globex.post("/v1/schedules/shop/order/pause").await,
+        "SUTRA.SCHEDULE.NOT_FOUND",
+        "a flow with no schedule",
+    );
 }
 
 async fn b_cannot_show_or_administer_as_instances(globex: &Bearer, rows: &Acme) {
@@ -285,7 +322,7 @@ async fn b_cannot_relay_to_or_replay_as_messages(globex: &Bearer, rows: &Acme) {
     assert_ne!(body["instance"], json!(rows.waiting), "{body}");
 }
 
-const TABLES: [&str; 9] = [
+const TABLES: [&str; 10] = [
     "deployments",
     "instances",
     "waits",
@@ -295,6 +332,7 @@ const TABLES: [&str; 9] = [
     "buffered",
     "outbox",
     "history",
+    "schedules",
 ];
 
 /// The serving role with `sutra.tenant` declared as B (as the store declares it) or as the

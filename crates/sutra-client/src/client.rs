@@ -21,8 +21,8 @@ use crate::duration::iso8601;
 use crate::error::{ApiError, InvalidUrl, TransportError};
 use crate::types::{
     Accepted, CloudEvent, CompleteItem, Deployment, HistoryEvent, Instance, InstanceQuery,
-    ItemResult, Leases, LockExtended, LockedTask, Page, PollRequest, Problem, Readiness, Sent,
-    StatusChange, TaskFailure, TaskQuery, TaskState, TaskSummary,
+    ItemResult, Leases, LockExtended, LockedTask, Page, PollRequest, Problem, Readiness, Schedule,
+    Schedules, Sent, StatusChange, TaskFailure, TaskQuery, TaskState, TaskSummary,
 };
 
 /// How long any call but a poll may take: far above a healthy answer, short enough that a
@@ -239,6 +239,23 @@ impl Client {
     /// Who leads which singleton role, and what the answering replica leads.
     pub async fn leases(&self) -> Result<Leases, ApiError> {
         self.get(self.url(&["v1", "leases"])).await
+    }
+
+    /// The tenant's scheduled flows: when each fires next and what it fired last.
+    pub async fn schedules(&self) -> Result<Schedules, ApiError> {
+        self.get(self.url(&["v1", "schedules"])).await
+    }
+
+    /// Pauses (`paused`) or resumes a deployment's schedule of `flow`; answers the schedule.
+    pub async fn pause_schedule(
+        &self,
+        deployment: &str,
+        flow: &str,
+        paused: bool,
+    ) -> Result<Schedule, ApiError> {
+        let action = if paused { "pause" } else { "resume" };
+        self.post(&["v1", "schedules", deployment, flow, action], None::<&()>)
+            .await
     }
 
     /// Locks up to `max` tasks of the given topics, waiting up to `wait` for the first one.

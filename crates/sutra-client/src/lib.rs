@@ -45,7 +45,7 @@ pub use types::{
     Accepted, BulkAnswer, BulkBody, BulkFilter, BulkResult, COMPLETE_BATCH_MAX, CloudEvent,
     CompleteItem, Deployment, Diagnostic, Extra, Failure, HistoryEvent, Instance, InstanceQuery,
     ItemResult, Lease, Leases, LockExtended, LockedTask, OutboxMessage, Page, PollRequest, Problem,
-    Readiness, Retirement, Sent, StatusChange, TaskFailure, TaskQuery, TaskState, TaskSummary,
-    Token, Violation,
+    Readiness, Retirement, Schedule, Schedules, Sent, StatusChange, TaskFailure, TaskQuery,
+    TaskState, TaskSummary, Token, Violation,
 };
 pub use worker::{Task, TaskError, Worker, codes};

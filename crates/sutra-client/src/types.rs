@@ -13,7 +13,8 @@ pub use sutra_wire::{
     Accepted, BulkAnswer, BulkBody, BulkFilter, BulkResult, COMPLETE_BATCH_MAX, CompleteItem,
     Deployment, Diagnostic, Extra, Failure, HistoryEvent, Instance, InstanceQuery, ItemResult,
     Lease, Leases, LockExtended, LockedTask, OutboxMessage, Page, Problem, Readiness, Retirement,
-    StatusChange, Take, TaskFailure, TaskQuery, TaskState, TaskSummary, Token, Violation,
+    Schedule, Schedules, StatusChange, Take, TaskFailure, TaskQuery, TaskState, TaskSummary, Token,
+    Violation,
 };
 
 /// A CloudEvents 1.0 event to send on an `http` channel. `id` is the deduplication key.

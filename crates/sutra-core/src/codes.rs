@@ -130,6 +130,9 @@ codes! {
     INSTANCE_NOT_FOUND = ("SUTRA.INSTANCE.NOT_FOUND", 404, false,
         "Instance not found",
         "No instance has this id in your tenant. Check the id with `sutra instances list`.");
+    SCHEDULE_NOT_FOUND = ("SUTRA.SCHEDULE.NOT_FOUND", 404, false,
+        "Schedule not found",
+        "No flow of this deployment's active version in your tenant has a schedule. List them with `sutra schedules list` (`GET /v1/schedules`).");
     ADMIN_STATE_INVALID = ("SUTRA.ADMIN.STATE.INVALID", 409, false,
         "Operation not allowed in this state",
         "The instance's status does not allow this operation (only `failed` instances can be restored; ended instances cannot be cancelled).");

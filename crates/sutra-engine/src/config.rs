@@ -50,6 +50,9 @@ pub struct EngineConfig {
     /// How often the `retirement-gate` leader looks for draining versions to retire
     /// (`sutra.deployments.retire-interval`).
     pub retire_interval: SignedDuration,
+    /// How often the `scheduler` leader looks for due schedule ticks (`sutra.schedules.poll`);
+    /// a deploy here wakes it at once.
+    pub schedules_poll: SignedDuration,
     /// Items a `for-each` loops over at most (`sutra.for-each.max-items`): past it the instance
     /// fails with `SUTRA.RUNTIME.FOR_EACH.TOO_MANY_ITEMS`. A loop's items and results live in
     /// its snapshot, rewritten by every step of the loop.
@@ -85,6 +88,7 @@ impl Default for EngineConfig {
             history_retention: SignedDuration::from_hours(7 * 24),
             purge_interval: SignedDuration::from_mins(1),
             retire_interval: SignedDuration::from_mins(1),
+            schedules_poll: SignedDuration::from_secs(1),
             for_each_max_items: sutra_core::step::FOR_EACH_ITEMS_DEFAULT,
             call_max_depth: sutra_core::step::CALL_DEPTH_DEFAULT,
             brokers: Vec::new(),
@@ -130,6 +134,7 @@ impl EngineConfig {
             ("sutra.history.retention", self.history_retention),
             ("sutra.history.purge-interval", self.purge_interval),
             ("sutra.deployments.retire-interval", self.retire_interval),
+            ("sutra.schedules.poll", self.schedules_poll),
         ] {
             positive(key, duration)?;
         }

@@ -108,6 +108,7 @@ impl Deployments {
         let live = Arc::new(self.live.get().with(versions));
         self.lanes.activate(&live).await?;
         self.live.set(live);
+        self.shared.schedules_changed.notify_one();
         Ok(())
     }
 

@@ -24,6 +24,7 @@ use crate::leadership::{self, Leadership, RoleLoops};
 use crate::outbox::Sender;
 use crate::registry::{Current, Live};
 use crate::request::{Completion, StepOutcome};
+use crate::scheduler;
 use crate::shared::Shared;
 use crate::tasks::{self, PollRequest, Take};
 use crate::{answers, bulk, converge, deliveries, history, metrics, outbox, retirement, sweep};
@@ -85,6 +86,7 @@ impl Engine {
         sweep::spawn(&roles, &shared, &admin);
         history::spawn(&roles, &shared);
         retirement::spawn(&roles, &shared);
+        scheduler::spawn(&roles, &shared, &lanes, &live);
         let (shutdown, _) = watch::channel(false);
         let mut background = converge::spawn(&shared, &deployments, &shutdown);
         background.extend(answers::spawn(&shared, &shutdown));

@@ -18,6 +18,9 @@
 //! `child-ended` is reached as the dispatcher takes a called instance's report to its caller:
 //! after the child's final commit, before the caller's step that takes the report.
 //!
+//! `tick-started` is reached once a schedule's tick has started its instance (the start
+//! committed), before the schedule's row records the tick as fired.
+//!
 //! `apply-task-outcome` and `apply-relay` are reached only by a step about to apply a task's
 //! outcome (completed, failed, exhausted) or a relayed message: `apply-task-outcome@*:panic` is a
 //! step that always fails on one kind of delivery, for the delivery ceiling's tests
@@ -45,6 +48,7 @@ pub const POINTS: &[&str] = &[
     "before-broker-ack",
     "apply-task-outcome",
     "apply-relay",
+    "tick-started",
 ];
 
 /// The fault points of a step about to apply a task's outcome or a relayed message: the crash

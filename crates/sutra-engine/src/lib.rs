@@ -40,9 +40,11 @@
 //!    asked row, with look-again and `recover`, SPEC §5.6, and the dispatch mark, which poisons
 //!    the instance of a delivery that keeps dying with its dispatcher), `sweep` (the
 //!    stuck-instance sweep, which poisons instances whose durable claims it keeps clearing) and
-//!    [`bulk`] (bulk repair). The dispatcher (`timers`), the sweep (`instance-sweeper`),
-//!    `history`'s purger (`history-purger`) and the retirement gate (`retirement-gate`) run only
-//!    while this replica leads their role.
+//!    [`bulk`] (bulk repair), and `scheduler` (a start at each tick of each scheduled flow,
+//!    exactly once through the inbox, decision 0056). The dispatcher (`timers`), the sweep
+//!    (`instance-sweeper`), `history`'s purger (`history-purger`), the retirement gate
+//!    (`retirement-gate`) and the scheduler (`scheduler`) run only while this replica leads
+//!    their role.
 //! 9. `converge`: deployments made through another replica, loaded and activated here.
 //! 10. The top: [`Engine`], the facade that composes the parts and hands each call on.
 //!
@@ -77,6 +79,7 @@ pub mod registry;
 mod request;
 mod retirement;
 pub mod runner;
+mod scheduler;
 pub mod settle;
 mod shared;
 mod step_rows;

@@ -26,6 +26,7 @@ pub const INSTANCES: &str = "sutra_instances";
 pub const CLAIMS_IN_FLIGHT: &str = "sutra_claims_in_flight";
 pub const POLLS_WAITING: &str = "sutra_task_polls_waiting";
 pub const DELIVERY_FAILURES: &str = "sutra_delivery_failures_total";
+pub const SCHEDULE_TICKS: &str = "sutra_schedule_ticks_total";
 
 /// Every series the engine exports.
 pub const SERIES: &[&str] = &[
@@ -44,6 +45,7 @@ pub const SERIES: &[&str] = &[
     CLAIMS_IN_FLIGHT,
     POLLS_WAITING,
     DELIVERY_FAILURES,
+    SCHEDULE_TICKS,
 ];
 
 /// The series of [`SERIES`] that appear with their first value: their label (a step's `flow`, a
@@ -66,6 +68,42 @@ pub fn register() {
         let (path, outcome) = failure.labels();
         counter!(DELIVERY_FAILURES, "path" => path, "outcome" => outcome).increment(0);
     }
+    for outcome in TickOutcome::ALL {
+        counter!(SCHEDULE_TICKS, "outcome" => outcome.label()).increment(0);
+    }
+}
+
+/// What the scheduler did with a due tick (the `outcome` label of [`SCHEDULE_TICKS`],
+/// docs/decisions/0056).
+#[derive(Debug, Clone, Copy)]
+pub enum TickOutcome {
+    /// An instance was started (or found started by an earlier leader).
+    Fired,
+    /// Skipped by `overlap: skip`: the last instance still runs.
+    Overlapped,
+    /// Missed while no replica led the role, and not caught up.
+    Missed,
+}
+
+impl TickOutcome {
+    const ALL: [TickOutcome; 3] = [
+        TickOutcome::Fired,
+        TickOutcome::Overlapped,
+        TickOutcome::Missed,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            TickOutcome::Fired => "fired",
+            TickOutcome::Overlapped => "overlapped",
+            TickOutcome::Missed => "missed",
+        }
+    }
+}
+
+/// A due tick the scheduler fired or skipped.
+pub(crate) fn schedule_tick(outcome: TickOutcome) {
+    counter!(SCHEDULE_TICKS, "outcome" => outcome.label()).increment(1);
 }
 
 /// What followed a failed step of a delivery or a broker message (the `path` and `outcome`

@@ -145,6 +145,19 @@ impl Live {
             .get(name)
     }
 
+    /// Every active version: tenant, deployment name, version and its definition.
+    pub fn active(&self) -> impl Iterator<Item = (&str, &str, u32, &Deployment)> {
+        self.active.iter().filter_map(|((tenant, name), &version)| {
+            let deployment = self.version(tenant, name, version)?;
+            Some((tenant.as_str(), name.as_str(), version, deployment.as_ref()))
+        })
+    }
+
+    /// A loaded version, active or draining.
+    pub fn loaded(&self, tenant: &str, name: &str, version: u32) -> Option<&Arc<Deployment>> {
+        self.version(tenant, name, version)
+    }
+
     fn version(&self, tenant: &str, name: &str, version: u32) -> Option<&Arc<Deployment>> {
         self.versions
             .get(&(tenant.to_owned(), name.to_owned(), version))

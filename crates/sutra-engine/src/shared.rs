@@ -23,6 +23,8 @@ pub(crate) struct Shared {
     pub deliveries_due: Notify,
     /// Wakes the outbox worker: a commit wrote outbox rows.
     pub outbox_due: Notify,
+    /// Wakes the scheduler: a version was activated here, whose schedules it writes.
+    pub schedules_changed: Notify,
     /// Wakes every long-poll: a task may have become available (a commit armed one, a failed
     /// attempt was rescheduled).
     pub tasks: Arc<Availability>,
@@ -39,6 +41,7 @@ impl Shared {
             settle: SettleRegistry::default(),
             deliveries_due: Notify::new(),
             outbox_due: Notify::new(),
+            schedules_changed: Notify::new(),
             tasks: Arc::default(),
             waiting: Waiting::default(),
         }

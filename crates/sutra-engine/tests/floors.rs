@@ -46,7 +46,15 @@ const FLOORS: &[&[&str]] = &[
     // 7. The lanes, and the administrative executor.
     &["lane", "admin"],
     // 8. The parts on top of the lanes and the executor.
-    &["intake", "tasks", "deploy", "deliveries", "sweep", "bulk"],
+    &[
+        "intake",
+        "tasks",
+        "deploy",
+        "deliveries",
+        "sweep",
+        "bulk",
+        "scheduler",
+    ],
     // 9. Deployments made through other replicas.
     &["converge"],
     // 10. The facade.

@@ -54,6 +54,7 @@ const KEYS: &[(&str, Option<&str>)] = &[
     // How often the replica leading `history-purger` looks for history past the retention.
     ("sutra.history.purge-interval", Some("PT1M")),
     ("sutra.deployments.retire-interval", Some("PT1M")),
+    ("sutra.schedules.poll", Some("PT1S")),
     ("sutra.outbox.batch", Some("100")),
     // The first retry's delay after a failed send; it doubles per failure, up to five minutes.
     ("sutra.outbox.backoff", Some("PT1S")),
@@ -266,6 +267,7 @@ impl Sources {
             history_retention: self.parsed("sutra.history.retention", duration)?,
             purge_interval: self.parsed("sutra.history.purge-interval", duration)?,
             retire_interval: self.parsed("sutra.deployments.retire-interval", duration)?,
+            schedules_poll: self.parsed("sutra.schedules.poll", duration)?,
             brokers: brokers.configured(),
             ..EngineConfig::default()
         };

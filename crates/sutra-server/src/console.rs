@@ -46,7 +46,14 @@ const ASSETS: &[(&str, &str, &str)] = &[
 const INDEX: &str = include_str!("../../../console/index.html");
 
 /// The paths the console routes in the browser: each answers its page.
-const PAGES: &[&str] = &["instances", "failed", "deployments", "tasks", "system"];
+const PAGES: &[&str] = &[
+    "instances",
+    "failed",
+    "deployments",
+    "tasks",
+    "schedules",
+    "system",
+];
 
 /// Scripts, styles and connections from this origin only; nothing inline.
 const POLICY: &str = "default-src 'self'; img-src 'self' data:; object-src 'none'; \

@@ -10,7 +10,8 @@ use sutra_core::diagnostic::Diagnostic;
 use sutra_core::snapshot::{Token, TokenState};
 use sutra_core::step::HistoryEvent;
 use sutra_store::{
-    DeploymentRecord, InstanceRecord, Lease, LockedTask, OutboxRecord, TaskRecord, TaskState,
+    DeploymentRecord, InstanceRecord, Lease, LockedTask, OutboxRecord, ScheduleRecord, TaskRecord,
+    TaskState,
 };
 use sutra_wire::Extra;
 
@@ -237,6 +238,21 @@ pub fn task_summary(record: &TaskRecord) -> sutra_wire::TaskSummary {
         worker: record.worker.clone(),
         lock_expires_at: record.locked_until.as_ref().map(Timestamp::to_string),
         created_at: record.created_at.to_string(),
+        extra: Extra::new(),
+    }
+}
+
+pub fn schedule(record: &ScheduleRecord) -> sutra_wire::Schedule {
+    sutra_wire::Schedule {
+        deployment: record.deployment.clone(),
+        flow: record.flow.clone(),
+        version: record.version,
+        expression: record.expression.clone(),
+        timezone: record.zone.clone(),
+        next_at: (record.next_at != Timestamp::MAX).then(|| record.next_at.to_string()),
+        last_at: record.last_at.map(|at| at.to_string()),
+        last_instance: record.last_instance.clone(),
+        paused: record.paused,
         extra: Extra::new(),
     }
 }

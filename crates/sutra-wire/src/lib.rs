@@ -23,6 +23,7 @@ mod instances;
 mod intake;
 mod leases;
 mod problem;
+mod schedules;
 mod tasks;
 
 use serde::{Deserialize, Serialize};
@@ -39,6 +40,7 @@ pub use instances::{
 pub use intake::Accepted;
 pub use leases::{Lease, Leases};
 pub use problem::{Problem, Violation};
+pub use schedules::{Schedule, Schedules};
 pub use tasks::{
     COMPLETE_BATCH_MAX, CompleteBody, CompleteItem, CompletedBatch, ExtendBody, FailBody,
     ItemResult, LockExtended, LockedTask, PollBody, ReleaseBody, Take, TaskFailure, TaskQuery,

@@ -195,6 +195,20 @@ fn leases_and_probes_keep_their_shapes() {
 }
 
 #[test]
+fn schedules_keep_their_shape() {
+    let schedules: Schedules = round_trip(json!({
+        "items": [{
+            "deployment": "reports", "flow": "nightly-report", "version": 3,
+            "expression": "cron 0 2 * * *", "timezone": "Europe/Berlin",
+            "next_at": "2026-12-06T01:00:00Z", "last_at": "2026-12-05T01:00:00Z",
+            "last_instance": "0193a0c4-7f00-7000-8000-000000000001", "paused": false,
+        }],
+        "next": null,
+    }));
+    assert!(schedules.extra.is_empty() && schedules.items[0].extra.is_empty());
+}
+
+#[test]
 fn queries_read_what_the_query_string_carries() {
     let query: InstanceQuery =
         serde_json::from_value(json!({"status": "failed", "limit": 5})).unwrap();

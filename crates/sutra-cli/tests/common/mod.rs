@@ -94,6 +94,7 @@ impl Timing {
             .sweep_interval(self.sweep_interval)
             .leases(self.lease_ttl, self.lease_poll)
             .env("SUTRA_OUTBOX_BACKOFF", "PT0.1S")
+            .env("SUTRA_SCHEDULES_POLL", "PT0.2S")
     }
 
     /// How long after its last fault a fleet has to finish everything left: a dead holder's
@@ -686,11 +687,12 @@ pub async fn assert_nothing_stranded(admin_url: &str) {
 
 /// The roles every fleet elects a leader for (SPEC §6); channel roles exist only for singleton
 /// channels, which this workload has none of.
-const ROLES: [&str; 4] = [
+const ROLES: [&str; 5] = [
     "timers",
     "instance-sweeper",
     "history-purger",
     "retirement-gate",
+    "scheduler",
 ];
 
 /// Whether the lease check ran.
