@@ -15,12 +15,12 @@
 use std::panic::AssertUnwindSafe;
 
 use futures_util::FutureExt;
-use sutra_store::{Group, LockedTask};
+use sutra_store::{ClaimAhead, Group, LockedTask};
 use tokio::sync::oneshot;
 use tracing::warn;
 
 use crate::error::Error;
-use crate::request::{Completion, StepOutcome, StepRequest};
+use crate::request::{Completion, StepOutcome, StepRequest, Work};
 use crate::runner::{Stepper, fails_clean};
 use crate::written::Written;
 use crate::{fault, history_log, metrics, test_switches};
@@ -49,6 +49,35 @@ impl Member {
         match self {
             Member::Step(request, _) => &request.key.tenant,
             Member::Complete(completion, _) => &completion.tenant,
+        }
+    }
+
+    /// The instance the member acts on, if it names one.
+    fn instance(&self) -> Option<&str> {
+        match self {
+            Member::Step(request, _) => Some(&request.key.id),
+            Member::Complete(completion, _) => sutra_store::task_instance(&completion.task),
+        }
+    }
+
+    /// The claim the member will ask for as its first statement, if any: a start inserts its
+    /// instance, and a completion not resumed in place claims nothing.
+    fn claim(&self) -> Option<ClaimAhead<'_>> {
+        match self {
+            Member::Step(request, _) => match request.work {
+                Work::Start { .. } => None,
+                Work::Resume { .. } | Work::Migrate { .. } | Work::Poison { .. } => {
+                    Some(ClaimAhead {
+                        instance: &request.key.id,
+                        completing: None,
+                    })
+                }
+            },
+            Member::Complete(completion, _) if completion.in_place => Some(ClaimAhead {
+                instance: sutra_store::task_instance(&completion.task)?,
+                completing: Some((&completion.task, &completion.lock_token)),
+            }),
+            Member::Complete(..) => None,
         }
     }
 
@@ -234,6 +263,9 @@ async fn together(stepper: &Stepper<'_>, members: &[Member]) -> Result<Vec<Ran>,
         .group(first.tenant())
         .await
         .map_err(|error| Unclean::Group(error.into()))?;
+    claim_ahead(stepper, &mut *group, members)
+        .await
+        .map_err(|error| Unclean::Group(error.into()))?;
     let mut ran: Vec<Ran> = Vec::with_capacity(members.len());
     let written = write_members(stepper, &mut *group, members, &mut ran).await;
     // The crash tests' points around a commit of several members; a group of one is any step's.
@@ -266,6 +298,36 @@ async fn together(stepper: &Stepper<'_>, members: &[Member]) -> Result<Vec<Ran>,
             Err(unclean)
         }
     }
+}
+
+/// Takes the claims the group's members will ask for in one statement (issue 35), rather than
+/// one each as its turn comes: those of the first member's tenant — the one the group acts for
+/// until a member declares another — whose instance no other member of the group names, since
+/// a second step on one instance must claim what the first wrote. Fewer than two save nothing.
+async fn claim_ahead(
+    stepper: &Stepper<'_>,
+    group: &mut dyn Group,
+    members: &[Member],
+) -> Result<(), sutra_store::Error> {
+    let Some(first) = members.first() else {
+        return Ok(());
+    };
+    let tenant = first.tenant();
+    let named: Vec<Option<&str>> = members.iter().map(Member::instance).collect();
+    let once = |instance: &str| named.iter().filter(|n| **n == Some(instance)).count() == 1;
+    let ahead: Vec<ClaimAhead<'_>> = members
+        .iter()
+        .filter(|member| member.tenant() == tenant)
+        .filter_map(Member::claim)
+        .filter(|claim| once(claim.instance))
+        .collect();
+    if ahead.len() < 2 {
+        return Ok(());
+    }
+    let config = &stepper.shared.config;
+    group
+        .claim_ahead(tenant, stepper.owner, config.claim_timeout, &ahead)
+        .await
 }
 
 /// Each member in order, stopping at the first that may have left itself half written.

@@ -6,8 +6,8 @@
 use std::sync::LazyLock;
 
 use jiff::SignedDuration;
-use sutra_store::{ClaimToken, Result};
-use sutra_store_sql::rows::{ClaimedRow, CompletedRow, SweptRow};
+use sutra_store::{ClaimAhead, ClaimToken, Owner, Result};
+use sutra_store_sql::rows::{AheadRow, ClaimedRow, CompletedRow, SweptRow};
 use sutra_store_sql::{ClaimStatements, NewClaim};
 
 use crate::codec::{age, db};
@@ -118,6 +118,59 @@ impl ClaimStatements for Scoped {
             }) => (Some(claimed), Some(CompletedRow { instance, park })),
             Some(Row { claimed, .. }) => (Some(claimed), None),
         })
+    }
+
+    /// One statement for a group's claims: the rows locked in id order, skipping those another
+    /// transaction holds, the completions' tasks completed only under a claim taken, and a row
+    /// per instance asked for, saying whether it exists (a skipped row's refusal: held).
+    async fn lock_claimables(
+        &mut self,
+        tenant: &str,
+        owner: &Owner,
+        timeout: SignedDuration,
+        ahead: &[ClaimAhead<'_>],
+    ) -> Result<Vec<AheadRow>> {
+        static SQL: LazyLock<String> = LazyLock::new(|| {
+            test_switches::lock_claimable(
+                "WITH wanted AS (
+                     SELECT * FROM unnest($3::text[], $5::text[], $6::text[]) AS w(id, task, token)),
+                 claimed AS (
+                     SELECT id, fence, snapshot, held_by FROM instances
+                     WHERE tenant = $2 AND id = ANY($3::text[])
+                       AND (owner IS NULL OR owner = $1 OR claimed_at < sutra_now() - $4)
+                     ORDER BY id
+                     FOR NO KEY UPDATE SKIP LOCKED),
+                 completed AS (
+                     UPDATE tasks SET state = 'completed', lock_token = NULL,
+                                      locked_until = NULL, updated_at = sutra_now()
+                     FROM wanted JOIN claimed ON claimed.id = wanted.id
+                     WHERE tasks.tenant = $2 AND tasks.id = wanted.task
+                       AND tasks.state = 'locked' AND tasks.lock_token = wanted.token
+                       AND tasks.locked_until > sutra_now()
+                     RETURNING tasks.instance, tasks.park)
+                 SELECT wanted.id AS instance, claimed.fence, claimed.snapshot, claimed.held_by,
+                        completed.park,
+                        claimed.id IS NOT NULL OR EXISTS (
+                            SELECT 1 FROM instances
+                            WHERE instances.tenant = $2 AND instances.id = wanted.id) AS present
+                 FROM wanted
+                 LEFT JOIN claimed ON claimed.id = wanted.id
+                 LEFT JOIN completed ON completed.instance = wanted.id",
+            )
+        });
+        let ids: Vec<&str> = ahead.iter().map(|claim| claim.instance).collect();
+        let (tasks, tokens): (Vec<Option<&str>>, Vec<Option<&str>>) =
+            ahead.iter().map(|claim| claim.completing.unzip()).unzip();
+        sqlx::query_as(SQL.as_str())
+            .bind(&owner.0)
+            .bind(tenant)
+            .bind(ids)
+            .bind(age(timeout))
+            .bind(tasks)
+            .bind(tokens)
+            .fetch_all(self.connection())
+            .await
+            .map_err(db)
     }
 
     async fn instance_exists(&mut self, tenant: &str, instance: &str) -> Result<bool> {

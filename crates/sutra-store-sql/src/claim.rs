@@ -5,10 +5,11 @@ use std::future::Future;
 
 use jiff::SignedDuration;
 use sutra_store::{
-    ClaimKind, ClaimToken, Claimed, Claims, Error, HeldTask, Owner, Result, SweepOutcome,
+    ClaimAhead, ClaimKind, ClaimToken, Claimed, Claims, Error, HeldTask, Owner, Result,
+    SweepOutcome,
 };
 
-use crate::rows::{ClaimedRow, CompletedRow, SweptRow};
+use crate::rows::{AheadRow, ClaimedRow, CompletedRow, SweptRow};
 use crate::statements::{Backend, Scope, Statements};
 use crate::store::SqlStore;
 use crate::tasks::{TaskStatements, completed_or_why};
@@ -84,6 +85,19 @@ pub(crate) async fn lock_claim_completing<T: ClaimStatements + TaskStatements>(
     Ok((claimed, held))
 }
 
+/// A claim taken ahead, decoded as [`decode_or_refuse`] decodes one taken when asked.
+pub(crate) fn decode_ahead(
+    owner: &Owner,
+    claimed: Option<ClaimedRow>,
+    ahead: &AheadRow,
+) -> Result<Claimed> {
+    match claimed {
+        Some(row) => row.decode(owner, ClaimKind::Locked),
+        None if ahead.present => Err(Error::ClaimHeld),
+        None => Err(Error::InstanceNotFound(ahead.instance.clone())),
+    }
+}
+
 /// The claimed row, or why there is none: held, or no such instance.
 async fn decode_or_refuse<T: ClaimStatements>(
     tx: &mut T,
@@ -146,6 +160,21 @@ pub trait ClaimStatements: Statements {
             let completed = self.complete_locked(claim.tenant, task, lock_token).await?;
             Ok((Some(claimed), completed))
         }
+    }
+
+    /// The claims of `ahead`'s instances for `owner`, each taken as
+    /// [`ClaimStatements::lock_claimable_completing`] (a completion's) or
+    /// [`ClaimStatements::lock_claimable`] takes it, in one statement: a row per instance taken
+    /// ahead. By default none is: each member then claims when it asks
+    /// ([`sutra_store::Group::claim_ahead`]).
+    fn lock_claimables(
+        &mut self,
+        _tenant: &str,
+        _owner: &Owner,
+        _timeout: SignedDuration,
+        _ahead: &[ClaimAhead<'_>],
+    ) -> impl Future<Output = Result<Vec<AheadRow>>> + Send {
+        async { Ok(Vec::new()) }
     }
 
     fn instance_exists(

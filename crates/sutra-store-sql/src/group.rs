@@ -4,17 +4,21 @@
 //! row lock, so a refusal, and every error the scripts return before their first write, leave
 //! the transaction as it was, for the members after it.
 
+use std::collections::HashMap;
+
 use jiff::SignedDuration;
 use serde_json::Value;
 use sutra_store::{
-    Claimed, Clock, Committed, CompletingClaim, Group, Groups, HeldTask, Owner, Result, StepCommit,
+    ClaimAhead, Claimed, Clock, Committed, CompletingClaim, Error, Group, Groups, HeldTask, Owner,
+    Result, StepCommit,
 };
 
-use crate::claim::{NewClaim, lock_claim, lock_claim_completing};
+use crate::claim::{ClaimStatements, NewClaim, decode_ahead, lock_claim, lock_claim_completing};
 use crate::commit::{StepStatements, write_step};
+use crate::rows::AheadRow;
 use crate::statements::{Backend, Scope, Statements};
 use crate::store::SqlStore;
-use crate::tasks::{complete_locked, deliver_output};
+use crate::tasks::{complete_locked, completed_or_why, deliver_output};
 
 #[async_trait::async_trait]
 impl<B: Backend> Groups for SqlStore<B> {
@@ -27,6 +31,7 @@ impl<B: Backend> Groups for SqlStore<B> {
             clock: self.backend().clock(),
             ended: Vec::new(),
             completed: None,
+            ahead: HashMap::new(),
         }))
     }
 }
@@ -41,6 +46,31 @@ struct SqlGroup<B: Backend> {
     /// The task the open member completed under its claim ([`Group::claim_completing`]): its
     /// step has no task of that park left to cancel.
     completed: Option<HeldTask>,
+    /// The claims taken ahead ([`Group::claim_ahead`]) and not asked for yet, by instance, with
+    /// the task and lock token a completion's was taken with.
+    ahead: HashMap<String, (AheadRow, Option<(String, String)>)>,
+}
+
+impl<B: Backend> SqlGroup<B> {
+    /// The claim taken ahead for `instance`, if one was, asked for as it was taken: a member
+    /// asking otherwise than the engine announced is a bug, refused before anything more is
+    /// written.
+    fn taken_ahead(
+        &mut self,
+        instance: &str,
+        completing: Option<(&str, &str)>,
+    ) -> Result<Option<AheadRow>> {
+        let Some((row, taken_with)) = self.ahead.remove(instance) else {
+            return Ok(None);
+        };
+        let asked = completing.map(|(task, token)| (task.to_owned(), token.to_owned()));
+        if asked != taken_with {
+            return Err(Error::Corrupt(format!(
+                "the claim of {instance} was taken ahead for another request than the one asking"
+            )));
+        }
+        Ok(Some(row))
+    }
 }
 
 #[async_trait::async_trait]
@@ -57,6 +87,10 @@ impl<B: Backend> Group for SqlGroup<B> {
         owner: &Owner,
         claim_timeout: SignedDuration,
     ) -> Result<Claimed> {
+        if let Some(mut ahead) = self.taken_ahead(instance, None)? {
+            let claimed = ahead.claimed();
+            return decode_ahead(owner, claimed, &ahead);
+        }
         let claim = NewClaim {
             tenant,
             instance,
@@ -72,15 +106,49 @@ impl<B: Backend> Group for SqlGroup<B> {
         task: &str,
         lock_token: &str,
     ) -> Result<(Claimed, HeldTask)> {
-        let new = NewClaim {
-            tenant: claim.tenant,
-            instance: claim.instance,
-            owner: claim.owner,
-            timeout: claim.claim_timeout,
+        let (claimed, held) = match self.taken_ahead(claim.instance, Some((task, lock_token)))? {
+            Some(mut ahead) => {
+                let claimed = decode_ahead(claim.owner, ahead.claimed(), &ahead)?;
+                let completed = ahead.completed();
+                let held =
+                    completed_or_why(&mut self.tx, claim.tenant, task, lock_token, completed)
+                        .await?;
+                (claimed, held)
+            }
+            None => {
+                let new = NewClaim {
+                    tenant: claim.tenant,
+                    instance: claim.instance,
+                    owner: claim.owner,
+                    timeout: claim.claim_timeout,
+                };
+                lock_claim_completing(&mut self.tx, &new, task, lock_token).await?
+            }
         };
-        let (claimed, held) = lock_claim_completing(&mut self.tx, &new, task, lock_token).await?;
         self.completed = Some(held.clone());
         Ok((claimed, held))
+    }
+
+    async fn claim_ahead(
+        &mut self,
+        tenant: &str,
+        owner: &Owner,
+        claim_timeout: SignedDuration,
+        ahead: &[ClaimAhead<'_>],
+    ) -> Result<()> {
+        let rows = self
+            .tx
+            .lock_claimables(tenant, owner, claim_timeout, ahead)
+            .await?;
+        for row in rows {
+            let taken_with = ahead
+                .iter()
+                .find(|claim| claim.instance == row.instance)
+                .and_then(|claim| claim.completing)
+                .map(|(task, token)| (task.to_owned(), token.to_owned()));
+            self.ahead.insert(row.instance.clone(), (row, taken_with));
+        }
+        Ok(())
     }
 
     async fn commit_step(&mut self, step: &StepCommit) -> Result<Committed> {

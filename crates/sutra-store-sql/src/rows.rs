@@ -414,6 +414,38 @@ impl HeldRow {
     }
 }
 
+/// One claim taken ahead for a group ([`crate::ClaimStatements::lock_claimables`]): the
+/// instance's row if it was claimed, its task's park if a completion's task was completed under
+/// the claim, and whether the instance exists at all (a refusal's reason).
+#[derive(sqlx::FromRow)]
+pub struct AheadRow {
+    pub instance: String,
+    fence: Option<i64>,
+    snapshot: Option<Json<Value>>,
+    held_by: Option<String>,
+    park: Option<i64>,
+    pub present: bool,
+}
+
+impl AheadRow {
+    /// The claimed row, if the claim was taken.
+    pub fn claimed(&mut self) -> Option<ClaimedRow> {
+        Some(ClaimedRow {
+            fence: self.fence?,
+            snapshot: self.snapshot.take()?,
+            held_by: self.held_by.take(),
+        })
+    }
+
+    /// The completed task, if a completion's task was completed under the claim.
+    pub fn completed(&self) -> Option<CompletedRow> {
+        Some(CompletedRow {
+            instance: self.instance.clone(),
+            park: self.park?,
+        })
+    }
+}
+
 /// A task a worker's completion ended: `RETURNING instance, park`.
 #[derive(sqlx::FromRow)]
 pub struct CompletedRow {

@@ -112,6 +112,7 @@ macro_rules! conformance_tests {
             completing_twice_is_refused,
             a_member_claims_then_completes_and_nothing_else,
             a_member_whose_claim_or_lock_is_refused_leaves_the_task_as_it_was,
+            claims_taken_ahead_answer_as_claims_taken_one_by_one,
             completion_is_recorded_with_the_task_update,
             a_business_error_is_delivered_at_once,
             retries_back_off_then_exhaust,

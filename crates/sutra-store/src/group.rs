@@ -38,6 +38,15 @@ pub struct CompletingClaim<'a> {
     pub claim_timeout: SignedDuration,
 }
 
+/// A claim a member of a group will ask for, taken ahead with the other members'
+/// ([`Group::claim_ahead`]): the member's instance, and for a completion the task it completes
+/// under the claim and its lock token.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimAhead<'a> {
+    pub instance: &'a str,
+    pub completing: Option<(&'a str, &'a str)>,
+}
+
 /// Beginning group transactions.
 #[async_trait::async_trait]
 pub trait Groups: Send + Sync {
@@ -75,6 +84,23 @@ pub trait Group: Send {
         task: &str,
         lock_token: &str,
     ) -> Result<(Claimed, HeldTask)>;
+
+    /// Takes ahead, in one statement where the store can, the claims that members acting for
+    /// `tenant` will ask for next with [`Group::claim`] or [`Group::claim_completing`], for
+    /// `owner`: each is then answered from what this took, as its own statement would have
+    /// answered it (the row locked, or refused as held or absent; a completion's task completed
+    /// under the claim, or not), with no statement of its own. An instance appears at most once:
+    /// a second member on one instance must read what the first wrote. A claim not taken ahead
+    /// is taken when asked, as before; a store that cannot batch takes nothing ahead.
+    async fn claim_ahead(
+        &mut self,
+        _tenant: &str,
+        _owner: &Owner,
+        _claim_timeout: SignedDuration,
+        _ahead: &[ClaimAhead<'_>],
+    ) -> Result<()> {
+        Ok(())
+    }
 
     /// [`crate::Steps::commit`]'s writes, in the group's transaction. A refusal found before
     /// the first write ([`crate::Error::Duplicate`], [`crate::Error::AliasTaken`]) leaves the

@@ -49,7 +49,7 @@ pub use deliveries::{
 };
 pub use deployments::{DeploymentRecord, DeploymentStatus, Deployments, Retirement};
 pub use error::{Error, Result};
-pub use group::{CompletingClaim, Group, Groups, HeldTask};
+pub use group::{ClaimAhead, CompletingClaim, Group, Groups, HeldTask};
 pub use intake::{BufferedMessage, InboxAnswer, InboxEntry, Intake, Lookup, WaitTarget};
 pub use leases::{Lease, Leases};
 pub use outbox::{Outbox, OutboxId, OutboxRecord, OutboxRetry, OutboxRow, SendError, Sender};

@@ -18,8 +18,9 @@ use super::fixtures::{
     id, lapse, now, owner, owner_of, started, step, task,
 };
 use crate::{
-    Arm, CompletingClaim, Delivery, DeliveryKind, Error, LockedTask, Polled, Result, StepCommit,
-    Store, TakenBy, TaskFailure, TaskFilter, TaskPoll, TaskRecord, TaskState, lock_expired,
+    Arm, ClaimAhead, CompletingClaim, Delivery, DeliveryKind, Error, LockedTask, Polled, Result,
+    StepCommit, Store, TakenBy, TaskFailure, TaskFilter, TaskPoll, TaskRecord, TaskState,
+    lock_expired,
 };
 
 /// The topic of [`task`] arms.

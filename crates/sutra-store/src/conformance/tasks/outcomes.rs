@@ -384,3 +384,93 @@ pub async fn only_a_task_parks_disarm_cancels_its_task<S: Store>(store: &S) {
         assert_eq!(record(store, &instance).await.state, expected, "{sort:?}");
     }
 }
+
+/// Claims taken ahead for a group (issue 35) answer each member as its own statement would
+/// have: a free instance claimed, one held elsewhere refused as held and one that does not exist
+/// as not found, both writing nothing; a completion's task completed under its claim, and one
+/// whose lock token is wrong left locked.
+pub async fn claims_taken_ahead_answer_as_claims_taken_one_by_one<S: Store>(store: &S) {
+    let (free, held_elsewhere, completing, wrong_token, absent) =
+        (id(1), id(2), id(3), id(4), id(5));
+    let stored = started(store, TENANT, &free).await;
+    started(store, TENANT, &held_elsewhere).await;
+    claimed(store, &held_elsewhere, LANE_B).await;
+    armed(store, TENANT, &completing, task(PARK)).await;
+    let first = locked_one(store, WORKER_A, HOUR).await;
+    armed(store, TENANT, &wrong_token, task(PARK)).await;
+    let second = locked_one(store, WORKER_A, HOUR).await;
+    let lane = owner(LANE_A);
+    let ahead = [
+        ClaimAhead {
+            instance: &free,
+            completing: None,
+        },
+        ClaimAhead {
+            instance: &held_elsewhere,
+            completing: None,
+        },
+        ClaimAhead {
+            instance: &completing,
+            completing: Some((&first.id, &first.lock_token)),
+        },
+        ClaimAhead {
+            instance: &wrong_token,
+            completing: Some((&second.id, "not-the-token")),
+        },
+        ClaimAhead {
+            instance: &absent,
+            completing: None,
+        },
+    ];
+
+    let mut group = store.group(TENANT).await.unwrap();
+    group
+        .claim_ahead(TENANT, &lane, HOUR, &ahead)
+        .await
+        .unwrap();
+    group.member(TENANT).await.unwrap();
+    let taken = group.claim(TENANT, &free, &lane, HOUR).await.unwrap();
+    assert_eq!(taken.token.kind, crate::ClaimKind::Locked);
+    assert_eq!(taken.snapshot, stored);
+    group.member(TENANT).await.unwrap();
+    let refused = group.claim(TENANT, &held_elsewhere, &lane, HOUR).await;
+    assert_eq!(refused.map(drop), Err(Error::ClaimHeld));
+    let claim = |instance| CompletingClaim {
+        tenant: TENANT,
+        instance,
+        owner: &lane,
+        claim_timeout: HOUR,
+    };
+    group.member(TENANT).await.unwrap();
+    let (_, held) = group
+        .claim_completing(&claim(&completing), &first.id, &first.lock_token)
+        .await
+        .unwrap();
+    assert_eq!(
+        (held.instance.as_str(), held.park),
+        (completing.as_str(), PARK)
+    );
+    group.member(TENANT).await.unwrap();
+    let lost = group
+        .claim_completing(&claim(&wrong_token), &second.id, "not-the-token")
+        .await;
+    assert_lock_lost(lost);
+    group.member(TENANT).await.unwrap();
+    let missing = group.claim(TENANT, &absent, &lane, HOUR).await;
+    assert!(
+        matches!(missing, Err(Error::InstanceNotFound(_))),
+        "{missing:?}"
+    );
+    group.commit().await.unwrap();
+
+    assert_eq!(record(store, &completing).await.state, TaskState::Completed);
+    let unchanged = record(store, &wrong_token).await;
+    assert_eq!(
+        (unchanged.state, unchanged.locked_until),
+        (TaskState::Locked, Some(second.lock_expires_at))
+    );
+    assert_eq!(
+        owner_of(store, &held_elsewhere).await.as_deref(),
+        Some(LANE_B)
+    );
+}
