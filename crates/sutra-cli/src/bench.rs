@@ -13,6 +13,7 @@ mod drive;
 mod latency;
 mod machine;
 mod postgres;
+mod preload;
 mod reference;
 mod replicas;
 mod report;
@@ -29,7 +30,7 @@ use crate::in_process::{ScratchDir, serve_while};
 use amqp::Broker;
 use drive::drive;
 use latency::Recorder;
-use postgres::Admin;
+use postgres::{Activity, Admin, Mark};
 use replicas::{Interruption, Replicas};
 use report::{Commits, Items, Latency, Report};
 use workload::Workload;
@@ -85,6 +86,14 @@ pub struct Args {
     /// with SUTRA_FOR_EACH_MAX_ITEMS).
     #[arg(long, value_name = "N")]
     items: Option<u64>,
+    /// `two-tasks` with --db only: before the clock starts, write ENDED completed instances and
+    /// LIVE suspended ones into the scratch database, each live one with an available task on
+    /// topic `bench-preloaded` (which the bench's worker does not poll, so they stay suspended),
+    /// in bulk, then VACUUM ANALYZE — the run then measures the engine at that volume. Rows of
+    /// the shape the engine writes; the ended instances' history and tasks are not loaded.
+    /// E.g. 1000000,100000.
+    #[arg(long, value_name = "ENDED,LIVE")]
+    preload: Option<preload::Preload>,
 }
 
 /// How the run is configured, after the arguments are checked.
@@ -208,6 +217,19 @@ fn check_arguments(args: &Args, server: Option<&str>) -> Result<(), String> {
             "--replicas starts replicas of its own; a running server (--server) has its own".into(),
         );
     }
+    if args.preload.is_some() && (args.db.is_none() || server.is_some()) {
+        return Err(
+            "--preload writes rows into the bench's scratch PostgreSQL database: it needs --db, \
+             and no --server"
+                .into(),
+        );
+    }
+    if args.preload.is_some() && args.workload != Workload::TwoTasks {
+        return Err(format!(
+            "--preload writes two-tasks' rows; it is not built for {}",
+            args.workload.name()
+        ));
+    }
     if args.replicas.is_some() && args.db.is_none() {
         return Err(
             "--replicas needs --db: the replicas share one PostgreSQL database, made through it"
@@ -235,7 +257,7 @@ async fn bench(plan: &Plan<'_>, server: Option<&str>) -> Result<Report, String> 
         Some(url) => Some(Admin::connect(url).await?),
         None => None,
     };
-    let (driven, commits) = match (server, admin.as_mut()) {
+    let (driven, activity) = match (server, admin.as_mut()) {
         (Some(url), admin) => against_server(plan, url, admin).await?,
         (None, Some(admin)) => on_postgres(plan, admin).await?,
         (None, None) => (in_process_embedded(plan).await?, None),
@@ -246,7 +268,7 @@ async fn bench(plan: &Plan<'_>, server: Option<&str>) -> Result<Report, String> 
         }
         None => None,
     };
-    Ok(report(plan, server, driven, commits, reference))
+    Ok(report(plan, server, driven, activity, reference))
 }
 
 async fn in_process_embedded(plan: &Plan<'_>) -> Result<Driven, String> {
@@ -259,9 +281,12 @@ async fn in_process_embedded(plan: &Plan<'_>) -> Result<Driven, String> {
     .await
 }
 
-/// The engine on a scratch database, its commits counted from the deployment to the engine's
-/// stop, when its connections close and report their last counts.
-async fn on_postgres(plan: &Plan<'_>, admin: &mut Admin) -> Result<(Driven, Option<i64>), String> {
+/// The engine on a scratch database, its commits and writes counted from the deployment to the
+/// engine's stop, when its connections close and report their last counts.
+async fn on_postgres(
+    plan: &Plan<'_>,
+    admin: &mut Admin,
+) -> Result<(Driven, Option<Activity>), String> {
     let name = format!("sutra_bench_{}", std::process::id());
     let url = admin.create_database(&name).await?;
     let outcome = measure(plan, admin, &name, &url).await;
@@ -277,27 +302,27 @@ async fn measure(
     admin: &mut Admin,
     name: &str,
     url: &str,
-) -> Result<(Driven, Option<i64>), String> {
+) -> Result<(Driven, Option<Activity>), String> {
     let (driven, before) = match plan.replicas {
         1 => measure_in_process(plan, admin, name, url).await?,
         count => measure_replicas(plan, admin, name, url, count).await?,
     };
     tokio::time::sleep(CLOSED).await;
-    let after = admin.commits(name).await?;
-    Ok((driven, Some(after - before)))
+    let after = admin.mark(name, url).await?;
+    Ok((driven, Some(before.until(after))))
 }
 
-/// What driving found, and the commit counter read just before the clock started.
+/// What driving found, and the counters read just before the clock started.
 async fn measure_in_process(
     plan: &Plan<'_>,
     admin: &mut Admin,
     name: &str,
     url: &str,
-) -> Result<(Driven, i64), String> {
+) -> Result<(Driven, Mark), String> {
     let sources = engine_sources(url, plan);
     serve_while(sources, |server| async move {
         let client = deploy(&server, plan).await?;
-        let before = admin.commits(name).await?;
+        let before = start_clock(plan, admin, name, url).await?;
         Ok((drive(plan, std::slice::from_ref(&client)).await?, before))
     })
     .await
@@ -311,12 +336,12 @@ async fn measure_replicas(
     name: &str,
     url: &str,
     count: usize,
-) -> Result<(Driven, i64), String> {
+) -> Result<(Driven, Mark), String> {
     let mut interruption = Interruption::listen()?;
     let brokers = brokers(plan);
     let mut replicas = Replicas::start(url, plan.args.lanes, count, &brokers)?;
     let measured = tokio::select! {
-        measured = drive_replicas(plan, &mut replicas, admin, name) => measured,
+        measured = drive_replicas(plan, &mut replicas, admin, name, url) => measured,
         signal = interruption.received() => Err(format!("interrupted by {signal}")),
     };
     let measured = measured.map_err(|error| replicas.explain(error));
@@ -333,7 +358,8 @@ async fn drive_replicas(
     replicas: &mut Replicas,
     admin: &mut Admin,
     name: &str,
-) -> Result<(Driven, i64), String> {
+    url: &str,
+) -> Result<(Driven, Mark), String> {
     let urls = replicas.ready().await?;
     let mut clients = vec![deploy(&urls[0], plan).await?];
     for url in &urls[1..] {
@@ -342,8 +368,22 @@ async fn drive_replicas(
     for client in &clients {
         converged(plan.workload, client).await?;
     }
-    let before = admin.commits(name).await?;
+    let before = start_clock(plan, admin, name, url).await?;
     Ok((drive(plan, &clients).await?, before))
+}
+
+/// Preloads the scratch database when asked, then reads the counters the run is measured from.
+async fn start_clock(
+    plan: &Plan<'_>,
+    admin: &mut Admin,
+    name: &str,
+    url: &str,
+) -> Result<Mark, String> {
+    if let Some(preload) = plan.args.preload {
+        preload::load(url, preload).await?;
+        tokio::time::sleep(CLOSED).await;
+    }
+    admin.mark(name, url).await
 }
 
 /// Waits until the server behind `client` has loaded the workload's deployment.
@@ -380,17 +420,18 @@ async fn against_server(
     plan: &Plan<'_>,
     url: &str,
     admin: Option<&mut Admin>,
-) -> Result<(Driven, Option<i64>), String> {
+) -> Result<(Driven, Option<Activity>), String> {
     let client = deploy(url, plan).await?;
-    let name = plan.args.db.as_deref().and_then(postgres::database_of);
-    let Some((admin, name)) = admin.zip(name) else {
+    let db = plan.args.db.as_deref();
+    let name = db.and_then(postgres::database_of);
+    let Some(((admin, name), db)) = admin.zip(name).zip(db) else {
         return Ok((drive(plan, std::slice::from_ref(&client)).await?, None));
     };
-    let before = admin.commits(name).await?;
+    let before = admin.mark(name, db).await?;
     let driven = drive(plan, std::slice::from_ref(&client)).await?;
     tokio::time::sleep(SETTLE).await;
-    let after = admin.commits(name).await?;
-    Ok((driven, Some(after - before)))
+    let after = admin.mark(name, db).await?;
+    Ok((driven, Some(before.until(after))))
 }
 
 /// Defaults, then `SUTRA_*` variables (so `SUTRA_STORE_POOL_SIZE` and the like can be tried),
@@ -439,9 +480,10 @@ fn report(
     plan: &Plan<'_>,
     server: Option<&str>,
     driven: Driven,
-    commits: Option<i64>,
+    activity: Option<Activity>,
     reference: Option<reference::Reference>,
 ) -> Report {
+    let commits = activity.map(|activity| activity.commits);
     let seconds = driven.elapsed.as_secs_f64().max(f64::EPSILON);
     // Instance counts are far below 2^52: exact as floats.
     let completed = driven.completed as f64;
@@ -492,6 +534,7 @@ fn report(
             per_second: total as f64 / seconds,
             per_completed_instance: (driven.completed > 0).then(|| total as f64 / completed),
         }),
+        writes: activity.map(|activity| report::Writes::new(&activity, driven.completed)),
         ratio: reference
             .as_ref()
             .map(|reference| instances_per_second / reference.commits_per_second),

@@ -65,6 +65,7 @@ fn json_report_has_its_shape() {
     assert!(report["items"].is_null(), "{report}");
     // No PostgreSQL named: no counter and no reference, said as nulls.
     assert!(report["commits"].is_null(), "{report}");
+    assert!(report["writes"].is_null(), "{report}");
     assert!(report["reference"].is_null(), "{report}");
     assert!(report["ratio"].is_null(), "{report}");
     // The machine's CPU over the driving time (this is Linux).
@@ -111,6 +112,28 @@ fn replicas_are_refused_without_a_database_or_with_a_server() {
             &["--replicas", "2", "--server", "http://127.0.0.1:9"][..],
             "--server",
         ),
+    ] {
+        let output = run(extra);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert!(stderr.contains(reason), "{extra:?}: {stderr}");
+    }
+}
+
+#[test]
+fn a_preload_is_refused_without_a_database_and_for_other_workloads() {
+    for (extra, reason) in [
+        (&["--preload", "10,10"][..], "needs --db"),
+        (
+            &[
+                "--preload",
+                "10,10",
+                "--db",
+                "postgres://postgres@127.0.0.1:9/x",
+            ][..],
+            "two-tasks",
+        ),
+        (&["--preload", "10"][..], "ENDED,LIVE"),
     ] {
         let output = run(extra);
         let stderr = String::from_utf8_lossy(&output.stderr);

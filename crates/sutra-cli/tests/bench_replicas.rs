@@ -49,12 +49,54 @@ async fn two_tasks_completes_when_instances_end_on_other_replicas_than_their_cal
     assert_eq!(report["stopped_early"], false, "{report}");
 }
 
+/// `--preload` writes its rows before the clock starts, says so per table, and the report has
+/// the run's writes beside its commits (issue 35). Their values are the server's to judge.
+#[tokio::test]
+async fn a_preloaded_run_reports_its_writes() {
+    let database = TestDatabase::empty().await;
+    let (_, report, stderr) = run(&database, "two-tasks", &["--preload", "200,50"]);
+    assert_eq!(report["instances_completed"], 40, "{report}");
+    for line in [
+        "preloaded instances (completed): 200 rows",
+        "preloaded instances (suspended): 50 rows",
+        "preloaded tasks (available): 50 rows",
+        "preloaded VACUUM ANALYZE",
+    ] {
+        assert!(stderr.contains(line), "no `{line}` in:\n{stderr}");
+    }
+    let writes = &report["writes"];
+    for number in [
+        "wal_bytes",
+        "updates",
+        "hot_updates",
+        "index_entries_estimated",
+    ] {
+        assert!(writes[number].is_i64(), "{number}: {report}");
+    }
+    for per in [
+        "wal_bytes_per_completed_instance",
+        "index_entries_per_completed_instance",
+    ] {
+        assert!(writes[per].is_f64(), "{per}: {report}");
+    }
+    assert!(writes["counted"].is_string(), "{report}");
+}
+
 /// Runs `sutra bench WORKLOAD` over `replicas` replicas, through `database`'s admin URL, to its
 /// end; its pid and its JSON report.
 fn bench(database: &TestDatabase, workload: &str, replicas: usize) -> (u32, Value) {
+    let replicas = replicas.to_string();
+    let (pid, report, _) = run(database, workload, &["--replicas", &replicas]);
+    (pid, report)
+}
+
+/// Runs `sutra bench WORKLOAD` with `extra` arguments, through `database`'s admin URL, to its
+/// end; its pid, its JSON report and its stderr.
+fn run(database: &TestDatabase, workload: &str, extra: &[&str]) -> (u32, Value, String) {
     let bench = Command::new(env!("CARGO_BIN_EXE_sutra"))
         .args(["bench", workload, "--db", database.admin_url()])
-        .args(["--replicas", &replicas.to_string(), "--instances", "40"])
+        .args(extra)
+        .args(["--instances", "40"])
         .args(["--clients", "4", "--max-seconds", "60"])
         .args(["--reference-seconds", "1", "--json"])
         .env_remove("SUTRA_SERVER")
@@ -71,7 +113,11 @@ fn bench(database: &TestDatabase, workload: &str, replicas: usize) -> (u32, Valu
         String::from_utf8_lossy(&output.stderr)
     );
     let report = serde_json::from_slice(&output.stdout).expect("a JSON report");
-    (pid, report)
+    (
+        pid,
+        report,
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
 }
 
 /// The command lines of the live processes that contain `needle`: the bench names its

@@ -115,6 +115,10 @@ async fn a_known_state_is_what_the_gauges_say(server: &Server) {
         })
     );
     let metrics = metrics(server).await;
+    assert!(
+        metrics.contains("# HELP sutra_instances Instances by status. Exact for created"),
+        "{metrics}"
+    );
     let expected: [(&str, f64); 10] = [
         ("sutra_inbox_backlog", 1.0),
         ("sutra_outbox_backlog", 1.0),

@@ -22,6 +22,12 @@ const STEP_BUCKETS: &[f64] = &[
 /// Group sizes (decision 0024): up to `sutra.engine.group.max`, whose default is 64.
 const GROUP_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
 
+/// `sutra_instances`' HELP: on PostgreSQL past 100,000 instances its terminal statuses are
+/// estimates (docs/decisions/0057-counts-at-volume.md).
+const INSTANCES_HELP: &str = "Instances by status. Exact for created, suspended and failed; on \
+     PostgreSQL past 100,000 instances, completed and cancelled are estimates (the table's \
+     planner row count less the live ones, split as a sample of its pages has them)";
+
 /// The process's recorder, installed on first call.
 fn handle() -> &'static PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
@@ -37,6 +43,7 @@ fn handle() -> &'static PrometheusHandle {
             .install_recorder()
             .expect("no other metrics recorder is installed in this process");
         sutra_engine::metrics::register();
+        metrics::describe_gauge!(sutra_engine::metrics::INSTANCES, INSTANCES_HELP);
         handle
     })
 }

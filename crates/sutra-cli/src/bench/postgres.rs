@@ -1,5 +1,7 @@
 //! The bench's PostgreSQL side: scratch databases made for one run and dropped after it, and
-//! the server's commit counter (`pg_stat_database.xact_commit`).
+//! the counters a run is measured by: the server's commit counter
+//! (`pg_stat_database.xact_commit`), its WAL position (`pg_current_wal_lsn()`), and the engine's
+//! database's table statistics (`pg_stat_user_tables`: updates, heap-only ones, inserts).
 //!
 //! `--db` is an admin URL (a role that may create databases, as `postgres` on 127.0.0.1): the
 //! bench creates its databases through it and serves the in-process engine on one of them as
@@ -47,15 +49,81 @@ impl Admin {
         .map_err(|e| format!("cannot drop the scratch database {name}: {e}"))
     }
 
-    /// Transactions committed in database `name` so far, as far as the statistics collector
-    /// has been told: a backend reports its counts at most once a second while busy, and at
-    /// the latest when it disconnects.
-    pub async fn commits(&mut self, name: &str) -> Result<i64, String> {
-        sqlx::query_scalar("SELECT xact_commit FROM pg_stat_database WHERE datname = $1")
-            .bind(name)
-            .fetch_one(&mut self.connection)
+    /// The counters of database `name` (reached at `url`) now: its commits and its tables'
+    /// writes as far as the statistics have been told (a backend reports its counts at most
+    /// once a second while busy, and at the latest when it disconnects), and the cluster's WAL
+    /// position.
+    pub async fn mark(&mut self, name: &str, url: &str) -> Result<Mark, String> {
+        let (commits, wal): (i64, i64) = sqlx::query_as(
+            "SELECT xact_commit, pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint
+             FROM pg_stat_database WHERE datname = $1",
+        )
+        .bind(name)
+        .fetch_one(&mut self.connection)
+        .await
+        .map_err(|e| format!("cannot read the commit counter of {name}: {e}"))?;
+        // The table statistics are the database's own: read through a connection to it.
+        let mut connection = PgConnection::connect(url)
             .await
-            .map_err(|e| format!("cannot read the commit counter of {name}: {e}"))
+            .map_err(|e| format!("cannot connect to {}: {e}", redacted(url)))?;
+        let tables = sqlx::query_as(TABLES)
+            .fetch_one(&mut connection)
+            .await
+            .map_err(|e| format!("cannot read the table statistics of {name}: {e}"));
+        let _ = connection.close().await;
+        let (updates, hot_updates, index_entries) = tables?;
+        Ok(Mark {
+            commits,
+            wal,
+            updates,
+            hot_updates,
+            index_entries,
+        })
+    }
+}
+
+/// Σ updates, Σ heap-only updates, and Σ over tables of the rows that wrote an entry into each
+/// of the table's indexes (inserts and updates that were not heap-only) × its indexes. An
+/// estimate of the index entries written: a partial index gets an entry only for the rows its
+/// predicate holds, and a deleted row writes none.
+const TABLES: &str = "SELECT COALESCE(SUM(n_tup_upd), 0)::bigint,
+        COALESCE(SUM(n_tup_hot_upd), 0)::bigint,
+        COALESCE(SUM((n_tup_ins + n_tup_upd - n_tup_hot_upd)
+            * (SELECT COUNT(*) FROM pg_index x WHERE x.indrelid = s.relid)), 0)::bigint
+    FROM pg_stat_user_tables s";
+
+/// The counters at one moment; [`Mark::until`] a later one is what happened in between.
+#[derive(Debug, Clone, Copy)]
+pub struct Mark {
+    commits: i64,
+    /// Bytes of WAL the cluster has written since its start.
+    wal: i64,
+    updates: i64,
+    hot_updates: i64,
+    index_entries: i64,
+}
+
+/// What the server did between two marks.
+#[derive(Debug, Clone, Copy)]
+pub struct Activity {
+    pub commits: i64,
+    /// Cluster-wide: every database's WAL, not only the engine's.
+    pub wal_bytes: i64,
+    pub updates: i64,
+    pub hot_updates: i64,
+    /// Estimated (see [`TABLES`]).
+    pub index_entries: i64,
+}
+
+impl Mark {
+    pub fn until(self, later: Mark) -> Activity {
+        Activity {
+            commits: later.commits - self.commits,
+            wal_bytes: later.wal - self.wal,
+            updates: later.updates - self.updates,
+            hot_updates: later.hot_updates - self.hot_updates,
+            index_entries: later.index_entries - self.index_entries,
+        }
     }
 }
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::machine::Load;
+use super::postgres::Activity;
 use super::reference::Reference;
 
 #[derive(Debug, Serialize)]
@@ -34,6 +35,9 @@ pub struct Report {
     pub items: Option<Items>,
     pub latency: Latency,
     pub commits: Option<Commits>,
+    /// WAL, heap-only updates and index entries over the same window as `commits`; `None`
+    /// without PostgreSQL.
+    pub writes: Option<Writes>,
     pub reference: Option<Reference>,
     /// Instances per second over the reference's commits per second.
     pub ratio: Option<f64>,
@@ -96,6 +100,48 @@ pub struct Commits {
     pub per_second: f64,
     pub per_completed_instance: Option<f64>,
 }
+
+/// What the engine's writes cost PostgreSQL, over the window of the commit counter.
+#[derive(Debug, Serialize)]
+pub struct Writes {
+    pub counted: &'static str,
+    /// `pg_current_wal_lsn()` delta, cluster-wide.
+    pub wal_bytes: i64,
+    pub wal_bytes_per_completed_instance: Option<f64>,
+    /// Σ `n_tup_upd` and Σ `n_tup_hot_upd` over the engine's database's tables.
+    pub updates: i64,
+    pub hot_updates: i64,
+    /// `hot_updates` ÷ `updates`; `None` without updates.
+    pub hot_ratio: Option<f64>,
+    /// Σ over tables of (inserts + updates − heap-only updates) × the table's indexes.
+    pub index_entries_estimated: i64,
+    pub index_entries_per_completed_instance: Option<f64>,
+}
+
+impl Writes {
+    pub fn new(activity: &Activity, completed: u64) -> Writes {
+        // Counts far below 2^52: exact as floats.
+        let done = (completed > 0).then_some(completed as f64);
+        Writes {
+            counted: WRITES_COUNTED,
+            wal_bytes: activity.wal_bytes,
+            wal_bytes_per_completed_instance: done.map(|done| activity.wal_bytes as f64 / done),
+            updates: activity.updates,
+            hot_updates: activity.hot_updates,
+            hot_ratio: (activity.updates > 0)
+                .then(|| activity.hot_updates as f64 / activity.updates as f64),
+            index_entries_estimated: activity.index_entries,
+            index_entries_per_completed_instance: done
+                .map(|done| activity.index_entries as f64 / done),
+        }
+    }
+}
+
+pub const WRITES_COUNTED: &str = "over the commit counter's window: WAL bytes = \
+     pg_current_wal_lsn() delta, cluster-wide (every database's WAL, not only the engine's); \
+     updates and heap-only (HOT) updates = pg_stat_user_tables of the engine's database; index \
+     entries estimated = Σ over its tables of (n_tup_ins + n_tup_upd − n_tup_hot_upd) × the \
+     table's indexes (a partial index's rows outside its predicate counted too)";
 
 pub const LATENCY_MEASURED: &str = "client-observed, per step: from the client action that makes a step due \
      (start message, task result, relay message) to its effect seen (next task handed to the \
@@ -169,6 +215,9 @@ impl Report {
             ),
             None => "commits/instance      n/a (no PostgreSQL: pass --db)".to_owned(),
         });
+        if let Some(writes) = &self.writes {
+            lines.extend(writes.lines());
+        }
         if let Some(items) = &self.items {
             lines.push(format!(
                 "commits/item          {}",
@@ -213,6 +262,32 @@ impl Report {
             }
         }
         lines.join("\n") + "\n"
+    }
+}
+
+impl Writes {
+    fn lines(&self) -> [String; 3] {
+        let per = |value: Option<f64>, digits: usize| {
+            value.map_or("n/a".to_owned(), |value| format!("{value:.digits$}"))
+        };
+        [
+            format!(
+                "WAL bytes/instance    {}  ({:.1} MB, cluster-wide pg_current_wal_lsn delta)",
+                per(self.wal_bytes_per_completed_instance, 0),
+                self.wal_bytes as f64 / 1e6,
+            ),
+            format!(
+                "HOT updates           {}  ({} of {} updates in the engine's database)",
+                self.hot_ratio
+                    .map_or("n/a".to_owned(), |ratio| format!("{:.1} %", ratio * 100.0)),
+                self.hot_updates,
+                self.updates,
+            ),
+            format!(
+                "index entries/inst.   {}  (estimated: Σ (inserts + non-HOT updates) × the table's indexes)",
+                per(self.index_entries_per_completed_instance, 1),
+            ),
+        ]
     }
 }
 

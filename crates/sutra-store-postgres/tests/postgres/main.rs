@@ -12,3 +12,4 @@ mod notices;
 mod races;
 mod row_security;
 mod timeouts;
+mod volume;
