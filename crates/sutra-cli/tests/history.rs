@@ -25,7 +25,9 @@ use common::history::{
     LOCKED_AFTER_COMPLETION, LOCKED_TWICE, OUTBOX_NOT_SENT, OUTBOX_UNKNOWN, PARK_ANSWERED_TWICE,
     TWO_COMMITS_UNDER_ONE_FENCE,
 };
-use common::{Accepted, Fleet, Timing, Workers, heard, send_transfer, transfers, wait_for_ledger};
+use common::{
+    Accepted, Fleet, Timing, Workers, distinct, heard, send_transfer, transfers, wait_for_ledger,
+};
 use serde_json::json;
 use sutra_testkit::Receiver;
 use sutra_testkit::postgres::DedicatedCluster;
@@ -93,7 +95,7 @@ async fn race_two_messages_per_wait(switches: &[&str]) -> history::Report {
         }
     }
     assert_eq!(urls.len(), 2);
-    let histories = fleet.histories_answering(RACES + answered);
+    let histories = fleet.histories_settled(RACES + answered, 0);
     let report = history::check(&histories, &accepted, &[], &fleet.killed(), SEED);
     println!("{report}");
     report
@@ -141,7 +143,8 @@ async fn transfer(switches: &[&str], count: usize) -> history::Report {
     wait_for_ledger(&receiver, count, started, bound, fleet.replica(0)).await;
     workers.stop().await;
     let heard = heard(&receiver);
-    let report = history::check(&fleet.histories(), &accepted, &heard, &fleet.killed(), SEED);
+    let histories = fleet.histories_settled(accepted.len(), distinct(&heard));
+    let report = history::check(&histories, &accepted, &heard, &fleet.killed(), SEED);
     println!("{report}");
     report
 }

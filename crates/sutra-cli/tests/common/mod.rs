@@ -293,18 +293,24 @@ impl Fleet {
         self.retired.iter().map(|(id, _)| id.clone()).collect()
     }
 
-    /// Every incarnation's stderr once it holds at least `answers` answered messages: a replica
-    /// writes an answer's event before its caller hears the answer, but the thread that reads
-    /// the replica's stderr may not have read it yet when the caller asks (bounded, 10 s).
-    pub fn histories_answering(&self, answers: usize) -> Vec<history::Incarnation> {
+    /// Every incarnation's stderr once it holds at least `answers` answered messages and `sent`
+    /// outbox rows sent: a replica writes an answer's event before its caller hears the answer,
+    /// and a send's once the receiver took it, but the thread that reads the replica's stderr
+    /// may not have read it yet when the test asks (bounded, 10 s: a killed replica may never
+    /// write what it did last).
+    pub fn histories_settled(&self, answers: usize, sent: usize) -> Vec<history::Incarnation> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let histories = self.histories();
-            let read = histories
-                .iter()
-                .map(|history| history.stderr.matches(r#""ev":"answered""#).count())
-                .sum::<usize>();
-            if read >= answers || Instant::now() >= deadline {
+            let count = |event: &str| {
+                let line = format!(r#""ev":"{event}""#);
+                histories
+                    .iter()
+                    .map(|history| history.stderr.matches(&line).count())
+                    .sum::<usize>()
+            };
+            let settled = count("answered") >= answers && count("sent") >= sent;
+            if settled || Instant::now() >= deadline {
                 return histories;
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -603,6 +609,11 @@ pub fn heard(receiver: &Receiver) -> Vec<String> {
     (receiver.received().iter())
         .map(|request| request.idempotency_key.clone().expect("an idempotency key"))
         .collect()
+}
+
+/// How many different keys were heard: a row sent again is one send the history must show.
+pub fn distinct(heard: &[String]) -> usize {
+    heard.iter().collect::<HashSet<_>>().len()
 }
 
 /// The history of a transfer: a whole audit sequence, and each event of the flow exactly once.
