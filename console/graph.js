@@ -375,7 +375,7 @@ export function drawFlow(flow, { tokens = [], failure = null, history = null } =
     const g = s('g', { class: classes.join(' '), 'data-node': id });
     const seen = visited.has(id) ? ' (visited)' : '';
     if (v.synthetic) {
-      const label = { join: 'join', start: flow.start ? `start · ${flow.start}` : 'called', 'end-of-reminder': 'end of reminder' }[v.kind] || 'end';
+      const label = { join: 'join', start: flow.start ? `start · ${flow.start}` : flow.schedule ? `start · ${flow.schedule}` : 'called', 'end-of-reminder': 'end of reminder' }[v.kind] || 'end';
       const long = { join: `join of ${id.slice(5)}`, 'end-of-reminder': `end of ${v.of}'s reminder` }[v.kind] || label;
       g.append(
         s('title', {}, `${long}${seen}`),

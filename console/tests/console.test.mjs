@@ -586,6 +586,13 @@ flows:
   const row = page.getByRole('table', { name: 'Schedules' }).locator('tbody tr', { hasText: 'clock v1' });
   assert.match(await row.textContent(), /tick.*every PT1S.*UTC.*running/);
   assert.equal(await row.locator('a.mono').count(), 1, 'the last instance is linked');
+  // A scheduled flow's graph starts with its schedule.
+  await row.locator('a.mono').click();
+  const start = page.locator('svg.flow g.node[data-node="start"]');
+  await start.waitFor();
+  assert.equal(await start.locator('title').textContent(), 'start · every PT1S in UTC (visited)');
+  await page.getByRole('link', { name: 'Schedules' }).click();
+  await page.getByRole('heading', { level: 1, name: 'Schedules' }).waitFor();
   await assertAccessible(page, 'the schedules page');
   await page.screenshot({ path: join(SHOTS, 'schedules.png'), fullPage: true });
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sutra_testkit::postgres::DedicatedCluster;
-use sutra_testkit::{Scratch, Server, serve, until};
+use sutra_testkit::{Scratch, Server, at_lanes_1_and_4, serve, until};
 
 use common::{Fleet, Timing};
 
@@ -137,10 +137,13 @@ async fn a_schedule_is_listed_paused_and_resumed_through_the_api_and_the_cli() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tick_whose_leader_died_after_its_start_is_started_once() {
+at_lanes_1_and_4!(a_tick_whose_leader_died_after_its_start_is_started_once);
+
+async fn a_tick_whose_leader_died_after_its_start_is_started_once(lanes: usize) {
     let scratch = Scratch::new("tick-crash");
-    let options = serve!(scratch.database()).env("SUTRA_SCHEDULES_POLL", "PT0.2S");
+    let options = serve!(scratch.database())
+        .lanes(lanes)
+        .env("SUTRA_SCHEDULES_POLL", "PT0.2S");
     let mut dying = Server::start(&options.clone().fault("tick-started"));
     dying.deploy_accepted(TICKS).await;
     assert!(dying.wait_for_death(), "no tick was started");

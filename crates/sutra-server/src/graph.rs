@@ -36,6 +36,9 @@ fn flow(flow: &Flow) -> FlowGraph {
     FlowGraph {
         name: flow.name.clone(),
         start: flow.start_channel().map(str::to_owned),
+        schedule: flow
+            .schedule()
+            .map(|schedule| format!("{} in {}", schedule.expression(), schedule.zone_name)),
         entry: flow.entry.map(|entry| flow.node(entry).id.clone()),
         nodes,
         extra: Extra::new(),

@@ -87,8 +87,12 @@ pub struct DeploymentGraph {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FlowGraph {
     pub name: String,
-    /// The channel it starts on; `null` for a flow only other flows `call`.
+    /// The channel it starts on; `null` for a flow a schedule starts or only other flows `call`.
     pub start: Option<String>,
+    /// The schedule that starts it, as written (`cron 0 2 * * *`, `every PT15M`, with its zone);
+    /// absent unless a schedule does (decision 0056).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
     /// The first node; `None` for a flow with no nodes.
     pub entry: Option<String>,
     pub nodes: Vec<GraphNode>,
