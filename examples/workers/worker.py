@@ -13,8 +13,8 @@ $SUTRA_SERVER (default http://127.0.0.1:7480), as for the `sutra` commands, with
 its bearer token when it has tokens.
 
 What it answers is plain so that each example's paths can be tried: mallory's account cannot be
-debited; a claim over 100 needs a manager (`sutra send approvals …`); an order line of more than
-100 items is out of stock.
+debited; a claim over 100 needs a manager (`sutra send approvals …`) and a claim of nothing
+breaks the policy; an order line of more than 100 items is out of stock.
 """
 
 from __future__ import annotations
