@@ -264,7 +264,9 @@ async fn bench(plan: &Plan<'_>, server: Option<&str>) -> Result<Report, String> 
     };
     let reference = match admin.as_mut() {
         Some(admin) => {
-            Some(reference::measure(admin, plan.clients, plan.args.reference_seconds).await?)
+            let engine = engine_connections(plan)?;
+            let seconds = plan.args.reference_seconds;
+            Some(reference::measure(admin, plan.clients, engine, seconds).await?)
         }
         None => None,
     };
@@ -445,6 +447,19 @@ fn engine_sources(datasource: &str, plan: &Plan<'_>) -> Sources {
             .flag("sutra.engine.lanes", Some(&plan.args.lanes.to_string())),
         |sources, (key, url)| sources.flag(key, Some(url)),
     )
+}
+
+/// The most connections one engine of the bench's configuration opens: its pool, a second one
+/// as large when `sutra.store.system-url` names another role, and its two LISTEN connections
+/// (deployments, ended instances). A client of the bench is an HTTP connection, never one of
+/// these: the engine's connections do not grow with `--clients`.
+fn engine_connections(plan: &Plan<'_>) -> Result<usize, String> {
+    let datasource = plan.args.db.as_deref().unwrap_or_default();
+    let settings = engine_sources(datasource, plan)
+        .settings()
+        .map_err(|e| e.to_string())?;
+    let pools = 1 + usize::from(settings.store_system_url.is_some());
+    Ok(settings.store_pool_size as usize * pools + 2)
 }
 
 /// The broker settings the engine needs for the workload: RabbitMQ's URL for an AMQP one.

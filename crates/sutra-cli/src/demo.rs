@@ -1,13 +1,13 @@
 //! `sutra demo`: a newcomer's first five minutes in one command.
 //!
 //! It starts the engine in this process on a throwaway embedded store, deploys the money
-//! transfer of `examples/money-transfer.yaml`, runs a worker for its two task topics and a stub
-//! ledger for its webhook, drives a handful of transfers through it while showing each instance
-//! start, park, resume and end, and then says how to go on. When RabbitMQ can be reached, a
-//! pretend bank approves the large transfer over AMQP ([`bank`]); when it cannot, the demo says
-//! that the transfer waits for a reply nobody sends. Everything it uses is the public surface —
-//! the HTTP API through `sutra-client`, and a queue the engine consumes — so what it shows is what
-//! a user gets.
+//! transfer of `examples/brokers/money-transfer.yaml` (the bank's replies arrive over AMQP), runs
+//! a worker for its two task topics and a stub ledger for its webhook, drives a handful of
+//! transfers through it while showing each instance start, park, resume and end, and then says
+//! how to go on. When RabbitMQ can be reached, a pretend bank approves the large transfer over
+//! AMQP ([`bank`]); when it cannot, the demo says that the transfer waits for a reply nobody
+//! sends. Everything it uses is the public surface — the HTTP API through `sutra-client`, and a
+//! queue the engine consumes — so what it shows is what a user gets.
 
 mod bank;
 
@@ -25,7 +25,7 @@ use crate::in_process::{ScratchDir, serve_while};
 use crate::output;
 use bank::Bank;
 
-const EXAMPLE: &str = include_str!("../../../examples/money-transfer.yaml");
+const EXAMPLE: &str = include_str!("../../../examples/brokers/money-transfer.yaml");
 const EXAMPLE_LEDGER_URL: &str = "http://127.0.0.1:9000/ledger";
 const EXAMPLE_BANK_QUEUE: &str = "queue: bank.replies";
 /// How long the demo waits for its transfers before saying something is wrong.
@@ -155,7 +155,7 @@ async fn drive(
         .await
         .map_err(|e| format!("deploying the example failed: {e}"))?;
     println!(
-        "Deployed `{}` version {} (examples/money-transfer.yaml): a payment scope (debit → choice → credit, refunded by compensation if it fails) → ledger webhook → end.",
+        "Deployed `{}` version {} (examples/brokers/money-transfer.yaml): a payment scope (debit → choice → credit, refunded by compensation if it fails) → ledger webhook → end.",
         deployed.name, deployed.version
     );
     match bank {

@@ -9,7 +9,7 @@
 use serde_json::{Value, json};
 use sutra_testkit::{Scratch, Server, serve};
 
-const EXAMPLE: &str = include_str!("../../../examples/approval.yaml");
+const EXAMPLE: &str = include_str!("../../../examples/brokers/approval.yaml");
 /// The example's decisions arrive from an AMQP queue; this test sends them over HTTP, the one
 /// transport it drives, so it declares that channel an http one (intake refuses a message that
 /// arrives by another transport than its channel's).

@@ -3,10 +3,10 @@
 mallory's: debiting it is a business error (`INSUFFICIENT_FUNDS`), which the flow's payment
 scope catches: it compensates what had completed and fails the transfer (`TRANSFER.FAILED`).
 
-Run a server, deploy the example and send it a transfer (the example declares an AMQP channel,
-so the server needs a broker URL to accept it; RabbitMQ itself may be away):
+Run a server, deploy the example and send it a transfer (its channels are http: no broker is
+needed; examples/workers/worker.py answers every example's tasks, this one's among them):
 
-    SUTRA_TRANSPORTS_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/%2f sutra serve &
+    sutra serve &
     sutra deploy examples/money-transfer.yaml
     python sdks/python/examples/money_transfer_worker.py &
     sutra send transfer-requests --id t-1 \

@@ -8,10 +8,9 @@
 //                                                      # transfers, show how they end, stop
 //
 // The server is $SUTRA_URL (default http://127.0.0.1:7480), with $SUTRA_TOKEN as its bearer
-// token if it has tokens. money-transfer.yaml declares an AMQP channel (bank-replies), so the
-// server needs a broker URL to accept the deployment, even one nothing answers on:
+// token if it has tokens. money-transfer.yaml's channels are http: a bare server takes it:
 //
-//   SUTRA_TRANSPORTS_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/%2f sutra serve --db sqlite::memory:
+//   sutra serve --db sqlite::memory:
 
 import { readFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";

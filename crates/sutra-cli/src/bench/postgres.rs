@@ -49,6 +49,26 @@ impl Admin {
         .map_err(|e| format!("cannot drop the scratch database {name}: {e}"))
     }
 
+    /// How many client connections the server takes, how many it keeps for administrators
+    /// (`superuser_reserved_connections`, and `reserved_connections` from PostgreSQL 16 on) and
+    /// how many are open now, this one among them.
+    pub async fn connections(&mut self) -> Result<Connections, String> {
+        let (max, reserved, in_use): (i64, i64, i64) = sqlx::query_as(
+            "SELECT current_setting('max_connections')::bigint,
+                    current_setting('superuser_reserved_connections')::bigint
+                      + COALESCE(current_setting('reserved_connections', true)::bigint, 0),
+                    (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')",
+        )
+        .fetch_one(&mut self.connection)
+        .await
+        .map_err(|e| format!("cannot read the server's connection limit: {e}"))?;
+        Ok(Connections {
+            max,
+            reserved,
+            in_use,
+        })
+    }
+
     /// The counters of database `name` (reached at `url`) now: its commits and its tables'
     /// writes as far as the statistics have been told (a backend reports its counts at most
     /// once a second while busy, and at the latest when it disconnects), and the cluster's WAL
@@ -80,6 +100,14 @@ impl Admin {
             index_entries,
         })
     }
+}
+
+/// The server's client connections: its limit, those kept for administrators, those open.
+#[derive(Debug, Clone, Copy)]
+pub struct Connections {
+    pub max: i64,
+    pub reserved: i64,
+    pub in_use: i64,
 }
 
 /// Σ updates, Σ heap-only updates, and Σ over tables of the rows that wrote an entry into each

@@ -12,11 +12,13 @@ use std::process::Command;
 use serde::Serialize;
 use sqlx::{Connection, PgConnection};
 
-use super::postgres::{Admin, redacted};
+use super::postgres::{Admin, Connections, redacted};
 use crate::in_process::ScratchDir;
 
 /// Rows the reference's UPDATE picks from at random.
 const ROWS: u32 = 100_000;
+/// The connection pgbench opens for its own setup, beside its clients'.
+const PGBENCH_SETUP: i64 = 1;
 const SCRIPT: &str = "\\set id random(1, 100000)\n\
 BEGIN;\n\
 UPDATE bench_rows SET n = n + 1 WHERE id = :id;\n\
@@ -30,10 +32,29 @@ pub struct Reference {
     /// Each transaction's latency, from pgbench's per-transaction log: what a step's latency
     /// is compared with (issue 11 asks for a step's p99 within 3 × a commit's).
     pub latency: Latency,
+    /// pgbench's clients, each a connection: the bench's `--clients`, or fewer when the server
+    /// has fewer to spare ([`Cap`]).
     pub clients: usize,
+    /// Why the reference ran on fewer connections than `--clients`; absent when it did not.
+    pub capped: Option<Cap>,
     pub seconds: u64,
     /// The pgbench command line, the database's URL redacted.
     pub command: String,
+}
+
+/// The server's connection limit, which capped the reference's clients at what it could spare:
+/// `max_connections`, less those `reserved` for administrators, those `in_use` when it started
+/// and those `kept_for_engine`, and one for pgbench's setup.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cap {
+    /// `--clients`: the connections the reference would have used.
+    pub requested: usize,
+    pub max_connections: i64,
+    pub reserved: i64,
+    pub in_use: i64,
+    /// The most one engine of the bench's configuration opens (its pools and its listeners):
+    /// a running server's may grow to it while the reference runs.
+    pub kept_for_engine: usize,
 }
 
 /// Percentiles of the reference's transaction latencies.
@@ -44,18 +65,58 @@ pub struct Latency {
     pub samples: usize,
 }
 
-/// Runs the reference for `seconds` at `clients` connections on a scratch database.
-pub async fn measure(admin: &mut Admin, clients: usize, seconds: u64) -> Result<Reference, String> {
+/// Runs the reference for `seconds` at `clients` connections on a scratch database, or at as
+/// many as the server can spare beside `engine` connections kept for the engine.
+pub async fn measure(
+    admin: &mut Admin,
+    clients: usize,
+    engine: usize,
+    seconds: u64,
+) -> Result<Reference, String> {
+    let (clients, capped) = spare(clients, admin.connections().await?, engine)?;
     let name = format!("sutra_bench_ref_{}", std::process::id());
     let url = admin.create_database(&name).await?;
-    let measured = measure_on(&url, clients, seconds).await;
+    let measured = measure_on(&url, clients, capped, seconds).await;
     let dropped = admin.drop_database(&name).await;
     let reference = measured?;
     dropped?;
     Ok(reference)
 }
 
-async fn measure_on(url: &str, clients: usize, seconds: u64) -> Result<Reference, String> {
+/// The reference's clients: `requested`, or what the server has to spare when that is fewer
+/// (then with the [`Cap`] that says why). None to spare is an error: pgbench would be refused.
+fn spare(
+    requested: usize,
+    server: Connections,
+    engine: usize,
+) -> Result<(usize, Option<Cap>), String> {
+    let kept = i64::try_from(engine).unwrap_or(i64::MAX);
+    let free = server.max - server.reserved - server.in_use - kept - PGBENCH_SETUP;
+    let cap = Cap {
+        requested,
+        max_connections: server.max,
+        reserved: server.reserved,
+        in_use: server.in_use,
+        kept_for_engine: engine,
+    };
+    match usize::try_from(free) {
+        Ok(free) if free >= requested => Ok((requested, None)),
+        Ok(free) if free > 0 => Ok((free, Some(cap))),
+        _ => Err(format!(
+            "PostgreSQL has no connection to spare for the pgbench reference: max_connections \
+             {}, {} reserved for administrators, {} in use, {} kept for the engine, 1 for \
+             pgbench's setup",
+            cap.max_connections, cap.reserved, cap.in_use, cap.kept_for_engine
+        )),
+    }
+}
+
+async fn measure_on(
+    url: &str,
+    clients: usize,
+    capped: Option<Cap>,
+    seconds: u64,
+) -> Result<Reference, String> {
     create_tables(url).await?;
     let scratch = ScratchDir::create("bench-reference")?;
     let script = scratch.file("update-insert.sql", SCRIPT)?;
@@ -97,6 +158,7 @@ async fn measure_on(url: &str, clients: usize, seconds: u64) -> Result<Reference
             .ok_or_else(|| format!("no tps in pgbench's output: {stdout}"))?,
         latency: logged_latency(scratch.path())?,
         clients,
+        capped,
         seconds,
         command: format!("{} {} {}", pgbench.display(), args.join(" "), redacted(url)),
     })
@@ -202,6 +264,39 @@ fn tps(report: &str) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
+    use super::{Connections, spare};
+
+    const SERVER: Connections = Connections {
+        max: 100,
+        reserved: 3,
+        in_use: 6,
+    };
+
+    #[test]
+    fn the_reference_takes_its_clients_when_the_server_has_them() {
+        let (clients, capped) = spare(16, SERVER, 12).unwrap();
+        assert_eq!(clients, 16);
+        assert!(capped.is_none());
+    }
+
+    #[test]
+    fn the_reference_is_capped_at_what_the_server_can_spare() {
+        let (clients, capped) = spare(128, SERVER, 12).unwrap();
+        assert_eq!(clients, 100 - 3 - 6 - 12 - 1);
+        let cap = capped.expect("capped");
+        assert_eq!((cap.requested, cap.kept_for_engine), (128, 12));
+    }
+
+    #[test]
+    fn a_server_with_nothing_to_spare_is_an_error_not_a_refused_pgbench() {
+        let full = Connections {
+            in_use: 90,
+            ..SERVER
+        };
+        let error = spare(4, full, 12).unwrap_err();
+        assert!(error.contains("no connection to spare"), "{error}");
+    }
+
     #[test]
     fn tps_is_read_from_pgbench_report() {
         let report = "number of failed transactions: 0 (0.000%)\n\

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::machine::Load;
 use super::postgres::Activity;
-use super::reference::Reference;
+use super::reference::{Cap, Reference};
 
 #[derive(Debug, Serialize)]
 pub struct Report {
@@ -240,6 +240,9 @@ impl Report {
             ),
             None => "reference             n/a (no PostgreSQL: pass --db)".to_owned(),
         });
+        if let Some(cap) = self.reference.as_ref().and_then(|r| r.capped.as_ref()) {
+            lines.push(capped(cap));
+        }
         if let Some(ratio) = self.ratio {
             lines.push(format!(
                 "ratio                 {ratio:.3} instances per reference commit{}",
@@ -289,6 +292,15 @@ impl Writes {
             ),
         ]
     }
+}
+
+/// Why the reference ran on fewer clients than the bench's: the server's terms.
+fn capped(cap: &Cap) -> String {
+    format!(
+        "reference capped      from {} clients: PostgreSQL's max_connections {}, less {} reserved, \
+         {} in use, {} kept for the engine, 1 for pgbench's setup",
+        cap.requested, cap.max_connections, cap.reserved, cap.in_use, cap.kept_for_engine
+    )
 }
 
 fn ms(value: Option<f64>) -> String {

@@ -8,9 +8,9 @@ use super::check;
 use crate::expr::Template;
 use crate::model::*;
 
-const MONEY_TRANSFER: &str = include_str!("../../../../examples/money-transfer.yaml");
-const ORDER: &str = include_str!("../../../../examples/order.yaml");
-const APPROVAL: &str = include_str!("../../../../examples/approval.yaml");
+const MONEY_TRANSFER: &str = include_str!("../../../../examples/brokers/money-transfer.yaml");
+const ORDER: &str = include_str!("../../../../examples/brokers/order.yaml");
+const APPROVAL: &str = include_str!("../../../../examples/brokers/approval.yaml");
 
 pub(super) fn deployment(source: &str) -> Deployment {
     let checked = check(source);
