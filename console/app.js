@@ -4,6 +4,7 @@
 import { h, replace } from './dom.js';
 import { ApiError, authMode, needsLogin, setToken, token, api } from './api.js';
 import * as views from './views.js';
+import { system } from './system.js';
 
 const ROUTES = [
   [/^\/$/, views.instances],
@@ -14,7 +15,7 @@ const ROUTES = [
   [/^\/deployments\/([^/]+)\/(\d+)$/, views.deployment],
   [/^\/tasks\/?$/, views.tasks],
   [/^\/schedules\/?$/, views.schedules],
-  [/^\/system\/?$/, views.system],
+  [/^\/system\/?$/, system],
 ];
 
 const NAV = [

@@ -1,6 +1,6 @@
 // The console's pages. Each renders into `main` from the API alone.
 
-import { h, replace, when, badge, s } from './dom.js';
+import { h, replace, when, badge } from './dom.js';
 import { api, allPages, ApiError } from './api.js';
 import { drawFlow } from './graph.js';
 import { navigate, notify, confirmAction, problemBox, onLeave } from './app.js';
@@ -8,12 +8,12 @@ import { navigate, notify, confirmAction, problemBox, onLeave } from './app.js';
 const STATUSES = ['suspended', 'failed', 'completed', 'cancelled'];
 const TERMINAL = ['completed', 'cancelled'];
 
-function title(text) {
+export function title(text) {
   document.title = `${text} · Sutra`;
   return h('h1', { tabindex: '-1' }, text);
 }
 
-function table(caption, headers, rows, empty = 'None.') {
+export function table(caption, headers, rows, empty = 'None.') {
   if (!rows.length) return h('p', { class: 'empty' }, empty);
   return h(
     'table',
@@ -705,72 +705,6 @@ export async function schedules(main) {
       ]),
       'No schedules: no active deployment version has a flow with start: { schedule }.'),
   );
-}
-
-// ---------------------------------------------------------------------------------------------
-// System: replicas and leases, and the live figures
-
-function stepsTotal(metrics) {
-  let total = 0;
-  for (const line of metrics.split('\n')) {
-    if (line.startsWith('sutra_steps_total')) total += Number(line.split(' ').at(-1)) || 0;
-  }
-  return total;
-}
-
-function sparkline(values, label) {
-  const w = 240;
-  const hgt = 48;
-  const max = Math.max(1, ...values);
-  const points = values.map((v, i) => `${(i / Math.max(1, values.length - 1)) * w},${hgt - (v / max) * (hgt - 4) - 2}`).join(' ');
-  return s('svg', { class: 'spark', viewBox: `0 0 ${w} ${hgt}`, width: w, height: hgt, role: 'img', 'aria-label': label },
-    s('polyline', { points, fill: 'none' }));
-}
-
-export async function system(main) {
-  const leases = await api('/v1/leases');
-  const live = h('div', { class: 'live', 'aria-live': 'off' });
-  replace(
-    main,
-    title('System'),
-    h('section', { 'aria-labelledby': 'leases-title' },
-      h('h2', { id: 'leases-title' }, 'Replicas and leases'),
-      h('p', {}, 'Answered by replica ', h('code', {}, leases.replica), leases.leading.length ? `, which leads ${leases.leading.join(', ')}.` : '.'),
-      table('Leases', ['Role', 'Holder', 'Until', 'Epoch'],
-        leases.items.map((l) => [l.role, h('code', {}, l.holder), when(l.expires_at), l.epoch]),
-        'No lease rows: every replica leads every role (the embedded store).')),
-    h('section', { 'aria-labelledby': 'live-title' }, h('h2', { id: 'live-title' }, 'Live'), live),
-  );
-  const rates = [];
-  let previous = null;
-  const tick = async () => {
-    try {
-      const [scaling, metrics] = await Promise.all([api('/v1/scaling'), api('/metrics', { text: true })]);
-      const now = performance.now();
-      const total = stepsTotal(metrics);
-      if (previous) rates.push(Math.max(0, (total - previous.total) / ((now - previous.at) / 1000)));
-      previous = { total, at: now };
-      if (rates.length > 60) rates.shift();
-      const available = Object.values(scaling.tasks_available).reduce((a, b) => a + b, 0);
-      const rate = rates.length ? rates.at(-1).toFixed(1) : '…';
-      replace(
-        live,
-        h('dl', { class: 'facts' },
-          h('dt', {}, 'Steps per second'), h('dd', {}, rate),
-          h('dt', {}, 'Steps in progress here'), h('dd', {}, scaling.claims_in_flight),
-          h('dt', {}, 'Tasks available'), h('dd', {}, available),
-          h('dt', {}, 'Tasks locked'), h('dd', {}, scaling.tasks_locked),
-          h('dt', {}, 'Inbox backlog'), h('dd', {}, scaling.inbox_backlog),
-          h('dt', {}, 'Outbox backlog'), h('dd', {}, scaling.outbox_backlog)),
-        sparkline(rates, `Steps per second over the last ${rates.length * 2} seconds`),
-      );
-    } catch (error) {
-      replace(live, problemBox(error));
-    }
-  };
-  await tick();
-  const timer = setInterval(tick, 2000);
-  onLeave(() => clearInterval(timer));
 }
 
 export { ApiError };

@@ -4,22 +4,11 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { mkdtempSync, mkdirSync, rmSync, readFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join, dirname } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { createRequire } from 'node:module';
-import { chromium } from 'playwright-core';
+import { join } from 'node:path';
+import { Sutra, SHOTS, launch, openPage, assertAccessible } from './harness.mjs';
 
-const require = createRequire(import.meta.url);
-const AXE = readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8');
-const BINARY = process.env.SUTRA_BINARY;
-const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
-const SHOTS = process.env.SUTRA_SCREENSHOTS || join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'docs', 'console');
 const ADMIN_TOKEN = 'acme-admin-0123456789abcdef';
 const WORKER_TOKEN = 'acme-worker-0123456789abcdef';
-const WAIT = 15_000;
 
 // Version 1 doubles an order's amount, which fails on an amount that is not a number; version 2
 // renames that node and prices every order at 10. Both fork into two branches and join.
@@ -100,119 +89,13 @@ flows:
         end: { reply: escalated }
 `;
 
-class Sutra {
-  constructor(env = {}) {
-    this.dir = mkdtempSync(join(tmpdir(), 'sutra-console-'));
-    this.env = env;
-  }
-
-  async start() {
-    this.child = spawn(BINARY, ['serve', '--db', `sqlite://${join(this.dir, 'sutra.db')}`, '--listen', '127.0.0.1:0'], {
-      env: { ...process.env, SUTRA_LOG: 'warn', ...this.env },
-      stdio: ['ignore', 'ignore', 'pipe'],
-    });
-    this.url = await new Promise((resolve, reject) => {
-      let seen = '';
-      const timer = setTimeout(() => reject(new Error(`sutra serve did not listen: ${seen}`)), WAIT);
-      this.child.stderr.on('data', (chunk) => {
-        seen += chunk;
-        const match = seen.match(/sutra: listening on (\S+)\s/);
-        if (match) {
-          clearTimeout(timer);
-          resolve(match[1].replace(/\/$/, ''));
-        }
-      });
-      this.child.on('exit', (code) => reject(new Error(`sutra serve exited ${code}: ${seen}`)));
-    });
-    return this;
-  }
-
-  async stop() {
-    if (this.child && this.child.exitCode === null) {
-      const exited = new Promise((resolve) => this.child.on('exit', resolve));
-      this.child.kill('SIGTERM');
-      await exited;
-    }
-    rmSync(this.dir, { recursive: true, force: true });
-  }
-
-  async call(method, path, body, { token, type = 'application/json' } = {}) {
-    const headers = { 'content-type': type };
-    if (token) headers.authorization = `Bearer ${token}`;
-    const response = await fetch(this.url + path, {
-      method,
-      headers,
-      body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
-    });
-    const text = await response.text();
-    return { status: response.status, body: text ? JSON.parse(text) : null };
-  }
-
-  async deploy(yaml, options) {
-    const answer = await this.call('POST', '/v1/deployments', yaml, { ...options, type: 'application/yaml' });
-    assert.equal(answer.status, 201, JSON.stringify(answer.body));
-  }
-
-  async send(channel, id, data) {
-    const event = { specversion: '1.0', id, type: 'console-test', source: 'console-tests', data };
-    const answer = await this.call('POST', `/v1/channels/${channel}/messages`, event, { type: 'application/cloudevents+json' });
-    assert.equal(answer.status, 202, JSON.stringify(answer.body));
-    return answer.body.instance;
-  }
-
-  async until(what, check) {
-    const deadline = Date.now() + WAIT;
-    for (;;) {
-      const value = await check();
-      if (value) return value;
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-  }
-
-  async instance(id) {
-    return (await this.call('GET', `/v1/instances/${id}`)).body;
-  }
-}
-
 let sutra;
 let browser;
 let orderId;
 let chargeIds;
 
-// A page that records every error the browser reports: console errors and uncaught exceptions.
-async function openPage(base) {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
-  const page = await context.newPage();
-  page.errors = [];
-  page.requests = [];
-  page.on('console', (message) => {
-    if (message.type() === 'error') page.errors.push(message.text());
-  });
-  page.on('pageerror', (error) => page.errors.push(String(error)));
-  page.on('request', (request) => page.requests.push(request));
-  page.setDefaultTimeout(WAIT);
-  return page;
-}
-
-// axe-core in the page: no serious or critical violation.
-async function assertAccessible(page, where) {
-  // Evaluated by the test driver, not added as a script: the page keeps its own CSP, so a
-  // console that broke its policy would show here as a browser error.
-  await page.evaluate(AXE);
-  const violations = await page.evaluate(async () => {
-    const result = await window.axe.run(document, { resultTypes: ['violations'] });
-    return result.violations
-      .filter((v) => ['serious', 'critical'].includes(v.impact))
-      .map((v) => `${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`);
-  });
-  assert.deepEqual(violations, [], `${where}: axe reports serious or critical violations`);
-}
-
 before(async () => {
-  assert.ok(BINARY, 'SUTRA_BINARY names the sutra binary');
-  mkdirSync(SHOTS, { recursive: true });
-  browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
+  browser = await launch();
   sutra = await new Sutra().start();
   await sutra.deploy(SHOP(1));
   await sutra.deploy(BILLING);
@@ -241,7 +124,7 @@ after(async () => {
 });
 
 test('a failed instance is found, seen on its graph, migrated onto the fix, restored, and completes', async () => {
-  const page = await openPage(sutra.url);
+  const page = await openPage(browser);
   await page.goto(`${sutra.url}/`);
   await page.getByRole('heading', { level: 1, name: 'Instances' }).waitFor();
   assert.equal(await page.getByRole('row').count(), 5, 'a header and four instances');
@@ -290,7 +173,7 @@ test('a failed instance is found, seen on its graph, migrated onto the fix, rest
 });
 
 test('the failed inbox restores every instance with a failure code, counting them first', async () => {
-  const page = await openPage(sutra.url);
+  const page = await openPage(browser);
   await page.goto(`${sutra.url}/`);
   await page.getByRole('heading', { level: 1, name: 'Instances' }).waitFor();
   // By keyboard alone: from the page's heading, where the console puts the focus, back to the
@@ -328,7 +211,7 @@ test('the failed inbox restores every instance with a failure code, counting the
 // takes from navigation to its rows on screen, with the first contentful paint, printed for
 // decision 0036.
 test('the instance list is on screen soon after navigation (printed)', async () => {
-  const page = await openPage(sutra.url);
+  const page = await openPage(browser);
   await page.goto(`${sutra.url}/instances`);
   await page.getByRole('row').nth(4).waitFor();
   const timing = await page.evaluate(() => ({
@@ -341,7 +224,7 @@ test('the instance list is on screen soon after navigation (printed)', async () 
 });
 
 test('a deep link to an instance loads directly', async () => {
-  const page = await openPage(sutra.url);
+  const page = await openPage(browser);
   const response = await page.goto(`${sutra.url}/instances/${orderId}`);
   assert.equal(response.status(), 200);
   await page.getByRole('heading', { level: 1, name: `Instance ${orderId}` }).waitFor();
@@ -359,7 +242,7 @@ test('a deep link to an instance loads directly', async () => {
 });
 
 test('a refused action is answered with the problem the API gave', async () => {
-  const page = await openPage(sutra.url);
+  const page = await openPage(browser);
   const [id] = chargeIds;
   await page.goto(`${sutra.url}/instances/${id}`);
   await page.locator('dd[data-status="suspended"]').waitFor();
@@ -388,7 +271,7 @@ test('a race is drawn as a gateway with its arms, a deadline dashed, and the pat
   assert.equal(done.status, 200, JSON.stringify(done.body));
   await sutra.until('the race', async () => (await sutra.instance(id)).tokens.some((t) => t.state === 'racing'));
 
-  const page = await openPage(sutra.url);
+  const page = await openPage(browser);
   await page.goto(`${sutra.url}/instances/${id}`);
   await page.getByRole('heading', { level: 1, name: `Instance ${id}` }).waitFor();
   const graph = page.locator('svg.flow');
@@ -471,7 +354,7 @@ test('a call links to its child, the child to its caller, and the list filters b
     return parked?.park.child ?? null;
   });
 
-  const page = await openPage(sutra.url);
+  const page = await openPage(browser);
   await page.goto(`${sutra.url}/instances/${id}`);
   await page.getByRole('heading', { level: 1, name: `Instance ${id}` }).waitFor();
   const ship = page.locator('svg.flow g.node[data-node="ship"]');
@@ -543,7 +426,7 @@ test('a scope is drawn as a box, a handler on a dotted edge, and the compensatio
   await sutra.call('POST', `/v1/tasks/${encodeURIComponent(credit.id)}/fail`, { lock_token: credit.lock_token, error: { code: 'NO.ACCOUNT', message: 'closed' }, retry: false });
   const refund = await take('saga-refund');
 
-  const page = await openPage(sutra.url);
+  const page = await openPage(browser);
   await page.goto(`${sutra.url}/instances/${id}`);
   await page.getByRole('heading', { level: 1, name: `Instance ${id}` }).waitFor();
   const graph = page.locator('svg.flow');
@@ -579,7 +462,7 @@ flows:
         end: {}
 `);
   await sutra.until('a tick', async () => (await sutra.call('GET', '/v1/schedules')).body.items.find((x) => x.last_instance));
-  const page = await openPage(sutra.url);
+  const page = await openPage(browser);
   await page.goto(`${sutra.url}/`);
   await page.getByRole('link', { name: 'Schedules' }).click();
   await page.getByRole('heading', { level: 1, name: 'Schedules' }).waitFor();
@@ -611,7 +494,7 @@ test('with API tokens the console asks for one, reads nothing without it, and se
   const guarded = await new Sutra({ SUTRA_AUTH_TOKENS: tokens }).start();
   try {
     await guarded.deploy(BILLING, { token: ADMIN_TOKEN });
-    const page = await openPage(guarded.url);
+    const page = await openPage(browser);
     await page.goto(`${guarded.url}/instances`);
     await page.getByRole('heading', { level: 1, name: 'Sign in' }).waitFor();
     assert.equal(await page.getByRole('link', { name: 'Deployments' }).count(), 0, 'no navigation before signing in');
@@ -630,7 +513,7 @@ test('with API tokens the console asks for one, reads nothing without it, and se
     await page.context().close();
 
     // A worker's token reads no instance: the console says what the API answered.
-    const worker = await openPage(guarded.url);
+    const worker = await openPage(browser);
     await worker.goto(`${guarded.url}/instances`);
     await worker.getByLabel('API token').fill(WORKER_TOKEN);
     await worker.getByRole('button', { name: 'Sign in' }).click();

@@ -11,7 +11,6 @@ use sutra_core::step::Reply;
 use sutra_store::{Backlog, Clock, InstanceKey, LockedTask, Store, TaskFailure, TaskState};
 use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinHandle};
-use tracing::debug;
 
 use crate::admin::{Admin, Restored};
 use crate::config::EngineConfig;
@@ -22,16 +21,15 @@ use crate::intake::{self, Answer, Inbound, IntakeError};
 use crate::lane::Lanes;
 use crate::leadership::{self, Leadership, RoleLoops};
 use crate::outbox::Sender;
+use crate::pulse::Pulse;
 use crate::registry::{Current, Live};
 use crate::request::{Completion, StepOutcome};
 use crate::scheduler;
 use crate::shared::Shared;
 use crate::tasks::{self, PollRequest, Take};
-use crate::{answers, bulk, converge, deliveries, history, metrics, outbox, retirement, sweep};
-
-/// How long a scrape waits for the database's backlog count (see [`Engine::publish_gauges`]):
-/// far above a healthy count's milliseconds, and under a scraper's usual timeout.
-const BACKLOG_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
+use crate::{
+    answers, bulk, converge, deliveries, history, metrics, outbox, retirement, sampler, sweep,
+};
 
 pub struct Engine {
     shared: Arc<Shared>,
@@ -90,6 +88,7 @@ impl Engine {
         let (shutdown, _) = watch::channel(false);
         let mut background = converge::spawn(&shared, &deployments, &shutdown);
         background.extend(answers::spawn(&shared, &shutdown));
+        background.push(sampler::spawn(&shared, &shutdown));
         background.push(outbox::spawn(
             Arc::clone(&shared),
             Arc::clone(&live),
@@ -159,19 +158,19 @@ impl Engine {
         }
         metrics::claims_in_flight(self.claims_in_flight());
         metrics::polls_waiting(self.shared.waiting.count());
-        // A database cut off mid-statement answers nothing, and the client sets no statement
-        // timeout: a scrape waits for the count that long and no longer, so that the gauges of
-        // this process — leadership above all — are read whatever the store does.
-        let counted = self.shared.store.backlog();
-        match self.shared.clock.timeout(BACKLOG_PATIENCE, counted).await {
-            Ok(Ok(backlog)) => {
-                let gone = self.topics_gone(&backlog);
-                metrics::backlog(&backlog, &gone);
-            }
-            // The store's gauges keep their last values; readiness says the store is away.
-            Ok(Err(error)) => debug!(%error, "could not count the backlog for the gauges"),
-            Err(_) => debug!("the backlog count for the gauges took too long; left out"),
+        // Not counted in time, the store's gauges keep their last values, and the gauges of this
+        // process — leadership above all — are read whatever the store does; readiness says
+        // the store is away.
+        if let Some(backlog) = self.shared.count_backlog().await {
+            let gone = self.topics_gone(&backlog);
+            metrics::backlog(&backlog, &gone);
         }
+    }
+
+    /// What this replica's steps did over the last fifteen minutes, and the backlog beside
+    /// them (decision 0061).
+    pub fn pulse(&self) -> &Pulse {
+        &self.shared.pulse
     }
 
     /// Steps in progress on this replica: its lanes on a request.

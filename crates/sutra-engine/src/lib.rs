@@ -7,7 +7,8 @@
 //! draws; from the ground up:
 //!
 //! 0. The ground, naming no other module: `config` ([`EngineConfig`]), `error` ([`Error`]),
-//!    [`settle`], [`registry`], [`metrics`], [`history_log`], [`fault`], `test_switches`, and
+//!    [`settle`], [`registry`], [`metrics`], [`pulse`] (what this replica's steps did over the
+//!    last fifteen minutes, decision 0061), [`history_log`], [`fault`], `test_switches`, and
 //!    `waiting`: the polls waiting on this replica, which a step arming a task of their topics
 //!    reserves (decision 0039), and the announcement that a task may have become available.
 //! 1. `shared` (what every part shares — the store, the configuration and the clock every time
@@ -18,8 +19,9 @@
 //!    completing worker that asked ([`tasks::Take`], decision 0038), else a waiting poll. Beside
 //!    it the loops that need only the shared state and the roles: `answers` (callers held here
 //!    whose instance another replica ended), `history` (the purger), `retirement` (the
-//!    retirement gate) and [`outbox`] (the outbox worker, and the [`outbox::Sender`] seam the
-//!    server's transports implement, SPEC §5.4).
+//!    retirement gate), [`outbox`] (the outbox worker, and the [`outbox::Sender`] seam the
+//!    server's transports implement, SPEC §5.4) and `sampler` (the pulse's sample every ten
+//!    seconds).
 //! 3. `request`: what a lane is asked to run — a step on an instance, a worker's completion of a
 //!    task — and what its caller learns ([`runner::StepOutcome`]).
 //! 4. `written`: a step written in its group and not yet committed, and its landing once the
@@ -75,10 +77,12 @@ mod lane;
 pub mod leadership;
 pub mod metrics;
 pub mod outbox;
+pub mod pulse;
 pub mod registry;
 mod request;
 mod retirement;
 pub mod runner;
+mod sampler;
 mod scheduler;
 pub mod settle;
 mod shared;

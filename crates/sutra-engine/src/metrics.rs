@@ -172,7 +172,10 @@ impl BouncePath {
     }
 }
 
-/// One step's end, `took` after it started: `outcome` is `committed`, or why it did not commit.
+/// The `outcome` of a step that committed; every other outcome says why it did not.
+pub(crate) const COMMITTED: &str = "committed";
+
+/// One step's end, `took` after it started: `outcome` is [`COMMITTED`], or why it did not commit.
 pub(crate) fn step(flow: &str, outcome: &'static str, took: Duration) {
     counter!(STEPS, "flow" => flow.to_owned(), "outcome" => outcome).increment(1);
     histogram!(STEP_DURATION).record(took.as_secs_f64());

@@ -94,7 +94,7 @@ impl Stepper<'_> {
         if let (Err(error), Work::Start { info, .. }) = (&result, work)
             && !matches!(error, Error::Store(sutra_store::Error::Waited { .. }))
         {
-            metrics::step(
+            self.shared.step_ended(
                 &info.flow,
                 outcome_label(error),
                 self.shared.clock.elapsed(started),
@@ -300,7 +300,7 @@ impl Stepper<'_> {
         let started = self.shared.clock.instant();
         let advanced = self.advance(group, claimed, resumption).await;
         if let Err(error) = &advanced {
-            metrics::step(
+            self.shared.step_ended(
                 &flow,
                 outcome_label(error),
                 self.shared.clock.elapsed(started),

@@ -1,15 +1,22 @@
 //! What every part of the engine shares: the store, the configuration, the clock, the settle
-//! registry and the wake-ups, and the owner ids a replica claims as.
+//! registry and the wake-ups, the pulse, and the owner ids a replica claims as.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use sutra_store::{Clock, Owner, Store};
+use sutra_store::{Backlog, Clock, Owner, Store};
 use tokio::sync::Notify;
+use tracing::debug;
 
 use crate::config::EngineConfig;
+use crate::pulse::Pulse;
 use crate::settle::SettleRegistry;
-use crate::test_switches;
 use crate::waiting::{Availability, Waiting};
+use crate::{metrics, test_switches};
+
+/// How long a count of the backlog is waited for (see [`Shared::count_backlog`]): far above a
+/// healthy count's milliseconds, and under a scraper's usual timeout.
+const BACKLOG_PATIENCE: Duration = Duration::from_secs(2);
 
 /// What the background loops, the lanes and the callers share.
 pub(crate) struct Shared {
@@ -30,6 +37,8 @@ pub(crate) struct Shared {
     pub tasks: Arc<Availability>,
     /// The long-polls waiting here, for the steps that arm tasks to hand them over.
     pub waiting: Waiting,
+    /// What this replica's steps did over the last minutes (decision 0061).
+    pub pulse: Pulse,
 }
 
 impl Shared {
@@ -37,13 +46,43 @@ impl Shared {
         Shared {
             store,
             config,
-            clock,
             settle: SettleRegistry::default(),
             deliveries_due: Notify::new(),
             outbox_due: Notify::new(),
             schedules_changed: Notify::new(),
             tasks: Arc::default(),
             waiting: Waiting::default(),
+            pulse: Pulse::new(clock.now()),
+            clock,
+        }
+    }
+
+    /// One step's end, `took` after it started: `outcome` is `committed`, or why it did not
+    /// commit. Counted in the process's metrics under its flow, and in this replica's pulse.
+    pub fn step_ended(&self, flow: &str, outcome: &'static str, took: Duration) {
+        metrics::step(flow, outcome, took);
+        self.pulse.step(outcome == metrics::COMMITTED, took);
+    }
+
+    /// What waits for the fleet, as the database counts it now; `None` when it could not. A
+    /// database cut off mid-statement answers nothing, and the client sets no statement timeout:
+    /// the count is waited for [`BACKLOG_PATIENCE`] and no longer, so that whoever asks — a
+    /// scrape, the pulse's sampler — goes on whatever the store does.
+    pub async fn count_backlog(&self) -> Option<Backlog> {
+        match self
+            .clock
+            .timeout(BACKLOG_PATIENCE, self.store.backlog())
+            .await
+        {
+            Ok(Ok(backlog)) => Some(backlog),
+            Ok(Err(error)) => {
+                debug!(%error, "could not count the backlog");
+                None
+            }
+            Err(_) => {
+                debug!("the backlog count took too long; left out");
+                None
+            }
         }
     }
 

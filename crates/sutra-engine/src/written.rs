@@ -57,7 +57,10 @@ impl Written {
         let instance = step.snapshot.instance.id.clone();
         handoff::hand_over(shared, &step, &mut taken, handoffs);
         let took = shared.clock.elapsed(started);
-        metrics::step(&step.snapshot.instance.flow, "committed", took);
+        shared.step_ended(&step.snapshot.instance.flow, metrics::COMMITTED, took);
+        if (step.history.iter()).any(|event| event.kind == HistoryKind::Failed) {
+            shared.pulse.instance_failed();
+        }
         if let Some(reply) = &step.reply {
             shared.settle.settle(&instance, reply);
         }

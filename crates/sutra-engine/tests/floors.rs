@@ -25,6 +25,7 @@ const FLOORS: &[&[&str]] = &[
         "fault",
         "history_log",
         "metrics",
+        "pulse",
         "registry",
         "settle",
         "test_switches",
@@ -34,7 +35,14 @@ const FLOORS: &[&[&str]] = &[
     &["shared", "leadership"],
     // 2. The hand-off of armed tasks to their takers, and the loops that need only the shared
     //    state and the roles.
-    &["handoff", "answers", "history", "retirement", "outbox"],
+    &[
+        "handoff",
+        "answers",
+        "history",
+        "retirement",
+        "outbox",
+        "sampler",
+    ],
     // 3. What a lane is asked to run, and what its caller learns.
     &["request"],
     // 4. A step written in its group, and its landing once the group committed.

@@ -37,6 +37,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         include_str!("../../../console/views.js"),
     ),
     (
+        "system.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../../console/system.js"),
+    ),
+    (
         "app.css",
         "text/css; charset=utf-8",
         include_str!("../../../console/app.css"),

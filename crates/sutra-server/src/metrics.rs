@@ -13,12 +13,6 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::http::Api;
 
-/// Step latency buckets, in seconds: a step is one transaction, from a millisecond on an idle
-/// embedded store to seconds on a saturated database.
-const STEP_BUCKETS: &[f64] = &[
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-];
-
 /// Group sizes (decision 0024): up to `sutra.engine.group.max`, whose default is 64.
 const GROUP_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
 
@@ -36,7 +30,9 @@ fn handle() -> &'static PrometheusHandle {
         let step_duration = Matcher::Full(sutra_engine::metrics::STEP_DURATION.to_owned());
         let group_members = Matcher::Full(sutra_engine::metrics::GROUP_MEMBERS.to_owned());
         let handle = PrometheusBuilder::new()
-            .set_buckets_for_metric(step_duration, STEP_BUCKETS)
+            // The buckets the pulse counts in too (decision 0061): the console's quantiles are
+            // what `histogram_quantile` gives over these.
+            .set_buckets_for_metric(step_duration, &sutra_engine::pulse::STEP_BUCKETS)
             .expect("the step buckets are not empty")
             .set_buckets_for_metric(group_members, GROUP_BUCKETS)
             .expect("the group buckets are not empty")

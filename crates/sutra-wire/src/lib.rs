@@ -24,6 +24,7 @@ mod intake;
 mod leases;
 mod problem;
 mod schedules;
+mod system;
 mod tasks;
 
 use serde::{Deserialize, Serialize};
@@ -41,6 +42,7 @@ pub use intake::Accepted;
 pub use leases::{Lease, Leases};
 pub use problem::{Problem, Violation};
 pub use schedules::{Schedule, Schedules};
+pub use system::{SystemHistory, SystemSample};
 pub use tasks::{
     COMPLETE_BATCH_MAX, CompleteBody, CompleteItem, CompletedBatch, ExtendBody, FailBody,
     ItemResult, LockExtended, LockedTask, PollBody, ReleaseBody, Take, TaskFailure, TaskQuery,

@@ -238,3 +238,25 @@ fn the_scaling_signal_names_each_count() {
     }));
     assert_eq!(scaling.tasks_available["debit"], 3);
 }
+
+#[test]
+fn the_system_history_names_each_figure_and_leaves_what_was_not_counted_null() {
+    let history: SystemHistory = round_trip(json!({
+        "replica": "sutra-7c1e", "since": "2026-12-06T02:00:00Z",
+        "interval": "PT10S", "window": "PT15M",
+        "samples": [
+            {
+                "at": "2026-12-06T02:00:10Z", "seconds": 10.0, "steps": 120, "steps_failed": 1,
+                "instances_failed": 2, "latency_p50": 0.0012, "latency_p99": 0.0081,
+                "inbox_backlog": 0, "outbox_backlog": 3, "tasks_available": 17,
+            },
+            {
+                "at": "2026-12-06T02:00:20Z", "seconds": 10.001, "steps": 0, "steps_failed": 0,
+                "instances_failed": 0, "latency_p50": null, "latency_p99": null,
+                "inbox_backlog": null, "outbox_backlog": null, "tasks_available": null,
+            },
+        ],
+    }));
+    assert_eq!(history.samples[0].tasks_available, Some(17));
+    assert!(history.samples[1].extra.is_empty());
+}

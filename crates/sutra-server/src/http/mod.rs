@@ -1,6 +1,7 @@
 //! The HTTP API (SPEC §4): the router, and one module per resource translating between HTTP and
 //! the engine — [`intake`] (a channel's messages), [`tasks`], [`deployments`], [`instances`],
-//! [`operations`] (bulk repair and the scaling signal), [`leases`], [`schedules`] and [`probes`] — over what
+//! [`operations`] (bulk repair and the scaling signal), [`leases`], [`schedules`], [`system`] (the
+//! replica's last fifteen minutes, for the console) and [`probes`] — over what
 //! they share: [`extract`] (bodies, query strings and paths) and [`paging`].
 //!
 //! Handlers are thin: decode, call the engine, encode. Every refusal is a [`Problem`] with a
@@ -15,6 +16,7 @@ mod operations;
 mod paging;
 mod probes;
 mod schedules;
+mod system;
 mod tasks;
 
 use std::sync::Arc;
@@ -60,7 +62,8 @@ pub fn router(api: Api) -> Router {
         .merge(instances::routes())
         .merge(operations::routes())
         .merge(leases::routes())
-        .merge(schedules::routes());
+        .merge(schedules::routes())
+        .merge(system::routes());
     let (admins, admins_part) = gated(admins, Role::Admin);
     // Open, tokens or not: probes, metrics and the document carry no credentials and show no
     // tenant's rows.
