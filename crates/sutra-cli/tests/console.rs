@@ -58,6 +58,7 @@ async fn the_assets_answer_with_their_content_types_and_a_policy() {
         ("/console/dom.js", "text/javascript"),
         ("/console/graph.js", "text/javascript"),
         ("/console/views.js", "text/javascript"),
+        ("/console/system.js", "text/javascript"),
         ("/console/app.css", "text/css"),
     ] {
         let response = server.http.get(server.url(path)).send().await.unwrap();
