@@ -19,7 +19,10 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use sutra_core::codes;
 use utoipa::openapi::path::{Operation, PathItem};
-use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema, SchemaType, Type};
+use utoipa::openapi::schema::{
+    AdditionalProperties, AllOfBuilder, ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema,
+    SchemaType, Type,
+};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::tag::TagBuilder;
 use utoipa::openapi::{
@@ -92,6 +95,57 @@ impl PartialSchema for CloudEvent {
 
 impl ToSchema for CloudEvent {}
 
+/// A deployment document (SPEC §3), as `POST /v1/deployments` reads its YAML: a map of these
+/// four members. What a flow may hold is the checker's to say, with every error located
+/// (`SUTRA.DEPLOY.INVALID`); the schema says the document's shape and gives a whole one as its
+/// example, which a client can send as it is.
+pub(crate) struct DeploymentDocument;
+
+impl PartialSchema for DeploymentDocument {
+    fn schema() -> RefOr<Schema> {
+        let name = |description: &str| {
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some("^[a-z0-9][a-z0-9-]{0,62}$"))
+                .description(Some(description))
+        };
+        let map = |description: &str| {
+            ObjectBuilder::new()
+                .schema_type(Type::Object)
+                .description(Some(description))
+        };
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property(
+                "name",
+                name("The deployment's name; each deploy of it is a version."),
+            )
+            .property("tenant", name("The tenant it belongs to: the caller's."))
+            .property("channels", map("The channels, by name."))
+            .property(
+                "flows",
+                map("The flows, by name: at least one.").min_properties(Some(1)),
+            )
+            .required("name")
+            .required("flows")
+            .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+            .examples([serde_json::json!({
+                "name": "greetings",
+                "channels": {"greetings": {"transport": "http"}},
+                "flows": {"greet": {
+                    "start": {"channel": "greetings"},
+                    "nodes": [{
+                        "id": "done",
+                        "end": {"reply": {"greeting": "= 'hello ' + string(vars.input.name)"}},
+                    }],
+                }},
+            })])
+            .into()
+    }
+}
+
+impl ToSchema for DeploymentDocument {}
+
 /// The name of the bearer token scheme in `components.securitySchemes`.
 const BEARER: &str = "bearer";
 
@@ -140,6 +194,7 @@ pub fn document(parts: impl IntoIterator<Item = OpenApi>) -> Document {
         ),
     );
     describe_problem_members(components);
+    pair_bulk_actions(components);
     for operation in operations(&mut document) {
         // `%00` anywhere in the URL is refused before any route reads it (`http::router`).
         operation
@@ -156,7 +211,10 @@ pub fn document(parts: impl IntoIterator<Item = OpenApi>) -> Document {
 
 const DESCRIPTION: &str = "The HTTP API of Sutra, a durable process engine (docs/spec.md §4). \
 Every refusal is `application/problem+json` with a stable `code`; docs/errors.md says what each \
-asks of the caller. Answers may gain members in later versions, and never lose or rename one.";
+asks of the caller. Answers may gain members in later versions, and never lose or rename one. \
+No string of a request, in its URL or its body, may hold the character U+0000 (`\\u0000`), which \
+no store can keep: such a request is refused, `SUTRA.API.REQUEST.INVALID` (a message's, \
+`SUTRA.INTAKE.VALIDATION`).";
 
 /// One tag per role a gate admits, and one for the open routes.
 fn tags() -> Vec<utoipa::openapi::Tag> {
@@ -274,6 +332,42 @@ fn describe_problem_members(components: &mut Components) {
     );
 }
 
+/// A bulk call's `to_version` goes with `migrate` and with no other action
+/// (`http::operations`): a rule across two members, which the body's type cannot say, so its
+/// schema is joined here with the two combinations the server takes.
+fn pair_bulk_actions(components: &mut Components) {
+    let name = sutra_wire::BulkBody::name();
+    let Some(body) = components.schemas.remove(name.as_ref()) else {
+        return;
+    };
+    let action = |actions: &[&str]| {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .enum_values(Some(actions.iter().copied()))
+    };
+    let migrate = ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .property("action", action(&["migrate"]))
+        .property(
+            "to_version",
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .minimum(Some(1)),
+        )
+        .required("to_version");
+    let other = ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .property("action", action(&["restore", "cancel"]))
+        .property("to_version", ObjectBuilder::new().schema_type(Type::Null));
+    let paired = AllOfBuilder::new()
+        .item(body)
+        .item(OneOfBuilder::new().item(migrate).item(other))
+        .description(Some(
+            "`migrate` with the version to move onto, or `restore` or `cancel` without one.",
+        ));
+    components.schemas.insert(name.into_owned(), paired.into());
+}
+
 /// A refusal's response: a problem, whose `code` is one of the codes answering `status`.
 fn problem_response(status: u16, what: &str) -> Response {
     let answering: Vec<String> = codes::ALL
@@ -374,3 +468,6 @@ refusals! {
     Unavailable = 503, "The store or the engine is unavailable for now; retry with backoff, \
         possibly on another replica.";
 }
+
+#[cfg(test)]
+mod tests;

@@ -15,11 +15,13 @@ use crate::Extra;
 )]
 pub struct InstanceQuery {
     /// `suspended`, `completed`, `cancelled` or `failed`.
+    #[cfg_attr(feature = "openapi", param(schema_with = crate::rules::instance_status))]
     pub status: Option<String>,
     pub flow: Option<String>,
     /// Only instances pinned to this version of their deployment.
     pub version: Option<u32>,
     /// Only the instances this instance called (its children), whatever their status.
+    #[cfg_attr(feature = "openapi", param(schema_with = crate::rules::parent))]
     pub parent: Option<String>,
     /// Only failed instances stopped at this failure code. Matched within each page the store
     /// reads, as a bulk filter is: a page may hold fewer than `limit` and still have a `next`.
@@ -28,11 +30,15 @@ pub struct InstanceQuery {
     /// within each page as `failure_code` is.
     pub correlation_key: Option<String>,
     /// Only instances created at or after this RFC 3339 instant.
+    #[cfg_attr(feature = "openapi", param(schema_with = crate::rules::created_after))]
     pub created_after: Option<String>,
     /// Only instances created before this RFC 3339 instant.
+    #[cfg_attr(feature = "openapi", param(schema_with = crate::rules::created_before))]
     pub created_before: Option<String>,
+    /// At most this many (default 100; more than 500 is 500).
     pub limit: Option<u32>,
     /// The `next` cursor of the previous page.
+    #[cfg_attr(feature = "openapi", param(schema_with = crate::rules::instance_cursor))]
     pub after: Option<String>,
 }
 
@@ -194,6 +200,8 @@ pub struct StatusChange {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct MigrateBody {
+    /// A deployment's versions count from 1.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub to_version: u32,
     #[serde(default)]
     pub map: std::collections::BTreeMap<String, String>,
@@ -207,9 +215,11 @@ pub struct BulkBody {
     #[serde(default)]
     pub filter: BulkFilter,
     /// `restore`, `cancel` or `migrate`.
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::rules::bulk_action))]
     pub action: String,
     /// `migrate` only: the version to move onto, and where each token's node goes there.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub to_version: Option<u32>,
     #[serde(default)]
     pub map: std::collections::BTreeMap<String, String>,
@@ -229,12 +239,24 @@ pub struct BulkBody {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct BulkFilter {
+    #[cfg_attr(
+        feature = "openapi",
+        schema(schema_with = crate::rules::instance_status_or_null)
+    )]
     pub status: Option<String>,
     pub flow: Option<String>,
     pub version: Option<u32>,
     pub failure_code: Option<String>,
     /// RFC 3339 instants.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(schema_with = crate::rules::created_before_or_null)
+    )]
     pub created_before: Option<String>,
+    #[cfg_attr(
+        feature = "openapi",
+        schema(schema_with = crate::rules::created_after_or_null)
+    )]
     pub created_after: Option<String>,
 }
 

@@ -23,6 +23,8 @@ mod instances;
 mod intake;
 mod leases;
 mod problem;
+#[cfg(feature = "openapi")]
+pub mod rules;
 mod schedules;
 mod system;
 mod tasks;

@@ -16,15 +16,20 @@ pub const COMPLETE_BATCH_MAX: usize = 100;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PollBody {
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::rules::worker))]
     pub worker: String,
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::rules::topics))]
     pub topics: Vec<String>,
-    /// At most this many tasks; one unless asked.
+    /// At most this many tasks; one unless asked. More than 100 locks 100.
     #[serde(default = "one")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub max: u32,
     /// How long each returned task stays locked (ISO-8601), or the task's own lock.
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::rules::lock))]
     pub lock: Option<String>,
     /// How long the server may hold the request open waiting for a task (ISO-8601), or not at
     /// all.
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::rules::wait))]
     pub wait: Option<String>,
 }
 
@@ -63,9 +68,12 @@ pub struct CompleteItem {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Take {
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::rules::worker))]
     pub worker: String,
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::rules::topics))]
     pub topics: Vec<String>,
     /// How long the task stays locked (ISO-8601), or the task's own lock.
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::rules::lock))]
     pub lock: Option<String>,
 }
 
@@ -119,6 +127,8 @@ fn yes() -> bool {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TaskFailure {
+    /// What `on-error` routes on: not empty.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
     pub code: String,
     #[serde(default)]
     pub message: String,
@@ -137,6 +147,7 @@ pub struct ReleaseBody {
 pub struct ExtendBody {
     pub lock_token: String,
     /// The lock's new length from now (ISO-8601).
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::rules::extension))]
     pub lock: String,
 }
 
@@ -192,9 +203,12 @@ pub struct LockExtended {
 pub struct TaskQuery {
     pub topic: Option<String>,
     /// `available`, `locked`, `completed`, `failed`, `terminal` or `cancelled`.
+    #[cfg_attr(feature = "openapi", param(schema_with = crate::rules::task_state))]
     pub state: Option<String>,
+    /// At most this many (default 100; more than 500 is 500).
     pub limit: Option<u32>,
     /// The `next` cursor of the previous page.
+    #[cfg_attr(feature = "openapi", param(schema_with = crate::rules::task_cursor))]
     pub after: Option<String>,
 }
 

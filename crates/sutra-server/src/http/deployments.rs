@@ -19,7 +19,9 @@ use utoipa_axum::routes;
 use super::Api;
 use super::extract::{ApiPath, Result, read_body};
 use crate::auth::Caller;
-use crate::openapi::{BadRequest, Conflict, NotFound, PayloadTooLarge, ServerFailures};
+use crate::openapi::{
+    BadRequest, Conflict, DeploymentDocument, NotFound, PayloadTooLarge, ServerFailures,
+};
 use crate::problem::Problem;
 use crate::render;
 
@@ -36,7 +38,8 @@ pub(super) fn routes() -> OpenApiRouter<Api> {
 struct DeploymentPath {
     /// The deployment's name.
     name: String,
-    /// The version.
+    /// The version: they count from 1.
+    #[param(minimum = 1)]
     version: u32,
 }
 
@@ -70,9 +73,9 @@ fn deployment_file_name(headers: &HeaderMap) -> String {
             `deployment.yaml` by default",
     )),
     request_body(
-        content = String,
+        content = DeploymentDocument,
         content_type = "application/yaml",
-        description = "The deployment document",
+        description = "The deployment document, YAML",
     ),
     responses(
         (
