@@ -33,6 +33,7 @@ mod scaling;
 mod schedules;
 mod schema;
 mod scope;
+mod settles;
 mod statements;
 mod tasks;
 mod test_switches;

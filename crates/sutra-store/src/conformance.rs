@@ -113,6 +113,8 @@ macro_rules! conformance_tests {
             a_member_claims_then_completes_and_nothing_else,
             a_member_whose_claim_or_lock_is_refused_leaves_the_task_as_it_was,
             claims_taken_ahead_answer_as_claims_taken_one_by_one,
+            kept_settles_land_as_settles_written_one_by_one,
+            a_kept_settle_whose_fence_moved_writes_nothing_of_any_kind,
             completion_is_recorded_with_the_task_update,
             a_business_error_is_delivered_at_once,
             retries_back_off_then_exhaust,
