@@ -8,8 +8,9 @@
 //! keeps them and writes them all at once, as one statement per row kind on a backend that can
 //! ([`StepStatements::write_settles`]), each member still guarded by its own fence.
 //!
-//! Nothing else changes order: the group writes what it kept before any other statement it
-//! runs, so every statement sees what a member before it wrote, as when each wrote at once.
+//! Nothing a later statement reads changes: the group writes what it kept before any statement
+//! that might read it (one on a kept settle's instance, or a look at the waits a kept settle
+//! clears), so every statement sees what a member before it wrote, as when each wrote at once.
 //! Members kept together are distinct instances, and a plain settle reads nothing another writes.
 //!
 //! A member whose fence no longer holds writes nothing of any kind (every row joins its own
@@ -35,6 +36,22 @@ impl Deferred {
     pub(crate) fn instance(&self) -> &str {
         &self.step.snapshot.instance.id
     }
+
+    /// Whether the settle clears a receive's park, whose correlation alias (`waits`) another
+    /// step may look at.
+    pub(crate) fn clears_a_receive(&self) -> bool {
+        (self.step.disarms)
+            .iter()
+            .any(|disarm| disarm.sort == ParkSort::Receive)
+    }
+}
+
+/// Whether writing `step` looks at correlation aliases: those its waits take, or, for a start,
+/// whether an instance waits on its message's key.
+pub(crate) fn reads_waits(step: &StepCommit) -> bool {
+    let arms_a_wait = step.arms.iter().any(|arm| matches!(arm, Arm::Wait { .. }));
+    let starts_on_a_message = step.claim.is_none() && step.inbox.is_some();
+    arms_a_wait || starts_on_a_message
 }
 
 /// Whether `step` is a plain settle: a claim's, arming nothing but tasks, cancelling no task a

@@ -17,7 +17,7 @@ use sutra_store::{
 
 use crate::claim::{ClaimStatements, NewClaim, decode_ahead, lock_claim, lock_claim_completing};
 use crate::commit::{StepStatements, write_step};
-use crate::deferred::{Deferred, defer, deferrable, write_deferred};
+use crate::deferred::{Deferred, defer, deferrable, reads_waits, write_deferred};
 use crate::rows::AheadRow;
 use crate::statements::{Backend, Scope, Statements};
 use crate::store::SqlStore;
@@ -84,7 +84,24 @@ impl<B: Backend> SqlGroup<B> {
         Ok(Some(row))
     }
 
-    /// Writes the settles kept, before a statement that might read what they write.
+    /// Writes the settles kept before a statement that might read what they write: one on an
+    /// instance a kept settle is of, or (`reads_waits`) a step that looks at the waits a kept
+    /// settle's cleared receive removes — its own alias's holder, or whether its start message
+    /// is awaited. Nothing else a step or a task's statement reads is a row a plain settle
+    /// writes: its instance row, history, tasks and deliveries are its own instance's, and a
+    /// settle that cancels a child or reports to a parent is not plain.
+    async fn write_kept_before(&mut self, instance: &str, reads_waits: bool) -> Result<()> {
+        let read = self
+            .deferred
+            .iter()
+            .any(|kept| kept.instance() == instance || (reads_waits && kept.clears_a_receive()));
+        if read {
+            self.write_kept().await?;
+        }
+        Ok(())
+    }
+
+    /// Writes the settles kept.
     async fn write_kept(&mut self) -> Result<()> {
         if self.deferred.is_empty() {
             return Ok(());
@@ -126,7 +143,7 @@ impl<B: Backend> Group for SqlGroup<B> {
             owner,
             timeout: claim_timeout,
         };
-        self.write_kept().await?;
+        self.write_kept_before(instance, false).await?;
         lock_claim(&mut self.tx, &claim).await
     }
 
@@ -141,7 +158,7 @@ impl<B: Backend> Group for SqlGroup<B> {
                 let claimed = decode_ahead(claim.owner, ahead.claimed(), &ahead)?;
                 let completed = ahead.completed();
                 if completed.is_none() {
-                    self.write_kept().await?;
+                    self.write_kept_before(claim.instance, false).await?;
                 }
                 let held =
                     completed_or_why(&mut self.tx, claim.tenant, task, lock_token, completed)
@@ -155,7 +172,7 @@ impl<B: Backend> Group for SqlGroup<B> {
                     owner: claim.owner,
                     timeout: claim.claim_timeout,
                 };
-                self.write_kept().await?;
+                self.write_kept_before(claim.instance, false).await?;
                 lock_claim_completing(&mut self.tx, &new, task, lock_token).await?
             }
         };
@@ -199,7 +216,7 @@ impl<B: Backend> Group for SqlGroup<B> {
             self.deferred.push(kept);
             committed
         } else {
-            self.write_kept().await?;
+            self.write_kept_before(instance, reads_waits(step)).await?;
             write_step(&mut self.tx, step, resolved, self.clock.now()).await?
         };
         if step.announce_end {
@@ -214,7 +231,8 @@ impl<B: Backend> Group for SqlGroup<B> {
         id: &str,
         lock_token: &str,
     ) -> Result<HeldTask> {
-        self.write_kept().await?;
+        let instance = sutra_store::task_instance(id).unwrap_or_default();
+        self.write_kept_before(instance, false).await?;
         complete_locked(&mut self.tx, tenant, id, lock_token).await
     }
 
@@ -224,7 +242,7 @@ impl<B: Backend> Group for SqlGroup<B> {
         task: &HeldTask,
         output: &Value,
     ) -> Result<()> {
-        self.write_kept().await?;
+        self.write_kept_before(&task.instance, false).await?;
         deliver_output(&mut self.tx, tenant, task, output).await
     }
 

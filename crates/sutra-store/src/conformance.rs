@@ -115,6 +115,7 @@ macro_rules! conformance_tests {
             claims_taken_ahead_answer_as_claims_taken_one_by_one,
             kept_settles_land_as_settles_written_one_by_one,
             a_kept_settle_whose_fence_moved_writes_nothing_of_any_kind,
+            a_step_after_a_kept_settle_sees_the_key_it_gave_up,
             completion_is_recorded_with_the_task_update,
             a_business_error_is_delivered_at_once,
             retries_back_off_then_exhaust,

@@ -345,3 +345,38 @@ pub async fn a_kept_settle_whose_fence_moved_writes_nothing_of_any_kind<S: Store
     }
     assert_eq!(store.next_due().await.unwrap(), timers_due, "the timers");
 }
+
+/// A step after a kept settle reads what the settle wrote (decision 0059): the correlation key
+/// a kept settle's cleared receive gave up is free for the next member's wait, as it is when
+/// each member writes at once.
+pub async fn a_step_after_a_kept_settle_sees_the_key_it_gave_up<S: Store>(store: &S) {
+    let (leaving, taking) = (id(1), id(2));
+    parked(store, &leaving).await;
+    started(store, TENANT, &taking).await;
+
+    let mut group = store.group(TENANT).await.unwrap();
+    group.defer_settles();
+    group.member(TENANT).await.unwrap();
+    let first = group
+        .claim(TENANT, &leaving, &owner(LANE_A), HOUR)
+        .await
+        .unwrap();
+    group.commit_step(&clearing(&first, false)).await.unwrap();
+    group.member(TENANT).await.unwrap();
+    let second = group
+        .claim(TENANT, &taking, &owner(LANE_A), HOUR)
+        .await
+        .unwrap();
+    let same_key = arming(&second, vec![wait(WAIT_PARK, &leaving)]);
+    group.commit_step(&same_key).await.unwrap();
+    group.commit().await.unwrap();
+
+    let holder = store.find_wait(TENANT, REPLIES, &leaving).await.unwrap();
+    assert_eq!(
+        holder,
+        Some(WaitTarget {
+            instance: taking.clone(),
+            park: WAIT_PARK,
+        })
+    );
+}
