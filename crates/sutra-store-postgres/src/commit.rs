@@ -15,16 +15,16 @@ use serde_json::Value;
 use sqlx::Row;
 use sqlx::types::Json;
 use sutra_core::snapshot::{InstanceInfo, ParkId};
-use sutra_core::step::HistoryEvent;
 use sutra_store::{
     CANCEL_PARK, DeliveryId, DeliveryKind, InboxEntry, NewChild, OutboxEntry, Report, Result,
     START_PARK, TaskState,
 };
 use sutra_store_sql::{
-    Correlation, StepRows, StepStatements, TaskArm, WaitArm, Wrote, settle_fence, write_each,
+    Correlation, StepRows, StepStatements, WaitArm, Wrote, settle_fence, write_each,
 };
 
-use crate::codec::{db, duration_micros, history_kind, micros, park, signed};
+use crate::codec::{db, park};
+use crate::columns::{HistoryColumns, TaskColumns};
 use crate::notices;
 use crate::statements::{INBOX_CONSUMED, Query, Scoped};
 use crate::test_switches;
@@ -467,112 +467,6 @@ const TASK_REARMED: &str = "topic = excluded.topic, input = excluded.input, stat
      lock_us = excluded.lock_us, lock_token = excluded.lock_token,
      locked_until = excluded.locked_until, worker = excluded.worker,
      available_at = excluded.available_at, updated_at = excluded.updated_at";
-
-/// A step's history as six arrays: sequence, time, kind, node, token, detail.
-#[derive(Default)]
-pub(crate) struct HistoryColumns<'a> {
-    seqs: Vec<i64>,
-    ats: Vec<i64>,
-    kinds: Vec<String>,
-    nodes: Vec<Option<&'a str>>,
-    tokens: Vec<Option<i64>>,
-    details: Vec<Json<&'a Value>>,
-}
-
-impl<'a> HistoryColumns<'a> {
-    fn of(events: &'a [HistoryEvent]) -> Result<HistoryColumns<'a>> {
-        let mut columns = HistoryColumns::default();
-        for event in events {
-            columns.push(event)?;
-        }
-        Ok(columns)
-    }
-
-    pub(crate) fn push(&mut self, event: &'a HistoryEvent) -> Result<()> {
-        self.seqs.push(signed(event.seq, "a history sequence")?);
-        self.ats.push(micros(event.at));
-        self.kinds.push(history_kind(event.kind));
-        self.nodes.push(event.node.as_deref());
-        let token = event.token.map(|token| signed(token.0, "a token id"));
-        self.tokens.push(token.transpose()?);
-        self.details.push(Json(&event.detail));
-        Ok(())
-    }
-
-    pub(crate) fn bind(self, query: Query<'a>) -> Query<'a> {
-        query
-            .bind(self.seqs)
-            .bind(self.ats)
-            .bind(self.kinds)
-            .bind(self.nodes)
-            .bind(self.tokens)
-            .bind(self.details)
-    }
-}
-
-/// A step's armed tasks as eleven arrays: id, park, topic, input, retries, backoff, lock, and
-/// for a task a worker took ([`sutra_store_sql::TakenTask`]; `NULL` for the others) its worker, lock token, lock
-/// length and the expiry its worker was told. The row's expiry is the later of that and the
-/// length from the database's own now: never earlier than the worker was told, nor shorter than
-/// asked by the database's clock.
-#[derive(Default)]
-pub(crate) struct TaskColumns<'a> {
-    ids: Vec<&'a str>,
-    parks: Vec<i64>,
-    topics: Vec<&'a str>,
-    inputs: Vec<Json<&'a Value>>,
-    retries: Vec<i64>,
-    backoffs: Vec<i64>,
-    locks: Vec<i64>,
-    workers: Vec<Option<&'a str>>,
-    tokens: Vec<Option<&'a str>>,
-    taken_locks: Vec<Option<i64>>,
-    expiries: Vec<Option<i64>>,
-}
-
-impl<'a> TaskColumns<'a> {
-    fn of(tasks: &'a [TaskArm<'a>]) -> Result<TaskColumns<'a>> {
-        let mut columns = TaskColumns::default();
-        for task in tasks {
-            columns.push(task)?;
-        }
-        Ok(columns)
-    }
-
-    pub(crate) fn push(&mut self, task: &'a TaskArm<'a>) -> Result<()> {
-        self.ids.push(&task.id);
-        self.parks.push(park(task.park)?);
-        self.topics.push(task.topic);
-        self.inputs.push(Json(task.input));
-        self.retries.push(i64::from(task.retries));
-        self.backoffs.push(duration_micros(task.backoff));
-        self.locks.push(duration_micros(task.lock));
-        let taken = task.taken.as_ref();
-        self.workers.push(taken.map(|taken| taken.worker));
-        self.tokens
-            .push(taken.map(|taken| taken.lock_token.as_str()));
-        self.taken_locks
-            .push(taken.map(|taken| duration_micros(taken.lock)));
-        self.expiries
-            .push(taken.map(|taken| micros(taken.expires_at)));
-        Ok(())
-    }
-
-    pub(crate) fn bind(self, query: Query<'a>) -> Query<'a> {
-        query
-            .bind(self.ids)
-            .bind(self.parks)
-            .bind(self.topics)
-            .bind(self.inputs)
-            .bind(self.retries)
-            .bind(self.backoffs)
-            .bind(self.locks)
-            .bind(self.workers)
-            .bind(self.tokens)
-            .bind(self.taken_locks)
-            .bind(self.expiries)
-    }
-}
 
 /// A step's calls as parameters of [`step_rows`]: its children as seven arrays (id, deployment,
 /// version, flow, snapshot, the park waiting for it, its start message), the disarmed `Call`

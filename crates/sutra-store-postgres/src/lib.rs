@@ -20,6 +20,7 @@
 
 mod claim;
 mod codec;
+mod columns;
 mod commit;
 mod deliveries;
 mod deployments;

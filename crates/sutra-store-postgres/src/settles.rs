@@ -16,9 +16,8 @@ use sutra_store::{Error, Result};
 use sutra_store_sql::{StepRows, settle_fence};
 
 use crate::codec::{db, park};
-use crate::commit::{
-    HistoryColumns, TASK_NAMES, TaskColumns, history_insert, settle_set, tasks_insert,
-};
+use crate::columns::{HistoryColumns, TaskColumns};
+use crate::commit::{TASK_NAMES, history_insert, settle_set, tasks_insert};
 use crate::statements::{Query, Scoped};
 
 /// Writes `settles` (each a claim's, with no message, children, cancels or report), returning
