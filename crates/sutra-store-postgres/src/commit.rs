@@ -116,12 +116,12 @@ impl StepStatements for Scoped {
         })
     }
 
-    /// One statement for all of `settles` ([`crate::settles`]).
-    async fn write_settles(&mut self, settles: &[StepRows<'_>]) -> Result<usize> {
-        if test_switches::settles_one_by_one() {
-            return write_each(self, settles).await;
+    /// One statement for all of `plain` ([`crate::plain`]).
+    async fn write_plain(&mut self, plain: &[StepRows<'_>]) -> Result<usize> {
+        if test_switches::plain_one_by_one() {
+            return write_each(self, plain).await;
         }
-        crate::settles::write(self, settles).await
+        crate::plain::write(self, plain).await
     }
 
     /// A worker completing the task concurrently holds its row: this update waits for that
@@ -285,12 +285,30 @@ static ROWS_AFTER_INSERT: LazyLock<String> =
 /// A start's insert of its new, unowned instance, if `guard` holds: its id, tenant, deployment,
 /// version, flow, status, snapshot and who holds a caller are `$1`–`$8`.
 fn insert_instance(guard: &str) -> String {
+    instance_insert(["$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8"], guard)
+}
+
+/// A start's insert of a new, unowned instance: `values` are the expressions of its id, tenant,
+/// deployment, version, flow, status, snapshot and who holds a caller, selected with `rest`
+/// (a guard, or the rows they are read from).
+pub(crate) fn instance_insert(values: [&str; 8], rest: &str) -> String {
+    let [
+        id,
+        tenant,
+        deployment,
+        version,
+        flow,
+        status,
+        snapshot,
+        held_by,
+    ] = values;
     format!(
         "INSERT INTO instances (id, tenant, deployment, version, flow, status, snapshot,
                                 held_by, created_at, updated_at, ended_at)
-         SELECT $1, $2, $3, $4, $5, $6, $7, $8, sutra_now(), sutra_now(),
-                CASE WHEN $6 IN ('completed', 'cancelled') THEN sutra_now() END
-         {guard}"
+         SELECT {id}, {tenant}, {deployment}, {version}, {flow}, {status}, {snapshot}, {held_by},
+                sutra_now(), sutra_now(),
+                CASE WHEN {status} IN ('completed', 'cancelled') THEN sutra_now() END
+         {rest}"
     )
 }
 

@@ -31,11 +31,11 @@ pub(crate) fn settle(sql: String) -> String {
     sql
 }
 
-/// Whether a group's settles are written one by one, each through [`settle`]'s statement,
-/// rather than in one statement of their own.
+/// Whether a group's plain steps are written one by one, each through its own statement (a
+/// settle's is [`settle`]'s), rather than in one statement per kind.
 #[cfg(not(feature = "test-hooks"))]
 #[inline(always)]
-pub(crate) fn settles_one_by_one() -> bool {
+pub(crate) fn plain_one_by_one() -> bool {
     false
 }
 
@@ -47,7 +47,7 @@ pub(crate) fn lock_tasks(sql: &str) -> String {
 }
 
 #[cfg(feature = "test-hooks")]
-pub(crate) use switched::{lock_claimable, lock_tasks, settle, settles_one_by_one};
+pub(crate) use switched::{lock_claimable, lock_tasks, plain_one_by_one, settle};
 
 #[cfg(feature = "test-hooks")]
 mod switched {
@@ -74,7 +74,7 @@ mod switched {
     }
 
     /// Under the fence switch, a group's settles take [`settle`]'s loosened statement.
-    pub(crate) fn settles_one_by_one() -> bool {
+    pub(crate) fn plain_one_by_one() -> bool {
         skip_fence()
     }
 

@@ -503,10 +503,10 @@ impl TaskArm<'_> {
     }
 }
 
-/// [`StepStatements::write_settles`] one settle at a time, each its own statement.
-pub async fn write_each<T: StepStatements>(tx: &mut T, settles: &[StepRows<'_>]) -> Result<usize> {
+/// [`StepStatements::write_plain`] one step at a time, each its own statement.
+pub async fn write_each<T: StepStatements>(tx: &mut T, plain: &[StepRows<'_>]) -> Result<usize> {
     let mut landed = 0;
-    for rows in settles {
+    for rows in plain {
         if let Wrote::Rows { .. } = tx.write_rows(rows).await? {
             landed += 1;
         }
@@ -592,17 +592,18 @@ pub trait StepStatements: Statements {
     /// message is not its to consume.
     fn write_rows(&mut self, rows: &StepRows<'_>) -> impl Future<Output = Result<Wrote>> + Send;
 
-    /// Writes the rows of several settles, each as [`StepStatements::write_rows`] would and each
-    /// guarded by its own fence: a settle whose fence no longer holds writes nothing of any
-    /// kind, and the others land. Returns how many landed. Only plain settles come here
-    /// (`deferred::deferrable`: no message, children, cancels, report), on distinct instances.
-    /// This writes them one by one; a backend whose statements are round trips writes them all
-    /// in one (decision 0059).
-    fn write_settles(
+    /// Writes the rows of several plain steps of one kind — all settles or all starts
+    /// (`deferred::deferrable`: no children, cancels or report; a start's message leads it) —
+    /// each as [`StepStatements::write_rows`] would and each on its own terms: a settle whose
+    /// fence no longer holds, or a start whose message is consumed or awaited, writes nothing
+    /// of any kind, and the others land. Returns how many landed. The steps are of distinct
+    /// instances. This writes them one by one; a backend whose statements are round trips
+    /// writes them all in one (decision 0059).
+    fn write_plain(
         &mut self,
-        settles: &[StepRows<'_>],
+        plain: &[StepRows<'_>],
     ) -> impl Future<Output = Result<usize>> + Send {
-        write_each(self, settles)
+        write_each(self, plain)
     }
 
     /// Cancels the tasks of `parks` that a worker may still take (available or locked), in one

@@ -3,8 +3,8 @@
 //! each acting for the member's tenant ([`Statements::begin_member`]). A member's claim is the
 //! row lock, so a refusal, and every error the scripts return before their first write, leave
 //! the transaction as it was, for the members after it. A group told to defer
-//! ([`Group::defer_settles`]) keeps its plain settles for one write (`deferred`), done before any
-//! other statement it runs.
+//! ([`Group::defer_plain_steps`]) keeps its plain steps for one write per kind (`deferred`), done
+//! before any statement that might read them.
 
 use std::collections::HashMap;
 
@@ -17,7 +17,9 @@ use sutra_store::{
 
 use crate::claim::{ClaimStatements, NewClaim, decode_ahead, lock_claim, lock_claim_completing};
 use crate::commit::{StepStatements, write_step};
-use crate::deferred::{Deferred, defer, deferrable, reads_waits, write_deferred};
+use crate::deferred::{
+    Deferred, defer, deferrable, must_write_kept_first, reads_waits, write_deferred,
+};
 use crate::rows::AheadRow;
 use crate::statements::{Backend, Scope, Statements};
 use crate::store::SqlStore;
@@ -46,7 +48,7 @@ struct SqlGroup<B: Backend> {
     tx: B::Tx,
     /// The backend's clock, read as each member commits ([`write_step`]'s `now`).
     clock: Clock,
-    /// The tenant the transaction acts for now: the settles kept are all this tenant's.
+    /// The tenant the transaction acts for now: the steps kept are all this tenant's.
     acting_for: String,
     /// The instances whose end the members announce, told all at once just before the commit:
     /// one notice per group, however many members end instances held elsewhere.
@@ -57,9 +59,9 @@ struct SqlGroup<B: Backend> {
     /// The claims taken ahead ([`Group::claim_ahead`]) and not asked for yet, by instance, with
     /// the task and lock token a completion's was taken with.
     ahead: HashMap<String, (AheadRow, Option<(String, String)>)>,
-    /// Whether plain settles are kept for one write ([`Group::defer_settles`]).
+    /// Whether plain steps are kept for one write per kind ([`Group::defer_plain_steps`]).
     defers: bool,
-    /// The plain settles kept, written before the group's next other statement.
+    /// The plain steps kept, written before a statement that might read them.
     deferred: Vec<Deferred>,
 }
 
@@ -84,12 +86,14 @@ impl<B: Backend> SqlGroup<B> {
         Ok(Some(row))
     }
 
-    /// Writes the settles kept before a statement that might read what they write: one on an
-    /// instance a kept settle is of, or (`reads_waits`) a step that looks at the waits a kept
+    /// Writes the steps kept before a statement that might read what they write: one on an
+    /// instance a kept step is of, or (`reads_waits`) a step that looks at the waits a kept
     /// settle's cleared receive removes — its own alias's holder, or whether its start message
-    /// is awaited. Nothing else a step or a task's statement reads is a row a plain settle
-    /// writes: its instance row, history, tasks and deliveries are its own instance's, and a
-    /// settle that cancels a child or reports to a parent is not plain.
+    /// is awaited. Nothing else a step or a task's statement reads is a row a plain step
+    /// writes: its instance row, history, tasks and deliveries are its own instance's, a start's
+    /// inbox row is its message's (a second start of the same message finds it when kept ones
+    /// are written, and fails the group), and a step that cancels a child or reports to a
+    /// parent is not plain.
     async fn write_kept_before(&mut self, instance: &str, reads_waits: bool) -> Result<()> {
         let read = self
             .deferred
@@ -101,7 +105,7 @@ impl<B: Backend> SqlGroup<B> {
         Ok(())
     }
 
-    /// Writes the settles kept.
+    /// Writes the steps kept.
     async fn write_kept(&mut self) -> Result<()> {
         if self.deferred.is_empty() {
             return Ok(());
@@ -122,7 +126,7 @@ impl<B: Backend> Group for SqlGroup<B> {
         self.tx.begin_member(tenant).await
     }
 
-    fn defer_settles(&mut self) {
+    fn defer_plain_steps(&mut self) {
         self.defers = true;
     }
 
@@ -212,6 +216,9 @@ impl<B: Backend> Group for SqlGroup<B> {
             .map(|task| task.park);
         let kept_already = self.deferred.iter().any(|kept| kept.instance() == instance);
         let committed = if self.defers && !kept_already && deferrable(step, resolved) {
+            if must_write_kept_first(&self.deferred, step) {
+                self.write_kept().await?;
+            }
             let (kept, committed) = defer(step, self.clock.now());
             self.deferred.push(kept);
             committed

@@ -116,6 +116,8 @@ macro_rules! conformance_tests {
             kept_settles_land_as_settles_written_one_by_one,
             a_kept_settle_whose_fence_moved_writes_nothing_of_any_kind,
             a_step_after_a_kept_settle_sees_the_key_it_gave_up,
+            kept_starts_land_as_starts_written_one_by_one,
+            a_kept_start_whose_message_is_taken_writes_nothing_of_any_kind,
             completion_is_recorded_with_the_task_update,
             a_business_error_is_delivered_at_once,
             retries_back_off_then_exhaust,

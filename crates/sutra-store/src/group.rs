@@ -102,14 +102,15 @@ pub trait Group: Send {
         Ok(())
     }
 
-    /// Lets the store keep the steps of plain settles ([`Group::commit_step`]) and write them
-    /// together before the group's next other statement or its commit, in one statement per
-    /// row kind where it can (decision 0059). Each kept step is answered as if written, and a
-    /// kept step whose fence no longer holds writes nothing but fails the whole group with
-    /// [`crate::Error::ClaimLost`] when it is written (at the latest, by [`Group::commit`]):
-    /// the caller then runs each member alone, in a group that does not defer. Without it, each
-    /// step is written when it is handed over.
-    fn defer_settles(&mut self) {}
+    /// Lets the store keep plain steps — settles and starts that write only their own rows —
+    /// handed to [`Group::commit_step`] and write them together before a statement that might
+    /// read them or the group's commit, in one statement per kind where it can (decision 0059).
+    /// Each kept step is answered as if written; a kept step found not to land when it is
+    /// written (a settle whose fence moved, a start whose message was consumed or is awaited)
+    /// writes nothing and fails the whole group, at the latest at [`Group::commit`]: the caller
+    /// then runs each member alone, in a group that does not defer. Without it, each step is
+    /// written when it is handed over.
+    fn defer_plain_steps(&mut self) {}
 
     /// [`crate::Steps::commit`]'s writes, in the group's transaction. A refusal found before
     /// the first write ([`crate::Error::Duplicate`], [`crate::Error::AliasTaken`]) leaves the

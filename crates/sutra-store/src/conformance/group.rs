@@ -240,7 +240,7 @@ pub async fn kept_settles_land_as_settles_written_one_by_one<S: Store>(store: &S
     }
 
     let mut group = store.group(TENANT).await.unwrap();
-    group.defer_settles();
+    group.defer_plain_steps();
     let mut written = Vec::new();
     for (n, instance) in instances.iter().enumerate() {
         group.member(TENANT).await.unwrap();
@@ -316,7 +316,7 @@ pub async fn a_kept_settle_whose_fence_moved_writes_nothing_of_any_kind<S: Store
     let timers_due = store.next_due().await.unwrap();
 
     let mut group = store.group(TENANT).await.unwrap();
-    group.defer_settles();
+    group.defer_plain_steps();
     group.member(TENANT).await.unwrap();
     let first = group
         .claim(TENANT, &fresh, &owner(LANE_A), HOUR)
@@ -355,7 +355,7 @@ pub async fn a_step_after_a_kept_settle_sees_the_key_it_gave_up<S: Store>(store:
     started(store, TENANT, &taking).await;
 
     let mut group = store.group(TENANT).await.unwrap();
-    group.defer_settles();
+    group.defer_plain_steps();
     group.member(TENANT).await.unwrap();
     let first = group
         .claim(TENANT, &leaving, &owner(LANE_A), HOUR)
@@ -379,4 +379,98 @@ pub async fn a_step_after_a_kept_settle_sees_the_key_it_gave_up<S: Store>(store:
             park: WAIT_PARK,
         })
     );
+}
+
+/// A start of a suspended instance on message `event_id`, arming a task.
+fn starting(instance: &str, event_id: &str) -> StepCommit {
+    StepCommit {
+        arms: vec![task(TASK_PARK)],
+        ..start(snapshot(TENANT, instance, Status::Suspended), event_id)
+    }
+}
+
+/// What a start may have written: its instance, history, tasks, and its message's inbox row.
+async fn start_rows<S: Store>(store: &S, step: &StepCommit) -> impl PartialEq + std::fmt::Debug {
+    let instance = &step.snapshot.instance.id;
+    let entry = step.inbox.as_ref().expect("a start has its message");
+    (
+        store.instance(TENANT, instance).await.unwrap(),
+        store.history(TENANT, instance).await.unwrap(),
+        store.tasks(TENANT, instance).await.unwrap(),
+        (store.inbox_answer(TENANT, &entry.channel, &entry.event_id))
+            .await
+            .unwrap(),
+    )
+}
+
+/// Starts kept for the group's end land as starts written one by one: each instance with its
+/// snapshot, history and task, and its message's inbox row answering it.
+pub async fn kept_starts_land_as_starts_written_one_by_one<S: Store>(store: &S) {
+    let steps: Vec<_> = (1..=3)
+        .map(|n| starting(&id(n), &format!("start-{n}")))
+        .collect();
+
+    let mut group = store.group(TENANT).await.unwrap();
+    group.defer_plain_steps();
+    for step in &steps {
+        group.member(TENANT).await.unwrap();
+        group.commit_step(step).await.unwrap();
+    }
+    group.commit().await.unwrap();
+
+    for step in &steps {
+        let instance = &step.snapshot.instance.id;
+        assert_eq!(record(store, instance).await.snapshot, step.snapshot);
+        let history = store.history(TENANT, instance).await.unwrap();
+        assert_eq!(history, step.history, "{instance}: history");
+        let tasks = store.tasks(TENANT, instance).await.unwrap();
+        assert_eq!(tasks.len(), 1, "{instance}: its task");
+        let entry = step.inbox.as_ref().unwrap();
+        let answer = store
+            .inbox_answer(TENANT, &entry.channel, &entry.event_id)
+            .await
+            .unwrap();
+        assert_eq!(answer.as_ref(), Some(&entry.answer), "{instance}: inbox");
+    }
+}
+
+/// A kept start whose message was consumed already writes nothing of any kind, and neither does
+/// any member of its group: the group fails, and the engine runs each alone, where the start is
+/// answered as a duplicate. So does a kept start of a message an instance waits on (a relay).
+pub async fn a_kept_start_whose_message_is_taken_writes_nothing_of_any_kind<S: Store>(store: &S) {
+    store.commit(&starting(&id(1), "start-1")).await.unwrap();
+    parked(store, &id(2)).await;
+    let fresh = starting(&id(3), "start-3");
+    let duplicate = starting(&id(4), "start-1");
+    let mut awaited = starting(&id(5), "reply-5");
+    if let Some(entry) = &mut awaited.inbox {
+        entry.channel = REPLIES.to_owned();
+        entry.key = Some(id(2));
+    }
+    for unlanding in [&duplicate, &awaited] {
+        let kept = [&fresh, unlanding];
+        let mut before = Vec::new();
+        for step in kept {
+            before.push(start_rows(store, step).await);
+        }
+
+        let mut group = store.group(TENANT).await.unwrap();
+        group.defer_plain_steps();
+        let mut outcome = Ok(Default::default());
+        for step in kept {
+            group.member(TENANT).await.unwrap();
+            outcome = outcome.and(group.commit_step(step).await);
+        }
+        let outcome = match outcome {
+            Ok(_) => group.commit().await,
+            Err(error) => Err(error),
+        };
+        assert!(outcome.is_err(), "the group must fail: {outcome:?}");
+
+        for (step, before) in kept.into_iter().zip(before) {
+            let instance = &step.snapshot.instance.id;
+            let after = start_rows(store, step).await;
+            assert_eq!(after, before, "{instance}: instance, history, tasks, inbox");
+        }
+    }
 }
