@@ -7,9 +7,9 @@
 //! answered with its own outcome; the others are kept. Every member is answered only after the
 //! group's `COMMIT` returned, so *reply implies committed* holds for each. When a member fails
 //! in a way that may have left it half written (a database error, a panic), or the group's
-//! transaction fails as a whole (a deadlock broken by the database, a lost connection), nothing
-//! of the group is committed and each member is run again alone, so that one member's error
-//! fails only that member. A group of one is what an idle lane commits: natural batching adds no
+//! transaction fails as a whole (a deadlock broken by the database, a lost connection, a kept
+//! step that did not land: decision 0059), nothing of the group is committed and each member
+//! is run again alone, so that one member's error fails only that member. A group of one is what an idle lane commits: natural batching adds no
 //! wait when there is nothing to batch.
 
 use std::panic::AssertUnwindSafe;
@@ -266,6 +266,12 @@ async fn together(stepper: &Stepper<'_>, members: &[Member]) -> Result<Vec<Ran>,
     claim_ahead(stepper, &mut *group, members)
         .await
         .map_err(|error| Unclean::Group(error.into()))?;
+    // Members' plain steps written together (decision 0059). Alone, a member writes at once: a
+    // refusal found when kept steps are written fails the whole group, and a member alone must
+    // be answered with its own refusal.
+    if members.len() > 1 {
+        group.defer_plain_steps();
+    }
     let mut ran: Vec<Ran> = Vec::with_capacity(members.len());
     let written = write_members(stepper, &mut *group, members, &mut ran).await;
     // The crash tests' points around a commit of several members; a group of one is any step's.

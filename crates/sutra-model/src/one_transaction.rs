@@ -8,6 +8,15 @@
 //! state before the action; after it, every member is applied, which is the state after. The
 //! model has no replies, so "reply implies committed" is the engine's ordering (answer after
 //! `COMMIT` returned), not a property here.
+//!
+//! How the transaction writes its members does not change the action: one statement per member,
+//! or (decision 0059) the members' plain settles kept to the end and written by one statement
+//! per row kind, each member's rows joined to its own fenced update. Either way the group lands
+//! exactly the members whose claim predicate held, decided on the state before the group
+//! ([`Group::plan`]), and a kept member whose fence moved fails the whole transaction, which is
+//! the state before the action. The broken form of a set-based write — rows written over the
+//! batch rather than over the members whose own claim held — is `GroupIgnoresMemberClaim`, which
+//! the check catches (tests/regressions_fail.rs).
 
 use crate::model::ProtocolModel;
 use crate::state::{Instance, Replica, RowState, State};

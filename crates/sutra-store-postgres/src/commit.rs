@@ -15,16 +15,16 @@ use serde_json::Value;
 use sqlx::Row;
 use sqlx::types::Json;
 use sutra_core::snapshot::{InstanceInfo, ParkId};
-use sutra_core::step::HistoryEvent;
 use sutra_store::{
     CANCEL_PARK, DeliveryId, DeliveryKind, InboxEntry, NewChild, OutboxEntry, Report, Result,
     START_PARK, TaskState,
 };
 use sutra_store_sql::{
-    Correlation, StepRows, StepStatements, TaskArm, WaitArm, Wrote, settle_fence,
+    Correlation, StepRows, StepStatements, WaitArm, Wrote, settle_fence, write_each,
 };
 
-use crate::codec::{db, duration_micros, history_kind, micros, park, signed};
+use crate::codec::{db, park};
+use crate::columns::{HistoryColumns, TaskColumns};
 use crate::notices;
 use crate::statements::{INBOX_CONSUMED, Query, Scoped};
 use crate::test_switches;
@@ -114,6 +114,14 @@ impl StepStatements for Scoped {
             },
             (false, false) => Wrote::Consumed,
         })
+    }
+
+    /// One statement for all of `plain` ([`crate::plain`]).
+    async fn write_plain(&mut self, plain: &[StepRows<'_>]) -> Result<usize> {
+        if test_switches::plain_one_by_one() {
+            return write_each(self, plain).await;
+        }
+        crate::plain::write(self, plain).await
     }
 
     /// A worker completing the task concurrently holds its row: this update waits for that
@@ -213,17 +221,62 @@ impl StepStatements for Scoped {
 static ROWS_AFTER_SETTLE: LazyLock<String> = LazyLock::new(|| {
     let rows = step_rows(
         "",
-        "UPDATE instances
-         SET snapshot = $1, status = $2, owner = NULL, claimed_at = NULL, recoveries = 0,
-             fence = fence + $7, updated_at = sutra_now(), held_by = COALESCE($8, held_by),
-             version = $9,
-             ended_at = CASE WHEN $2 IN ('completed', 'cancelled') THEN sutra_now() END
-         WHERE tenant = $3 AND id = $4 AND ($5::text IS NULL OR owner = $5) AND fence = $6",
+        &format!(
+            "UPDATE instances SET {}
+             WHERE tenant = $3 AND id = $4 AND ($5::text IS NULL OR owner = $5) AND fence = $6",
+            settle_set("$1", "$2", "$7", "$8", "$9")
+        ),
         10,
         &WRITTEN,
     );
     test_switches::settle(rows)
 });
+
+/// What a settle sets on its instance's row, given the expressions of the new snapshot and
+/// status, what the fence grows by, who holds a caller (`NULL` keeps who did) and the version:
+/// the claim released, the recoveries forgiven, and the end stamped on an ending.
+pub(crate) fn settle_set(
+    snapshot: &str,
+    status: &str,
+    growth: &str,
+    held_by: &str,
+    version: &str,
+) -> String {
+    format!(
+        "snapshot = {snapshot}, status = {status}, owner = NULL, claimed_at = NULL,
+         recoveries = 0, fence = fence + {growth}, updated_at = sutra_now(),
+         held_by = COALESCE({held_by}, held_by), version = {version},
+         ended_at = CASE WHEN {status} IN ('completed', 'cancelled') THEN sutra_now() END"
+    )
+}
+
+/// A step's history rows, from `events` (naming `seq, at, kind, node, token, detail`) joined to
+/// the instance row the statement `written`.
+pub(crate) fn history_insert(events: &str) -> String {
+    format!(
+        "INSERT INTO history (tenant, instance, seq, at, kind, node, token, detail)
+         SELECT written.tenant, written.id, seq, at, kind, node, token, detail
+         FROM {events}"
+    )
+}
+
+/// A step's task rows, from `tasks` (naming `task`'s columns of [`TaskColumns`]) joined to the
+/// instance row the statement `written`: available, or locked for the worker that took it.
+pub(crate) fn tasks_insert(tasks: &str) -> String {
+    format!(
+        "INSERT INTO tasks (id, tenant, instance, park, topic, input, state, attempt, retries,
+                            backoff_us, lock_us, lock_token, locked_until, worker,
+                            available_at, created_at, updated_at)
+         SELECT task.id, written.tenant, written.id, park, topic, input,
+                CASE WHEN worker IS NULL THEN 'available' ELSE 'locked' END, 1,
+                retries, backoff_us, lock_us, lock_token,
+                CASE WHEN worker IS NOT NULL
+                     THEN GREATEST(sutra_after(taken_lock_us), expires_at) END, worker,
+                sutra_now(), sutra_now(), sutra_now()
+         FROM {tasks}
+         ON CONFLICT (id) DO UPDATE SET {TASK_REARMED}"
+    )
+}
 
 /// A start's rows: the insert's parameters are `$1`–`$8` ([`insert_instance`]).
 static ROWS_AFTER_INSERT: LazyLock<String> =
@@ -232,12 +285,30 @@ static ROWS_AFTER_INSERT: LazyLock<String> =
 /// A start's insert of its new, unowned instance, if `guard` holds: its id, tenant, deployment,
 /// version, flow, status, snapshot and who holds a caller are `$1`–`$8`.
 fn insert_instance(guard: &str) -> String {
+    instance_insert(["$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8"], guard)
+}
+
+/// A start's insert of a new, unowned instance: `values` are the expressions of its id, tenant,
+/// deployment, version, flow, status, snapshot and who holds a caller, selected with `rest`
+/// (a guard, or the rows they are read from).
+pub(crate) fn instance_insert(values: [&str; 8], rest: &str) -> String {
+    let [
+        id,
+        tenant,
+        deployment,
+        version,
+        flow,
+        status,
+        snapshot,
+        held_by,
+    ] = values;
     format!(
         "INSERT INTO instances (id, tenant, deployment, version, flow, status, snapshot,
                                 held_by, created_at, updated_at, ended_at)
-         SELECT $1, $2, $3, $4, $5, $6, $7, $8, sutra_now(), sutra_now(),
-                CASE WHEN $6 IN ('completed', 'cancelled') THEN sutra_now() END
-         {guard}"
+         SELECT {id}, {tenant}, {deployment}, {version}, {flow}, {status}, {snapshot}, {held_by},
+                sutra_now(), sutra_now(),
+                CASE WHEN {status} IN ('completed', 'cancelled') THEN sutra_now() END
+         {rest}"
     )
 }
 
@@ -311,36 +382,44 @@ static ROWS_OF_A_MESSAGE: LazyLock<String> = LazyLock::new(|| {
 /// checked at the statement's end, when it exists.
 fn step_rows(lead: &str, instance_row: &str, first: usize, last: &str) -> String {
     let p = |n: usize| format!("${}", first + n);
+    let history = history_insert(&format!(
+        "written, unnest({}::bigint[], {}::bigint[], {}::text[], {}::text[], {}::bigint[],
+                         {}::jsonb[])
+              AS event (seq, at, kind, node, token, detail)",
+        p(0),
+        p(1),
+        p(2),
+        p(3),
+        p(4),
+        p(5)
+    ));
+    let tasks = tasks_insert(&format!(
+        "written, unnest({}::text[], {}::bigint[], {}::text[], {}::jsonb[], {}::bigint[],
+                         {}::bigint[], {}::bigint[], {}::text[], {}::text[], {}::bigint[],
+                         {}::bigint[])
+              AS task ({TASK_NAMES})",
+        p(7),
+        p(8),
+        p(9),
+        p(10),
+        p(11),
+        p(12),
+        p(13),
+        p(14),
+        p(15),
+        p(16),
+        p(17)
+    ));
     format!(
         "WITH {lead}written AS ({instance_row} RETURNING tenant, id),
-         history_rows AS (
-             INSERT INTO history (tenant, instance, seq, at, kind, node, token, detail)
-             SELECT written.tenant, written.id, seq, at, kind, node, token, detail
-             FROM written, unnest({h0}::bigint[], {h1}::bigint[], {h2}::text[], {h3}::text[],
-                                  {h4}::bigint[], {h5}::jsonb[])
-                  AS event (seq, at, kind, node, token, detail)),
+         history_rows AS ({history}),
          cleared_waits AS (
              DELETE FROM waits USING written
              WHERE waits.instance = written.id AND waits.park = ANY({cleared}::bigint[])),
          cleared_deliveries AS (
              DELETE FROM deliveries USING written
              WHERE deliveries.instance = written.id AND deliveries.park = ANY({cleared}::bigint[])),
-         armed_tasks AS (
-             INSERT INTO tasks (id, tenant, instance, park, topic, input, state, attempt, retries,
-                                backoff_us, lock_us, lock_token, locked_until, worker,
-                                available_at, created_at, updated_at)
-             SELECT task.id, written.tenant, written.id, park, topic, input,
-                    CASE WHEN worker IS NULL THEN 'available' ELSE 'locked' END, 1,
-                    retries, backoff_us, lock_us, lock_token,
-                    CASE WHEN worker IS NOT NULL
-                         THEN GREATEST(sutra_after(taken_lock_us), expires_at) END, worker,
-                    sutra_now(), sutra_now(), sutra_now()
-             FROM written, unnest({t0}::text[], {t1}::bigint[], {t2}::text[], {t3}::jsonb[],
-                                  {t4}::bigint[], {t5}::bigint[], {t6}::bigint[], {t7}::text[],
-                                  {t8}::text[], {t9}::bigint[], {t10}::bigint[])
-                  AS task (id, park, topic, input, retries, backoff_us, lock_us, worker,
-                           lock_token, taken_lock_us, expires_at)
-             ON CONFLICT (id) DO UPDATE SET {TASK_REARMED}),
+         armed_tasks AS ({tasks}),
          children AS (
              INSERT INTO instances (id, tenant, deployment, version, flow, status, snapshot,
                                     parent, parent_park, created_at, updated_at)
@@ -377,24 +456,7 @@ fn step_rows(lead: &str, instance_row: &str, first: usize, last: &str) -> String
                              AND parent.status NOT IN ('completed', 'cancelled'))
              RETURNING id)
          {last}",
-        h0 = p(0),
-        h1 = p(1),
-        h2 = p(2),
-        h3 = p(3),
-        h4 = p(4),
-        h5 = p(5),
         cleared = p(6),
-        t0 = p(7),
-        t1 = p(8),
-        t2 = p(9),
-        t3 = p(10),
-        t4 = p(11),
-        t5 = p(12),
-        t6 = p(13),
-        t7 = p(14),
-        t8 = p(15),
-        t9 = p(16),
-        t10 = p(17),
         c0 = p(18),
         c1 = p(19),
         c2 = p(20),
@@ -411,6 +473,11 @@ fn step_rows(lead: &str, instance_row: &str, first: usize, last: &str) -> String
     )
 }
 
+/// The names of a step's task columns ([`TaskColumns`]), in their order.
+pub(crate) const TASK_NAMES: &str =
+    "id, park, topic, input, retries, backoff_us, lock_us, worker, lock_token, taken_lock_us,
+     expires_at";
+
 /// What a task armed again at a park whose earlier task is resolved becomes: the new attempt,
 /// available now or locked for the worker that took it.
 const TASK_REARMED: &str = "topic = excluded.topic, input = excluded.input, state = excluded.state,
@@ -418,122 +485,6 @@ const TASK_REARMED: &str = "topic = excluded.topic, input = excluded.input, stat
      lock_us = excluded.lock_us, lock_token = excluded.lock_token,
      locked_until = excluded.locked_until, worker = excluded.worker,
      available_at = excluded.available_at, updated_at = excluded.updated_at";
-
-/// A step's history as six arrays: sequence, time, kind, node, token, detail.
-struct HistoryColumns<'a> {
-    seqs: Vec<i64>,
-    ats: Vec<i64>,
-    kinds: Vec<String>,
-    nodes: Vec<Option<&'a str>>,
-    tokens: Vec<Option<i64>>,
-    details: Vec<Json<&'a Value>>,
-}
-
-impl<'a> HistoryColumns<'a> {
-    fn of(events: &'a [HistoryEvent]) -> Result<HistoryColumns<'a>> {
-        let mut columns = HistoryColumns {
-            seqs: Vec::with_capacity(events.len()),
-            ats: Vec::with_capacity(events.len()),
-            kinds: Vec::with_capacity(events.len()),
-            nodes: Vec::with_capacity(events.len()),
-            tokens: Vec::with_capacity(events.len()),
-            details: Vec::with_capacity(events.len()),
-        };
-        for event in events {
-            columns.seqs.push(signed(event.seq, "a history sequence")?);
-            columns.ats.push(micros(event.at));
-            columns.kinds.push(history_kind(event.kind));
-            columns.nodes.push(event.node.as_deref());
-            let token = event.token.map(|token| signed(token.0, "a token id"));
-            columns.tokens.push(token.transpose()?);
-            columns.details.push(Json(&event.detail));
-        }
-        Ok(columns)
-    }
-
-    fn bind(self, query: Query<'a>) -> Query<'a> {
-        query
-            .bind(self.seqs)
-            .bind(self.ats)
-            .bind(self.kinds)
-            .bind(self.nodes)
-            .bind(self.tokens)
-            .bind(self.details)
-    }
-}
-
-/// A step's armed tasks as eleven arrays: id, park, topic, input, retries, backoff, lock, and
-/// for a task a worker took ([`sutra_store_sql::TakenTask`]; `NULL` for the others) its worker, lock token, lock
-/// length and the expiry its worker was told. The row's expiry is the later of that and the
-/// length from the database's own now: never earlier than the worker was told, nor shorter than
-/// asked by the database's clock.
-struct TaskColumns<'a> {
-    ids: Vec<&'a str>,
-    parks: Vec<i64>,
-    topics: Vec<&'a str>,
-    inputs: Vec<Json<&'a Value>>,
-    retries: Vec<i64>,
-    backoffs: Vec<i64>,
-    locks: Vec<i64>,
-    workers: Vec<Option<&'a str>>,
-    tokens: Vec<Option<&'a str>>,
-    taken_locks: Vec<Option<i64>>,
-    expiries: Vec<Option<i64>>,
-}
-
-impl<'a> TaskColumns<'a> {
-    fn of(tasks: &'a [TaskArm<'a>]) -> Result<TaskColumns<'a>> {
-        let mut columns = TaskColumns {
-            ids: Vec::with_capacity(tasks.len()),
-            parks: Vec::with_capacity(tasks.len()),
-            topics: Vec::with_capacity(tasks.len()),
-            inputs: Vec::with_capacity(tasks.len()),
-            retries: Vec::with_capacity(tasks.len()),
-            backoffs: Vec::with_capacity(tasks.len()),
-            locks: Vec::with_capacity(tasks.len()),
-            workers: Vec::with_capacity(tasks.len()),
-            tokens: Vec::with_capacity(tasks.len()),
-            taken_locks: Vec::with_capacity(tasks.len()),
-            expiries: Vec::with_capacity(tasks.len()),
-        };
-        for task in tasks {
-            columns.ids.push(&task.id);
-            columns.parks.push(park(task.park)?);
-            columns.topics.push(task.topic);
-            columns.inputs.push(Json(task.input));
-            columns.retries.push(i64::from(task.retries));
-            columns.backoffs.push(duration_micros(task.backoff));
-            columns.locks.push(duration_micros(task.lock));
-            let taken = task.taken.as_ref();
-            columns.workers.push(taken.map(|taken| taken.worker));
-            columns
-                .tokens
-                .push(taken.map(|taken| taken.lock_token.as_str()));
-            columns
-                .taken_locks
-                .push(taken.map(|taken| duration_micros(taken.lock)));
-            columns
-                .expiries
-                .push(taken.map(|taken| micros(taken.expires_at)));
-        }
-        Ok(columns)
-    }
-
-    fn bind(self, query: Query<'a>) -> Query<'a> {
-        query
-            .bind(self.ids)
-            .bind(self.parks)
-            .bind(self.topics)
-            .bind(self.inputs)
-            .bind(self.retries)
-            .bind(self.backoffs)
-            .bind(self.locks)
-            .bind(self.workers)
-            .bind(self.tokens)
-            .bind(self.taken_locks)
-            .bind(self.expiries)
-    }
-}
 
 /// A step's calls as parameters of [`step_rows`]: its children as seven arrays (id, deployment,
 /// version, flow, snapshot, the park waiting for it, its start message), the disarmed `Call`

@@ -20,6 +20,7 @@
 
 mod claim;
 mod codec;
+mod columns;
 mod commit;
 mod deliveries;
 mod deployments;
@@ -27,6 +28,7 @@ mod intake;
 mod leases;
 mod notices;
 mod outbox;
+mod plain;
 mod purge;
 mod reads;
 mod scaling;

@@ -31,6 +31,14 @@ pub(crate) fn settle(sql: String) -> String {
     sql
 }
 
+/// Whether a group's plain steps are written one by one, each through its own statement (a
+/// settle's is [`settle`]'s), rather than in one statement per kind.
+#[cfg(not(feature = "test-hooks"))]
+#[inline(always)]
+pub(crate) fn plain_one_by_one() -> bool {
+    false
+}
+
 /// The statement of a poll's locks (`lock_tasks`).
 #[cfg(not(feature = "test-hooks"))]
 #[inline(always)]
@@ -39,7 +47,7 @@ pub(crate) fn lock_tasks(sql: &str) -> String {
 }
 
 #[cfg(feature = "test-hooks")]
-pub(crate) use switched::{lock_claimable, lock_tasks, settle};
+pub(crate) use switched::{lock_claimable, lock_tasks, plain_one_by_one, settle};
 
 #[cfg(feature = "test-hooks")]
 mod switched {
@@ -63,6 +71,11 @@ mod switched {
             "the claim's statement changed: update the switch"
         );
         loosened
+    }
+
+    /// Under the fence switch, a group's settles take [`settle`]'s loosened statement.
+    pub(crate) fn plain_one_by_one() -> bool {
+        skip_fence()
     }
 
     /// The fenced update matches any fence and owner; history rows already there are dropped.

@@ -235,23 +235,10 @@ impl<T: StepStatements> StepWriter<'_, T> {
     /// locked for a worker, and the deliveries it asked due now (its calls' rows).
     async fn write_rows(&mut self) -> Result<(Vec<LockedTask>, Vec<DeliveryId>)> {
         let step = self.step;
-        let tasks = step
-            .arms
-            .iter()
-            .filter_map(|arm| task_arm(self.instance, arm, self.now))
-            .collect::<Vec<_>>();
-        let rows = StepRows {
-            claim: step.claim.as_ref(),
-            snapshot: &step.snapshot,
-            held_by: step.held_by.as_deref(),
-            history: &step.history,
-            cleared: &step.disarms,
-            tasks: &tasks,
-            message: step.inbox.as_ref().filter(|_| step.claim.is_none()),
-            children: &step.children,
-            cancelled_calls: &cancelled_calls(step),
-            report: step.report.as_ref(),
-        };
+        let locks = task_locks(&step.arms, self.now);
+        let tasks = task_arms(self.instance, &step.arms, &locks);
+        let cancelled = cancelled_calls(step);
+        let rows = step_rows(step, &tasks, &cancelled);
         match self.tx.write_rows(&rows).await? {
             Wrote::Rows { asked } => Ok((tasks.iter().filter_map(locked_task).collect(), asked)),
             Wrote::ClaimLost => Err(Error::ClaimLost),
@@ -365,27 +352,90 @@ fn cancelled_calls(step: &StepCommit) -> Vec<ParkId> {
         .collect()
 }
 
-/// The task row of a task arm, `now` being a moment before the transaction's writes; `None`
-/// for the other arms.
-fn task_arm<'s>(instance: &'s InstanceInfo, arm: &'s Arm, now: Timestamp) -> Option<TaskArm<'s>> {
+/// A step's own rows, with its task arms' rows and the `Call` parks it disarms.
+pub(crate) fn step_rows<'a>(
+    step: &'a StepCommit,
+    tasks: &'a [TaskArm<'a>],
+    cancelled_calls: &'a [ParkId],
+) -> StepRows<'a> {
+    StepRows {
+        claim: step.claim.as_ref(),
+        snapshot: &step.snapshot,
+        held_by: step.held_by.as_deref(),
+        history: &step.history,
+        cleared: &step.disarms,
+        tasks,
+        message: step.inbox.as_ref().filter(|_| step.claim.is_none()),
+        children: &step.children,
+        cancelled_calls,
+        report: step.report.as_ref(),
+    }
+}
+
+/// The lock a task arm taken by a worker is armed with: its proof and when it runs out.
+#[derive(Debug, Clone)]
+pub(crate) struct ArmLock {
+    lock_token: String,
+    expires_at: Timestamp,
+}
+
+/// The lock of each of `arms` (in their order) that a worker took in the step, `now` being a
+/// moment before the transaction's writes: drawn once, so that the rows written and the task
+/// the worker is handed agree however late the rows are written.
+pub(crate) fn task_locks(arms: &[Arm], now: Timestamp) -> Vec<Option<ArmLock>> {
+    arms.iter()
+        .map(|arm| match arm {
+            Arm::Task {
+                taken_by: Some(taken_by),
+                ..
+            } => Some(ArmLock {
+                lock_token: Uuid::new_v4().to_string(),
+                expires_at: lock_expiry(now, taken_by.lock),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The task rows of `arms`, with their `locks` ([`task_locks`]).
+pub(crate) fn task_arms<'s>(
+    instance: &'s InstanceInfo,
+    arms: &'s [Arm],
+    locks: &[Option<ArmLock>],
+) -> Vec<TaskArm<'s>> {
+    arms.iter()
+        .zip(locks)
+        .filter_map(|(arm, lock)| task_arm(instance, arm, lock.as_ref()))
+        .collect()
+}
+
+/// The task row of a task arm; `None` for the other arms.
+fn task_arm<'s>(
+    instance: &'s InstanceInfo,
+    arm: &'s Arm,
+    lock: Option<&ArmLock>,
+) -> Option<TaskArm<'s>> {
     let Arm::Task {
         park,
         topic,
         input,
         retries,
         backoff,
-        lock,
+        lock: lock_length,
         taken_by,
     } = arm
     else {
         return None;
     };
-    let taken = taken_by.as_ref().map(|taken_by| TakenTask {
-        worker: &taken_by.worker,
-        lock: taken_by.lock,
-        lock_token: Uuid::new_v4().to_string(),
-        expires_at: lock_expiry(now, taken_by.lock),
-    });
+    let taken = taken_by
+        .as_ref()
+        .zip(lock)
+        .map(|(taken_by, lock)| TakenTask {
+            worker: &taken_by.worker,
+            lock: taken_by.lock,
+            lock_token: lock.lock_token.clone(),
+            expires_at: lock.expires_at,
+        });
     Some(TaskArm {
         instance,
         park: *park,
@@ -394,7 +444,7 @@ fn task_arm<'s>(instance: &'s InstanceInfo, arm: &'s Arm, now: Timestamp) -> Opt
         input,
         retries: *retries,
         backoff: *backoff,
-        lock: *lock,
+        lock: *lock_length,
         taken,
     })
 }
@@ -408,7 +458,7 @@ fn lock_expiry(now: Timestamp, lock: SignedDuration) -> Timestamp {
 }
 
 /// The task as its worker gets it, when `task` was armed locked for one.
-fn locked_task(task: &TaskArm<'_>) -> Option<LockedTask> {
+pub(crate) fn locked_task(task: &TaskArm<'_>) -> Option<LockedTask> {
     let taken = task.taken.as_ref()?;
     Some(LockedTask {
         id: task.id.clone(),
@@ -451,6 +501,17 @@ impl TaskArm<'_> {
             None => TaskState::Available,
         }
     }
+}
+
+/// [`StepStatements::write_plain`] one step at a time, each its own statement.
+pub async fn write_each<T: StepStatements>(tx: &mut T, plain: &[StepRows<'_>]) -> Result<usize> {
+    let mut landed = 0;
+    for rows in plain {
+        if let Wrote::Rows { .. } = tx.write_rows(rows).await? {
+            landed += 1;
+        }
+    }
+    Ok(landed)
 }
 
 /// What a settle's fenced update checks and adds, by its claim's kind: the owner a durable
@@ -530,6 +591,20 @@ pub trait StepStatements: Statements {
     /// Writes `rows`, or nothing at all when the settle's claim no longer holds or a start's
     /// message is not its to consume.
     fn write_rows(&mut self, rows: &StepRows<'_>) -> impl Future<Output = Result<Wrote>> + Send;
+
+    /// Writes the rows of several plain steps of one kind — all settles or all starts
+    /// (`deferred::deferrable`: no children, cancels or report; a start's message leads it) —
+    /// each as [`StepStatements::write_rows`] would and each on its own terms: a settle whose
+    /// fence no longer holds, or a start whose message is consumed or awaited, writes nothing
+    /// of any kind, and the others land. Returns how many landed. The steps are of distinct
+    /// instances. This writes them one by one; a backend whose statements are round trips
+    /// writes them all in one (decision 0059).
+    fn write_plain(
+        &mut self,
+        plain: &[StepRows<'_>],
+    ) -> impl Future<Output = Result<usize>> + Send {
+        write_each(self, plain)
+    }
 
     /// Cancels the tasks of `parks` that a worker may still take (available or locked), in one
     /// statement.

@@ -39,6 +39,7 @@ macro_rules! schedule_columns {
 
 mod claim;
 mod commit;
+mod deferred;
 mod deliveries;
 mod deployments;
 mod error;
@@ -57,7 +58,9 @@ mod store;
 mod tasks;
 
 pub use claim::{ClaimStatements, NewClaim};
-pub use commit::{StepRows, StepStatements, TakenTask, TaskArm, WaitArm, Wrote, settle_fence};
+pub use commit::{
+    StepRows, StepStatements, TakenTask, TaskArm, WaitArm, Wrote, settle_fence, write_each,
+};
 pub use deliveries::DeliveryStatements;
 pub use deployments::{DeploymentStatements, NewVersion};
 pub use error::driver_error;

@@ -102,6 +102,16 @@ pub trait Group: Send {
         Ok(())
     }
 
+    /// Lets the store keep plain steps — settles and starts that write only their own rows —
+    /// handed to [`Group::commit_step`] and write them together before a statement that might
+    /// read them or the group's commit, in one statement per kind where it can (decision 0059).
+    /// Each kept step is answered as if written; a kept step found not to land when it is
+    /// written (a settle whose fence moved, a start whose message was consumed or is awaited)
+    /// writes nothing and fails the whole group, at the latest at [`Group::commit`]: the caller
+    /// then runs each member alone, in a group that does not defer. Without it, each step is
+    /// written when it is handed over.
+    fn defer_plain_steps(&mut self) {}
+
     /// [`crate::Steps::commit`]'s writes, in the group's transaction. A refusal found before
     /// the first write ([`crate::Error::Duplicate`], [`crate::Error::AliasTaken`]) leaves the
     /// transaction as it was; any other error may leave the member half written, and the group
