@@ -11,6 +11,25 @@ use sutra_store_sql::TaskArm;
 use crate::codec::{duration_micros, history_kind, micros, park, signed};
 use crate::statements::Query;
 
+/// The array types of [`HistoryColumns`], in their order.
+pub(crate) const HISTORY_TYPES: [&str; 6] = ["bigint", "bigint", "text", "text", "bigint", "jsonb"];
+
+/// The array types of [`TaskColumns`], in their order.
+pub(crate) const TASK_TYPES: [&str; 11] = [
+    "text", "bigint", "text", "jsonb", "bigint", "bigint", "bigint", "text", "text", "bigint",
+    "bigint",
+];
+
+/// `unnest`'s arguments for columns of `types` bound from parameter `$first` on: each
+/// parameter cast to an array of its type.
+pub(crate) fn unnest_args(first: usize, types: &[&str]) -> String {
+    let args: Vec<String> = (first..)
+        .zip(types)
+        .map(|(n, ty)| format!("${n}::{ty}[]"))
+        .collect();
+    args.join(", ")
+}
+
 /// A step's history as six arrays: sequence, time, kind, node, token, detail.
 #[derive(Default)]
 pub(crate) struct HistoryColumns<'a> {

@@ -24,7 +24,7 @@ use sutra_store_sql::{
 };
 
 use crate::codec::{db, park};
-use crate::columns::{HistoryColumns, TaskColumns};
+use crate::columns::{HISTORY_TYPES, HistoryColumns, TASK_TYPES, TaskColumns, unnest_args};
 use crate::notices;
 use crate::statements::{INBOX_CONSUMED, Query, Scoped};
 use crate::test_switches;
@@ -383,32 +383,12 @@ static ROWS_OF_A_MESSAGE: LazyLock<String> = LazyLock::new(|| {
 fn step_rows(lead: &str, instance_row: &str, first: usize, last: &str) -> String {
     let p = |n: usize| format!("${}", first + n);
     let history = history_insert(&format!(
-        "written, unnest({}::bigint[], {}::bigint[], {}::text[], {}::text[], {}::bigint[],
-                         {}::jsonb[])
-              AS event (seq, at, kind, node, token, detail)",
-        p(0),
-        p(1),
-        p(2),
-        p(3),
-        p(4),
-        p(5)
+        "written, unnest({}) AS event (seq, at, kind, node, token, detail)",
+        unnest_args(first, &HISTORY_TYPES)
     ));
     let tasks = tasks_insert(&format!(
-        "written, unnest({}::text[], {}::bigint[], {}::text[], {}::jsonb[], {}::bigint[],
-                         {}::bigint[], {}::bigint[], {}::text[], {}::text[], {}::bigint[],
-                         {}::bigint[])
-              AS task ({TASK_NAMES})",
-        p(7),
-        p(8),
-        p(9),
-        p(10),
-        p(11),
-        p(12),
-        p(13),
-        p(14),
-        p(15),
-        p(16),
-        p(17)
+        "written, unnest({}) AS task ({TASK_NAMES})",
+        unnest_args(first + 7, &TASK_TYPES)
     ));
     format!(
         "WITH {lead}written AS ({instance_row} RETURNING tenant, id),

@@ -19,7 +19,7 @@ use sutra_store::{Error, Result};
 use sutra_store_sql::{StepRows, settle_fence};
 
 use crate::codec::{db, park};
-use crate::columns::{HistoryColumns, TaskColumns};
+use crate::columns::{HISTORY_TYPES, HistoryColumns, TASK_TYPES, TaskColumns, unnest_args};
 use crate::commit::{TASK_NAMES, history_insert, instance_insert, settle_set, tasks_insert};
 use crate::statements::{Query, Scoped};
 
@@ -278,34 +278,14 @@ static STARTS: LazyLock<String> = LazyLock::new(|| {
 fn kept_rows(lead: &str, first: usize) -> String {
     let p = |k: usize| format!("${}", first + k);
     let history = history_insert(&format!(
-        "written JOIN unnest({}::int[], {}::bigint[], {}::bigint[], {}::text[], {}::text[],
-                             {}::bigint[], {}::jsonb[])
+        "written JOIN unnest(${first}::int[], {})
                       AS event (n, seq, at, kind, node, token, detail) USING (n)",
-        p(0),
-        p(1),
-        p(2),
-        p(3),
-        p(4),
-        p(5),
-        p(6)
+        unnest_args(first + 1, &HISTORY_TYPES)
     ));
     let tasks = tasks_insert(&format!(
-        "written JOIN unnest({}::int[], {}::text[], {}::bigint[], {}::text[], {}::jsonb[],
-                             {}::bigint[], {}::bigint[], {}::bigint[], {}::text[],
-                             {}::text[], {}::bigint[], {}::bigint[])
-                      AS task (n, {TASK_NAMES}) USING (n)",
-        p(9),
-        p(10),
-        p(11),
-        p(12),
-        p(13),
-        p(14),
-        p(15),
-        p(16),
-        p(17),
-        p(18),
-        p(19),
-        p(20)
+        "written JOIN unnest(${}::int[], {}) AS task (n, {TASK_NAMES}) USING (n)",
+        first + 9,
+        unnest_args(first + 10, &TASK_TYPES)
     ));
     format!(
         "WITH {lead}
