@@ -227,6 +227,21 @@ fn clearing(claimed: &Claimed, for_worker: bool) -> StepCommit {
     }
 }
 
+/// A group that defers, whose first member kept a plain settle of the [`parked`] instance
+/// `first` (clearing both its parks), with its second member opened.
+async fn after_a_kept_settle<S: Store>(store: &S, first: &str) -> Box<dyn crate::Group> {
+    let mut group = store.group(TENANT).await.unwrap();
+    group.defer_plain_steps();
+    group.member(TENANT).await.unwrap();
+    let claim = group
+        .claim(TENANT, first, &owner(LANE_A), HOUR)
+        .await
+        .unwrap();
+    group.commit_step(&clearing(&claim, false)).await.unwrap();
+    group.member(TENANT).await.unwrap();
+    group
+}
+
 /// A group that may keep its plain settles for one write (decision 0059) lands each as a
 /// settle written on its own would: its snapshot and fence, its history, its parks' wait and
 /// timer gone, its task armed — locked with the very token the member was handed when a worker
@@ -315,15 +330,7 @@ pub async fn a_kept_settle_whose_fence_moved_writes_nothing_of_any_kind<S: Store
     let before = (rows_of(fresh.clone()).await, rows_of(stale.clone()).await);
     let timers_due = store.next_due().await.unwrap();
 
-    let mut group = store.group(TENANT).await.unwrap();
-    group.defer_plain_steps();
-    group.member(TENANT).await.unwrap();
-    let first = group
-        .claim(TENANT, &fresh, &owner(LANE_A), HOUR)
-        .await
-        .unwrap();
-    group.commit_step(&clearing(&first, false)).await.unwrap();
-    group.member(TENANT).await.unwrap();
+    let mut group = after_a_kept_settle(store, &fresh).await;
     let mut second = group
         .claim(TENANT, &stale, &owner(LANE_A), HOUR)
         .await
@@ -354,15 +361,7 @@ pub async fn a_step_after_a_kept_settle_sees_the_key_it_gave_up<S: Store>(store:
     parked(store, &leaving).await;
     started(store, TENANT, &taking).await;
 
-    let mut group = store.group(TENANT).await.unwrap();
-    group.defer_plain_steps();
-    group.member(TENANT).await.unwrap();
-    let first = group
-        .claim(TENANT, &leaving, &owner(LANE_A), HOUR)
-        .await
-        .unwrap();
-    group.commit_step(&clearing(&first, false)).await.unwrap();
-    group.member(TENANT).await.unwrap();
+    let mut group = after_a_kept_settle(store, &leaving).await;
     let second = group
         .claim(TENANT, &taking, &owner(LANE_A), HOUR)
         .await
