@@ -10,6 +10,9 @@
 //!   the row lock ([`crate::ClaimKind::Locked`]), so a member refused, stale or rejected before
 //!   its writes leaves nothing, and the others stay. A member that fails *after* writing
 //!   something (a database error) fails the group: the caller runs each member again alone;
+//! - a group may take its members' claims ahead ([`Group::claim_ahead`]) and keep their plain
+//!   steps to write them together ([`Group::defer_plain_steps`]): each member is still answered
+//!   as if it claimed and wrote on its own, and a kept step that does not land fails the group;
 //! - nothing of any member is durable until [`Group::commit`] returns, so a caller is answered
 //!   only after it: *reply implies committed* holds for every member;
 //! - a process that dies before the commit leaves nothing: its transaction rolls back, and the
