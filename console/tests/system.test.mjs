@@ -54,6 +54,9 @@ test('the System page charts the last minutes, and its steps chart rises from ze
     const line = page.locator(`figure[data-chart="${chart}"] path[data-series="${series}"]`);
     return JSON.parse(await line.getAttribute('data-values'));
   };
+  // The heading is drawn before the page's first read of the history answers: wait for the
+  // charts that read draws before counting them.
+  await page.locator('figure[data-chart="steps"] svg[role="img"]').waitFor();
   for (const chart of ['steps', 'backlog', 'latency', 'failures']) {
     assert.equal(await page.locator(`figure[data-chart="${chart}"] svg[role="img"]`).count(), 1, `the ${chart} chart is drawn`);
   }
