@@ -128,6 +128,34 @@ async fn every_table_carries_a_tenant_and_forces_row_security() {
     }
 }
 
+/// A policy naming `sutra_tenant()` bare has it evaluated for every row a scan filters; inside
+/// `(SELECT …)` it is an init plan, evaluated once per statement (migration 0016, decision 0064).
+#[tokio::test]
+async fn every_policy_asks_for_the_tenant_once_per_statement() {
+    let database = TestDatabase::create().await;
+    replica(&database).await;
+
+    let policies: Vec<(String, String, Option<String>, Option<String>)> = sqlx::query_as(
+        "SELECT tablename::text, policyname::text, qual, with_check FROM pg_policies
+         WHERE schemaname = 'public' ORDER BY tablename, policyname",
+    )
+    .fetch_all(&mut admin(&database).await)
+    .await
+    .unwrap();
+
+    assert!(policies.len() >= 9 * 7, "{policies:?}");
+    for (table, policy, using, check) in policies {
+        for expression in [using, check].into_iter().flatten() {
+            let named = expression.matches("sutra_tenant()").count();
+            let asked_once = expression.matches("SELECT sutra_tenant()").count();
+            assert!(
+                named > 0 && named == asked_once,
+                "{table}.{policy} names the tenant per row: {expression}"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_url_that_is_not_postgres_is_refused() {
     let outcome =
