@@ -114,11 +114,6 @@ async fn a_known_state_is_what_the_gauges_say(server: &Server) {
             "claims_in_flight": 0,
         })
     );
-    let metrics = metrics(server).await;
-    assert!(
-        metrics.contains("# HELP sutra_instances Instances by status. Exact for created"),
-        "{metrics}"
-    );
     let expected: [(&str, f64); 10] = [
         ("sutra_inbox_backlog", 1.0),
         ("sutra_outbox_backlog", 1.0),
@@ -131,13 +126,23 @@ async fn a_known_state_is_what_the_gauges_say(server: &Server) {
         ("sutra_claims_in_flight", 0.0),
         ("sutra_lane_queue_depth{lane=\"0\"}", 0.0),
     ];
-    for (series, value) in expected {
-        assert_eq!(
-            metric_value(&metrics, series),
-            Some(value),
-            "{series} in:\n{metrics}"
-        );
-    }
+    // A scrape reads the backlog as last counted, at most one sample interval (10 s) ago
+    // (decision 0065): the gauges say the state above by the next count at the latest.
+    let metrics = until_ok(async || {
+        let metrics = metrics(server).await;
+        match expected
+            .iter()
+            .find(|(series, value)| metric_value(&metrics, series) != Some(*value))
+        {
+            Some((series, value)) => Err(format!("{series} is not {value} in:\n{metrics}")),
+            None => Ok(metrics),
+        }
+    })
+    .await;
+    assert!(
+        metrics.contains("# HELP sutra_instances Instances by status. Exact for created"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]

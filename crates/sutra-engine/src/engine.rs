@@ -145,7 +145,8 @@ impl Engine {
     }
 
     /// Sets the gauges that mirror in-memory state (lane queue depths, which roles this replica
-    /// leads). Cheap, so the server calls it on every scrape rather than on a timer.
+    /// leads), and the backlog's as last counted (at most a sample interval ago, decision 0065).
+    /// Cheap, so the server calls it on every scrape rather than on a timer.
     pub async fn publish_gauges(&self) {
         for (lane, depth) in self.lane_queue_depths().into_iter().enumerate() {
             metrics::lane_queue_depth(lane, depth);
@@ -161,7 +162,7 @@ impl Engine {
         // Not counted in time, the store's gauges keep their last values, and the gauges of this
         // process — leadership above all — are read whatever the store does; readiness says
         // the store is away.
-        if let Some(backlog) = self.shared.count_backlog().await {
+        if let Some(backlog) = self.scraped_backlog().await {
             let gone = self.topics_gone(&backlog);
             metrics::backlog(&backlog, &gone);
         }
@@ -176,6 +177,12 @@ impl Engine {
     /// Steps in progress on this replica: its lanes on a request.
     pub fn claims_in_flight(&self) -> usize {
         self.lanes.busy()
+    }
+
+    /// The backlog a scrape reports: as the database counted it less than a sample interval
+    /// ago, or counted now (decision 0065); `None` when it could not be counted in time.
+    pub async fn scraped_backlog(&self) -> Option<Backlog> {
+        self.shared.recent_backlog().await
     }
 
     /// What waits for the fleet, counted in the database (SPEC §8).

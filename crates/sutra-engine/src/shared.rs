@@ -1,15 +1,15 @@
 //! What every part of the engine shares: the store, the configuration, the clock, the settle
 //! registry and the wake-ups, the pulse, and the owner ids a replica claims as.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use sutra_store::{Backlog, Clock, Owner, Store};
 use tokio::sync::Notify;
 use tracing::debug;
 
 use crate::config::EngineConfig;
-use crate::pulse::Pulse;
+use crate::pulse::{Pulse, SAMPLE_INTERVAL};
 use crate::settle::SettleRegistry;
 use crate::waiting::{Availability, Waiting};
 use crate::{metrics, test_switches};
@@ -39,6 +39,8 @@ pub(crate) struct Shared {
     pub waiting: Waiting,
     /// What this replica's steps did over the last minutes (decision 0061).
     pub pulse: Pulse,
+    /// The last backlog counted, and when (see [`Shared::recent_backlog`]).
+    counted: Mutex<Option<(Instant, Backlog)>>,
 }
 
 impl Shared {
@@ -53,6 +55,7 @@ impl Shared {
             tasks: Arc::default(),
             waiting: Waiting::default(),
             pulse: Pulse::new(clock.now()),
+            counted: Mutex::new(None),
             clock,
         }
     }
@@ -69,12 +72,16 @@ impl Shared {
     /// the count is waited for [`BACKLOG_PATIENCE`] and no longer, so that whoever asks — a
     /// scrape, the pulse's sampler — goes on whatever the store does.
     pub async fn count_backlog(&self) -> Option<Backlog> {
+        let began = self.clock.instant();
         match self
             .clock
             .timeout(BACKLOG_PATIENCE, self.store.backlog())
             .await
         {
-            Ok(Ok(backlog)) => Some(backlog),
+            Ok(Ok(backlog)) => {
+                *self.last_count() = Some((began, backlog.clone()));
+                Some(backlog)
+            }
             Ok(Err(error)) => {
                 debug!(%error, "could not count the backlog");
                 None
@@ -84,6 +91,27 @@ impl Shared {
                 None
             }
         }
+    }
+
+    /// The backlog as counted less than a [`SAMPLE_INTERVAL`] ago, or counted now (decision
+    /// 0065): what a scrape reports. The pulse's sampler counts once an interval whether anyone
+    /// scrapes or not, so a scrape between its samples reads no row — at volume a count reads
+    /// every live instance's and available task's index entry, tens of milliseconds a scrape.
+    pub async fn recent_backlog(&self) -> Option<Backlog> {
+        let now = self.clock.instant();
+        if let Some((at, backlog)) = self.last_count().as_ref()
+            && now.saturating_duration_since(*at) < SAMPLE_INTERVAL
+        {
+            return Some(backlog.clone());
+        }
+        self.count_backlog().await
+    }
+
+    fn last_count(&self) -> std::sync::MutexGuard<'_, Option<(Instant, Backlog)>> {
+        // A count is replaced whole: a holder that panicked left a whole one.
+        self.counted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// `{replica_id}/lane-{i}`: lane-scoped, so that *same owner ⇒ same lane ⇒ serialized*.

@@ -1,7 +1,8 @@
 //! The pulse (decision 0061) on a manual clock: every ten seconds a sample of what this replica's
 //! steps did since the last — committed, and the instances they failed, with their latency — and
 //! of the backlog the database counts then; an interval without a step has no latency, and no
-//! more than fifteen minutes are kept.
+//! more than fifteen minutes are kept. A scrape reads the backlog the sampler counted last
+//! (decision 0065).
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use sutra_engine::EngineConfig;
-use sutra_engine::pulse::{SAMPLE_INTERVAL, SAMPLES_KEPT, Sample};
+use sutra_engine::pulse::{Depth, SAMPLE_INTERVAL, SAMPLES_KEPT, Sample};
 
 use common::{Harness, eventually};
 
@@ -102,4 +103,42 @@ async fn fifteen_minutes_of_samples_are_kept() {
     assert_eq!(kept.len(), SAMPLES_KEPT);
     let oldest = started + Duration::from_secs(30);
     assert_eq!(kept[0].at, oldest, "the first two were dropped");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scrape_between_samples_reads_the_last_count_and_a_sample_counts_again() {
+    let harness = Harness::start(FLOWS, EngineConfig::default()).await;
+    harness
+        .send("orders", "a", json!({"id": "a", "kind": "work"}))
+        .await;
+    let counted = |backlog: Option<sutra_store::Backlog>| {
+        Depth::of(&backlog.expect("the backlog was counted")).tasks_available
+    };
+    // Nothing counted yet: the scrape counts.
+    assert_eq!(counted(harness.engine.scraped_backlog().await), 1);
+
+    harness
+        .send("orders", "b", json!({"id": "b", "kind": "work"}))
+        .await;
+    assert_eq!(
+        counted(harness.engine.scraped_backlog().await),
+        1,
+        "within the interval, the last count"
+    );
+    let now = harness.engine.backlog().await.unwrap();
+    assert_eq!(Depth::of(&now).tasks_available, 2, "counted when asked");
+
+    harness.advance(SAMPLE_INTERVAL);
+    let [sample] = &samples(&harness, 1).await[..] else {
+        unreachable!("one sample")
+    };
+    assert_eq!(
+        sample.backlog.map(|backlog| backlog.tasks_available),
+        Some(2)
+    );
+    assert_eq!(
+        counted(harness.engine.scraped_backlog().await),
+        2,
+        "the sampler's count"
+    );
 }

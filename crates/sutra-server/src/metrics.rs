@@ -52,7 +52,8 @@ pub fn install() {
 /// Metrics
 ///
 /// Prometheus text format (SPEC §8). The gauges are refreshed first — the in-memory ones, and
-/// the backlog the database counts (one read per scrape); the rest was recorded as it happened.
+/// the backlog as the database counted it within the last 10 s (counted now if not); the rest
+/// was recorded as it happened.
 #[utoipa::path(
     get,
     path = "/metrics",
