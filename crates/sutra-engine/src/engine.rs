@@ -145,7 +145,7 @@ impl Engine {
     }
 
     /// Sets the gauges that mirror in-memory state (lane queue depths, which roles this replica
-    /// leads), and the backlog's as last counted (at most a sample interval ago, decision 0065).
+    /// leads), and the backlog's gauges as last counted (under a sample interval ago: 0065).
     /// Cheap, so the server calls it on every scrape rather than on a timer.
     pub async fn publish_gauges(&self) {
         for (lane, depth) in self.lane_queue_depths().into_iter().enumerate() {
