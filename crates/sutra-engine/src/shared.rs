@@ -1,5 +1,6 @@
 //! What every part of the engine shares: the store, the configuration, the clock, the settle
-//! registry and the wake-ups, the pulse, and the owner ids a replica claims as.
+//! registry and the wake-ups, the pulse and the last backlog counted, and the owner ids a
+//! replica claims as.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -67,10 +68,11 @@ impl Shared {
         self.pulse.step(outcome == metrics::COMMITTED, took);
     }
 
-    /// What waits for the fleet, as the database counts it now; `None` when it could not. A
-    /// database cut off mid-statement answers nothing, and the client sets no statement timeout:
-    /// the count is waited for [`BACKLOG_PATIENCE`] and no longer, so that whoever asks — a
-    /// scrape, the pulse's sampler — goes on whatever the store does.
+    /// What waits for the fleet, as the database counts it now, kept for the scrapes that follow
+    /// ([`Shared::recent_backlog`]); `None` when it could not. A database cut off mid-statement
+    /// answers nothing, and the client sets no statement timeout: the count is waited for
+    /// [`BACKLOG_PATIENCE`] and no longer, so that whoever asks — a scrape, the pulse's sampler —
+    /// goes on whatever the store does.
     pub async fn count_backlog(&self) -> Option<Backlog> {
         let began = self.clock.instant();
         match self

@@ -136,6 +136,10 @@ async fn a_scrape_between_samples_reads_the_last_count_and_a_sample_counts_again
         sample.backlog.map(|backlog| backlog.tasks_available),
         Some(2)
     );
+    // A third task, armed after the sample: the scrape still reads the sample's count.
+    harness
+        .send("orders", "c", json!({"id": "c", "kind": "work"}))
+        .await;
     assert_eq!(
         counted(harness.engine.scraped_backlog().await),
         2,
