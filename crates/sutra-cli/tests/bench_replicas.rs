@@ -50,7 +50,8 @@ async fn two_tasks_completes_when_instances_end_on_other_replicas_than_their_cal
 }
 
 /// `--preload` writes its rows before the clock starts, says so per table, and the report has
-/// the run's writes beside its commits (issue 35). Their values are the server's to judge.
+/// the run's writes beside its commits (issue 35), and its statements where the server counts
+/// them (`pg_stat_statements` loaded). Their values are the server's to judge.
 #[tokio::test]
 async fn a_preloaded_run_reports_its_writes() {
     let database = TestDatabase::empty().await;
@@ -80,6 +81,24 @@ async fn a_preloaded_run_reports_its_writes() {
         assert!(writes[per].is_f64(), "{per}: {report}");
     }
     assert!(writes["counted"].is_string(), "{report}");
+    let counts_statements: bool = scalar(
+        database.admin_url(),
+        "SELECT 'pg_stat_statements' = ANY(string_to_array(
+             replace(current_setting('shared_preload_libraries'), ' ', ''), ','))",
+    )
+    .await
+    .unwrap();
+    let statements = &writes["statements"];
+    match counts_statements {
+        false => assert!(statements.is_null(), "{report}"),
+        true => {
+            // Every instance's steps are statements; plans are counted only if asked.
+            assert!(statements["statements"].as_f64().unwrap() > 1.0, "{report}");
+            for per in ["plans", "executing_ms", "planning_ms"] {
+                assert!(statements[per].as_f64().unwrap() >= 0.0, "{per}: {report}");
+            }
+        }
+    }
 }
 
 /// Runs `sutra bench WORKLOAD` over `replicas` replicas, through `database`'s admin URL, to its

@@ -6,7 +6,7 @@
 use std::process::Command;
 
 use serde_json::{Value, json};
-use sutra_testkit::postgres::TestDatabase;
+use sutra_testkit::postgres::{TestDatabase, scalar};
 use sutra_testkit::{Server, ServerOptions, assert_audit_sequence_is_whole, serve, stdout_of};
 
 const FLOWS: &str = r#"
@@ -135,6 +135,30 @@ async fn a_replica_serving_as_the_tables_owner_warns_that_row_security_does_not_
 
     let warning = server.wait_for_stderr("row-level security does not bind this replica");
     assert!(warning.contains("sutra_owner owns the tables"), "{warning}");
+}
+
+/// A server without autovacuum never analyzes the engine's tables, whose statements then keep
+/// plans made while the tables were small: a replica says so when it starts, and where
+/// autovacuum runs it says nothing of it.
+#[tokio::test]
+async fn a_replica_warns_when_the_server_does_not_run_autovacuum() {
+    let database = TestDatabase::create().await;
+    let runs: bool = scalar(
+        database.admin_url(),
+        "SELECT current_setting('autovacuum')::bool",
+    )
+    .await
+    .unwrap();
+
+    let mut server = Server::start(&serving(&database));
+
+    let warning = "autovacuum is off on this PostgreSQL server";
+    match runs {
+        false => {
+            server.wait_for_stderr(warning);
+        }
+        true => assert!(!server.stderr_text().contains(warning)),
+    }
 }
 
 /// A replica whose cross-tenant work would run as a role `'*'` shows no row to would serve

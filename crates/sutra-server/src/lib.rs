@@ -117,6 +117,7 @@ pub async fn open_store(settings: &Settings, clock: &Clock) -> Result<Arc<dyn St
                 .await
                 .map_err(|e| store_error(url, e))?;
             warn_of_row_security_gaps(url).await;
+            warn_unless_autovacuum_runs(url).await;
             if let Some(system) = &options.system_url {
                 warn_of_row_security_gaps(system).await;
             }
@@ -141,6 +142,22 @@ async fn warn_of_row_security_gaps(url: &str) {
             }
         }
         Err(error) => warn!(%error, "cannot tell whether row-level security binds this replica"),
+    }
+}
+
+/// A server without autovacuum never analyzes the engine's tables, so their statements keep the
+/// plans made while the tables were young and slow down as they grow: reported, since the
+/// setting is the server's.
+async fn warn_unless_autovacuum_runs(url: &str) {
+    match sutra_store_postgres::autovacuum_runs(url).await {
+        Ok(true) => {}
+        Ok(false) => warn!(
+            "autovacuum is off on this PostgreSQL server: nothing analyzes the engine's tables, \
+             so its statements keep plans made while the tables were small and slow down as \
+             they grow, and nothing vacuums their dead rows; turn autovacuum on, or run ANALYZE \
+             and VACUUM on the engine's database yourself"
+        ),
+        Err(error) => warn!(%error, "cannot tell whether the server runs autovacuum"),
     }
 }
 

@@ -189,6 +189,11 @@ pub async fn row_security_gaps(url: &str) -> Result<Vec<String>> {
     schema::row_security_gaps(&connect_options(url)?).await
 }
 
+/// Whether the server at `url` runs autovacuum (see [`schema::autovacuum_runs`]).
+pub async fn autovacuum_runs(url: &str) -> Result<bool> {
+    schema::autovacuum_runs(&connect_options(url)?).await
+}
+
 /// Whether the role of `url` may act for the system, `'*'` (see [`CrossTenant`]).
 pub async fn cross_tenant(url: &str) -> Result<CrossTenant> {
     schema::cross_tenant(&connect_options(url)?).await

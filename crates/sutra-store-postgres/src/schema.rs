@@ -81,6 +81,19 @@ fn refused(error: &sqlx::Error) -> bool {
     matches!(error, sqlx::Error::Database(e) if e.code().as_deref() == Some(INSUFFICIENT_PRIVILEGE))
 }
 
+/// Whether the server runs autovacuum. Without it nothing analyzes the engine's tables, whose
+/// statements then keep the plans made while the tables were young — scans that grow with them
+/// (docs/performance.md, "Plans of a young database") — and nothing vacuums their dead rows.
+pub async fn autovacuum_runs(options: &PgConnectOptions) -> Result<bool> {
+    let mut connection = options.connect().await.map_err(connect_error)?;
+    let runs: bool = sqlx::query_scalar("SELECT current_setting('autovacuum')::bool")
+        .fetch_one(&mut connection)
+        .await
+        .map_err(db)?;
+    connection.close().await.map_err(db)?;
+    Ok(runs)
+}
+
 /// Why row-level security does not bind the role `options` logs in as, if it does not: a
 /// superuser or BYPASSRLS role ignores it, and the tables' owner (or a role that may act as the
 /// owner) can switch it off. Empty when the role is as ordinary as a serving role should be.

@@ -90,6 +90,9 @@ impl Admin {
             .fetch_one(&mut connection)
             .await
             .map_err(|e| format!("cannot read the table statistics of {name}: {e}"));
+        let statements = statements(&mut connection)
+            .await
+            .map_err(|e| format!("cannot read pg_stat_statements for {name}: {e}"));
         let _ = connection.close().await;
         let (updates, hot_updates, index_entries) = tables?;
         Ok(Mark {
@@ -98,6 +101,7 @@ impl Admin {
             updates,
             hot_updates,
             index_entries,
+            statements: statements?,
         })
     }
 }
@@ -120,6 +124,61 @@ const TABLES: &str = "SELECT COALESCE(SUM(n_tup_upd), 0)::bigint,
             * (SELECT COUNT(*) FROM pg_index x WHERE x.indrelid = s.relid)), 0)::bigint
     FROM pg_stat_user_tables s";
 
+/// The statements run in the connection's database so far, as `pg_stat_statements` counts
+/// them, where the server loads it (`shared_preload_libraries`; it cannot be loaded later). The
+/// extension is created in that database — the bench's scratch one — to read its view.
+async fn statements(connection: &mut PgConnection) -> sqlx::Result<Option<Statements>> {
+    let loaded: bool = sqlx::query_scalar(
+        "SELECT 'pg_stat_statements' = ANY(string_to_array(
+             replace(current_setting('shared_preload_libraries'), ' ', ''), ','))",
+    )
+    .fetch_one(&mut *connection)
+    .await?;
+    if !loaded {
+        return Ok(None);
+    }
+    sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .execute(&mut *connection)
+        .await?;
+    let (calls, plans, exec_ms, plan_ms) = sqlx::query_as(
+        "SELECT COALESCE(SUM(calls), 0)::bigint, COALESCE(SUM(plans), 0)::bigint,
+                COALESCE(SUM(total_exec_time), 0)::float8, COALESCE(SUM(total_plan_time), 0)::float8
+         FROM pg_stat_statements
+         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())",
+    )
+    .fetch_one(&mut *connection)
+    .await?;
+    Ok(Some(Statements {
+        calls,
+        plans,
+        exec_ms,
+        plan_ms,
+    }))
+}
+
+/// `pg_stat_statements`' sums over one database: statements run (`BEGIN` and `COMMIT` among
+/// them; nested ones, such as foreign-key checks, only with `pg_stat_statements.track = all`),
+/// plans made (counted only with `pg_stat_statements.track_planning`), and the milliseconds
+/// spent executing and planning them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Statements {
+    pub calls: i64,
+    pub plans: i64,
+    pub exec_ms: f64,
+    pub plan_ms: f64,
+}
+
+impl Statements {
+    fn until(self, later: Statements) -> Statements {
+        Statements {
+            calls: later.calls - self.calls,
+            plans: later.plans - self.plans,
+            exec_ms: later.exec_ms - self.exec_ms,
+            plan_ms: later.plan_ms - self.plan_ms,
+        }
+    }
+}
+
 /// The counters at one moment; [`Mark::until`] a later one is what happened in between.
 #[derive(Debug, Clone, Copy)]
 pub struct Mark {
@@ -129,6 +188,7 @@ pub struct Mark {
     updates: i64,
     hot_updates: i64,
     index_entries: i64,
+    statements: Option<Statements>,
 }
 
 /// What the server did between two marks.
@@ -141,6 +201,8 @@ pub struct Activity {
     pub hot_updates: i64,
     /// Estimated (see [`TABLES`]).
     pub index_entries: i64,
+    /// `None` where the server does not load `pg_stat_statements`.
+    pub statements: Option<Statements>,
 }
 
 impl Mark {
@@ -151,6 +213,10 @@ impl Mark {
             updates: later.updates - self.updates,
             hot_updates: later.hot_updates - self.hot_updates,
             index_entries: later.index_entries - self.index_entries,
+            statements: self
+                .statements
+                .zip(later.statements)
+                .map(|(before, after)| before.until(after)),
         }
     }
 }

@@ -116,7 +116,26 @@ pub struct Writes {
     /// Σ over tables of (inserts + updates − heap-only updates) × the table's indexes.
     pub index_entries_estimated: i64,
     pub index_entries_per_completed_instance: Option<f64>,
+    /// What `pg_stat_statements` counted in the engine's database; `None` where the server does
+    /// not load it.
+    pub statements: Option<StatementsPerInstance>,
 }
+
+/// `pg_stat_statements`' counts over the window, per completed instance.
+#[derive(Debug, Serialize)]
+pub struct StatementsPerInstance {
+    pub counted: &'static str,
+    pub statements: f64,
+    pub plans: f64,
+    pub executing_ms: f64,
+    pub planning_ms: f64,
+}
+
+pub const STATEMENTS_COUNTED: &str = "pg_stat_statements of the engine's database over the \
+     commit counter's window, per completed instance: statements run (BEGIN, SET and COMMIT \
+     among them; nested ones such as foreign-key checks only with pg_stat_statements.track = \
+     all), plans made (only with pg_stat_statements.track_planning = on), and the server's time \
+     executing and planning them (waits included)";
 
 impl Writes {
     pub fn new(activity: &Activity, completed: u64) -> Writes {
@@ -133,6 +152,15 @@ impl Writes {
             index_entries_estimated: activity.index_entries,
             index_entries_per_completed_instance: done
                 .map(|done| activity.index_entries as f64 / done),
+            statements: activity.statements.zip(done).map(|(statements, done)| {
+                StatementsPerInstance {
+                    counted: STATEMENTS_COUNTED,
+                    statements: statements.calls as f64 / done,
+                    plans: statements.plans as f64 / done,
+                    executing_ms: statements.exec_ms / done,
+                    planning_ms: statements.plan_ms / done,
+                }
+            }),
         }
     }
 }
@@ -269,7 +297,7 @@ impl Report {
 }
 
 impl Writes {
-    fn lines(&self) -> [String; 3] {
+    fn lines(&self) -> [String; 4] {
         let per = |value: Option<f64>, digits: usize| {
             value.map_or("n/a".to_owned(), |value| format!("{value:.digits$}"))
         };
@@ -290,6 +318,14 @@ impl Writes {
                 "index entries/inst.   {}  (estimated: Σ (inserts + non-HOT updates) × the table's indexes)",
                 per(self.index_entries_per_completed_instance, 1),
             ),
+            match &self.statements {
+                Some(counted) => format!(
+                    "statements/instance   {:.1}  ({:.2} plans made; {:.3} ms executing, {:.3} ms planning; pg_stat_statements)",
+                    counted.statements, counted.plans, counted.executing_ms, counted.planning_ms,
+                ),
+                None => "statements/instance   n/a (the server does not load pg_stat_statements)"
+                    .to_owned(),
+            },
         ]
     }
 }
