@@ -72,6 +72,15 @@ const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 /// How long an operation waits for a pooled connection before reporting the store unavailable.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a pooled connection lives before the pool closes it and opens another. A connection
+/// keeps the plans of the statements it prepared, made for the tables as they were; PostgreSQL
+/// remakes them when a table is analyzed, and on a server without autovacuum that is never, so
+/// plans made while the tables were small — scans that cost more with every row — would last
+/// as long as the connection. A new connection plans for the tables as they are (decision 0067:
+/// 386 against 755 instances/s over a 40,000-instance run on a fresh database without
+/// autovacuum). Reopening a connection every half minute costs a few milliseconds.
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
+
 /// How [`open`] connects.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PostgresOptions {
@@ -163,6 +172,7 @@ fn pool_of(connect: PgConnectOptions, size: u32) -> PgPool {
     ]);
     PgPoolOptions::new()
         .max_connections(size)
+        .max_lifetime(CONNECTION_LIFETIME)
         .acquire_timeout(ACQUIRE_TIMEOUT)
         .test_before_acquire(false)
         .before_acquire(|connection, metadata| {
