@@ -120,8 +120,10 @@ fn replicas_are_refused_without_a_database_or_with_a_server() {
     }
 }
 
+/// Ended instances serve every workload's preload; live ones are `two-tasks`' (parked on its
+/// task), so another workload asking for them is refused before anything connects.
 #[test]
-fn a_preload_is_refused_without_a_database_and_for_other_workloads() {
+fn a_preload_is_refused_without_a_database_and_live_instances_for_other_workloads() {
     for (extra, reason) in [
         (&["--preload", "10,10"][..], "needs --db"),
         (

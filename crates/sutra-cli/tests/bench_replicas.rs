@@ -101,6 +101,20 @@ async fn a_preloaded_run_reports_its_writes() {
     }
 }
 
+/// A preload of ended instances alone serves any workload: `relay` runs on top of them.
+#[tokio::test]
+async fn a_preload_of_ended_instances_serves_another_workload() {
+    let database = TestDatabase::empty().await;
+    let (_, report, stderr) = run(&database, "relay", &["--preload", "200,0"]);
+    assert_eq!(report["instances_completed"], 40, "{report}");
+    for line in [
+        "preloaded instances (completed): 200 rows",
+        "preloaded VACUUM ANALYZE",
+    ] {
+        assert!(stderr.contains(line), "no `{line}` in:\n{stderr}");
+    }
+}
+
 /// Runs `sutra bench WORKLOAD` over `replicas` replicas, through `database`'s admin URL, to its
 /// end; its pid and its JSON report.
 fn bench(database: &TestDatabase, workload: &str, replicas: usize) -> (u32, Value) {
