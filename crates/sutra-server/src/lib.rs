@@ -145,17 +145,18 @@ async fn warn_of_row_security_gaps(url: &str) {
     }
 }
 
-/// A server without autovacuum never analyzes the engine's tables, so their statements keep the
-/// plans made while the tables were young and slow down as they grow: reported, since the
-/// setting is the server's.
+/// A server without autovacuum never analyzes the engine's tables, so their statements are
+/// planned without statistics — until decision 0067's 30-second connections, the plans made
+/// while the tables were young were kept for good — and their dead rows are never vacuumed:
+/// reported, since the setting is the server's.
 async fn warn_unless_autovacuum_runs(url: &str) {
     match sutra_store_postgres::autovacuum_runs(url).await {
         Ok(true) => {}
         Ok(false) => warn!(
             "autovacuum is off on this PostgreSQL server: nothing analyzes the engine's tables, \
-             so its statements keep plans made while the tables were small and slow down as \
-             they grow, and nothing vacuums their dead rows; turn autovacuum on, or run ANALYZE \
-             and VACUUM on the engine's database yourself"
+             so its statements are planned without statistics and run slower as the tables \
+             grow, and nothing vacuums their dead rows; turn autovacuum on, or run ANALYZE and \
+             VACUUM on the engine's database yourself"
         ),
         Err(error) => warn!(%error, "cannot tell whether the server runs autovacuum"),
     }

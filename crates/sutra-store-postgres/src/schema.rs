@@ -82,8 +82,9 @@ fn refused(error: &sqlx::Error) -> bool {
 }
 
 /// Whether the server runs autovacuum. Without it nothing analyzes the engine's tables, whose
-/// statements then keep the plans made while the tables were young — scans that grow with them
-/// (docs/performance.md, "Plans of a young database") — and nothing vacuums their dead rows.
+/// statements are then planned without statistics — scans and `tenant`-led indexes that cost
+/// more as the tables grow (docs/performance.md, "Plans of a young database, and a database in
+/// use"; decision 0067) — and nothing vacuums their dead rows.
 pub async fn autovacuum_runs(options: &PgConnectOptions) -> Result<bool> {
     let mut connection = options.connect().await.map_err(connect_error)?;
     let runs: bool = sqlx::query_scalar("SELECT current_setting('autovacuum')::bool")
