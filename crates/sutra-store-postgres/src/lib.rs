@@ -77,7 +77,7 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 /// remakes them when a table is analyzed, and on a server without autovacuum that is never, so
 /// plans made while the tables were small — scans that cost more with every row — would last
 /// as long as the connection. A new connection plans for the tables as they are (decision 0067:
-/// 386 against 755 instances/s over a 40,000-instance run on a fresh database without
+/// 674 against 338 instances/s over a 40,000-instance run on a fresh database without
 /// autovacuum). Reopening a connection every half minute costs a few milliseconds.
 const CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
 

@@ -160,7 +160,7 @@ async fn statements(connection: &mut PgConnection) -> sqlx::Result<Option<Statem
 /// them; nested ones, such as foreign-key checks, only with `pg_stat_statements.track = all`),
 /// plans made (counted only with `pg_stat_statements.track_planning`), and the milliseconds
 /// spent executing and planning them.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy)]
 pub struct Statements {
     pub calls: i64,
     pub plans: i64,
