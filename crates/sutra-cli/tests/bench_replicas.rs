@@ -59,6 +59,9 @@ async fn a_preloaded_run_reports_its_writes() {
     assert_eq!(report["instances_completed"], 40, "{report}");
     for line in [
         "preloaded instances (completed): 200 rows",
+        "preloaded tasks (completed): 400 rows",
+        "preloaded history: 1200 rows",
+        "preloaded inbox: 200 rows",
         "preloaded instances (suspended): 50 rows",
         "preloaded tasks (available): 50 rows",
         "preloaded VACUUM ANALYZE",
@@ -109,6 +112,9 @@ async fn a_preload_of_ended_instances_serves_another_workload() {
     assert_eq!(report["instances_completed"], 40, "{report}");
     for line in [
         "preloaded instances (completed): 200 rows",
+        "preloaded tasks (completed): 400 rows",
+        "preloaded history: 1200 rows",
+        "preloaded inbox: 200 rows",
         "preloaded VACUUM ANALYZE",
     ] {
         assert!(stderr.contains(line), "no `{line}` in:\n{stderr}");

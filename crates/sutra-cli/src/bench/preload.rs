@@ -1,12 +1,16 @@
 //! `--preload ENDED,LIVE`: a scratch database at volume before the clock starts. Rows of the
 //! shape the engine writes for `two-tasks` (a real instance's rows, its id varied): ENDED
-//! completed instances and LIVE suspended ones, each with an available task, written in bulk
-//! (`INSERT … SELECT … FROM generate_series`), then `VACUUM ANALYZE`.
+//! completed instances with their completed tasks, history and consumed start message, and
+//! LIVE suspended ones, each with an available task, written in bulk (`INSERT … SELECT … FROM
+//! generate_series`), then `VACUUM ANALYZE`.
+//!
+//! The ended instances' rows are loaded although the hot path reads none of them: a database in
+//! use holds them, their indexes are as deep as they would be, and the planner reads their
+//! statistics — a `tasks` table analyzed while it held no completed task gives the poll plans
+//! that walk every task of the tenant once the run has completed some.
 //!
 //! The live instances' tasks are on [`TOPIC`], which the bench's worker does not poll: they stay
-//! suspended through the run, as a backlog of work waiting elsewhere. Not loaded: the ended
-//! instances' history, tasks and inbox rows (the hot path reads none of them; their indexes
-//! only grow).
+//! suspended through the run, as a backlog of work waiting elsewhere.
 
 use std::str::FromStr;
 use std::time::Instant;
@@ -68,6 +72,35 @@ const TASKS: &str = "INSERT INTO tasks (id, tenant, instance, park, topic, input
         'available', 1, 3, 5000000, 300000000, sutra_now(), sutra_now(), sutra_now()
     FROM generate_series($1::bigint, $2::bigint) AS n, LATERAL (SELECT {id} AS id) AS made";
 
+/// The two completed tasks of each ended instance `$1..=$2`, as the bench's worker leaves them.
+const ENDED_TASKS: &str =
+    "INSERT INTO tasks (id, tenant, instance, park, topic, input, state, attempt,
+        retries, backoff_us, lock_us, worker, available_at, created_at, updated_at)
+    SELECT id || ':' || park, 'default', id, park, topic, jsonb_build_object('n', 'preload-' || n),
+        'completed', 1, 3, 5000000, 300000000, 'sutra-bench', sutra_now(), sutra_now(),
+        sutra_now()
+    FROM generate_series($1::bigint, $2::bigint) AS n, LATERAL (SELECT {id} AS id) AS made,
+        (VALUES (1, 'bench-first'), (2, 'bench-second')) AS task (park, topic)";
+
+/// The six history events of each ended instance `$1..=$2`: started, each task parked and
+/// completed, completed.
+const ENDED_HISTORY: &str = r#"INSERT INTO history (tenant, instance, seq, at, kind, node, token, detail)
+    SELECT 'default', id, seq, sutra_now(), kind, node, token, detail::jsonb
+    FROM generate_series($1::bigint, $2::bigint) AS n, LATERAL (SELECT {id} AS id) AS made,
+        (VALUES
+            (1, 'started', NULL, NULL, '{"channel": "bench-two-tasks", "message": "preload"}'),
+            (2, 'parked', 'first', 1, '{"kind": "task", "park": 1, "topic": "bench-first"}'),
+            (3, 'task_completed', 'first', 1, '{"park": 1}'),
+            (4, 'parked', 'second', 1, '{"kind": "task", "park": 2, "topic": "bench-second"}'),
+            (5, 'task_completed', 'second', 1, '{"park": 2}'),
+            (6, 'completed', NULL, NULL, '{}')) AS event (seq, kind, node, token, detail)"#;
+
+/// The consumed start message of each ended instance `$1..=$2`.
+const ENDED_INBOX: &str =
+    "INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
+    SELECT 'default', 'bench-two-tasks', 'preload-' || n, id, 'suspended', sutra_now()
+    FROM generate_series($1::bigint, $2::bigint) AS n, LATERAL (SELECT {id} AS id) AS made";
+
 /// Writes the rows into the database at `url`, whose schema the engine has applied and whose
 /// `two-tasks` deployment it has made (version 1), with a line per table on stderr.
 pub async fn load(url: &str, preload: Preload) -> Result<(), String> {
@@ -87,6 +120,14 @@ pub async fn load(url: &str, preload: Preload) -> Result<(), String> {
         &completed,
     )
     .await?;
+    for (what, statement) in [
+        ("tasks (completed)", ENDED_TASKS),
+        ("history", ENDED_HISTORY),
+        ("inbox", ENDED_INBOX),
+    ] {
+        let statement = statement.replace("{id}", ID);
+        insert(&mut connection, what, &statement, (1, ended), &[]).await?;
+    }
     let suspended = ["suspended", LIVE];
     insert(
         &mut connection,
