@@ -15,18 +15,20 @@ use serde_json::Value;
 use sqlx::Row;
 use sqlx::types::Json;
 use sutra_core::snapshot::{InstanceInfo, ParkId};
+use sutra_store::codec::park_id;
 use sutra_store::{
     CANCEL_PARK, DeliveryId, DeliveryKind, InboxEntry, NewChild, OutboxEntry, Report, Result,
-    START_PARK, TaskState,
+    START_PARK, TaskState, WaitTarget,
 };
 use sutra_store_sql::{
-    Correlation, StepRows, StepStatements, WaitArm, Wrote, settle_fence, write_each,
+    ArmedWait, Correlation, LockOn, StepRows, StepStatements, WaitArm, Wrote, settle_fence,
+    write_each,
 };
 
 use crate::codec::{db, park};
 use crate::columns::{HISTORY_TYPES, HistoryColumns, TASK_TYPES, TaskColumns, unnest_args};
 use crate::notices;
-use crate::statements::{INBOX_CONSUMED, Query, Scoped};
+use crate::statements::{INBOX_CONSUMED, Query, Scoped, advisory_key};
 use crate::test_switches;
 
 impl StepStatements for Scoped {
@@ -145,36 +147,85 @@ impl StepStatements for Scoped {
         self.execute(query).await.map(drop)
     }
 
-    async fn insert_wait(&mut self, wait: &WaitArm<'_>) -> Result<bool> {
-        let query = sqlx::query(
-            "INSERT INTO waits (tenant, channel, key, instance, park) VALUES ($1, $2, $3, $4, $5)
-             ON CONFLICT DO NOTHING",
-        );
-        let query = query
-            .bind(wait.on.tenant)
-            .bind(wait.on.channel)
-            .bind(wait.on.key)
-            .bind(&wait.instance.id)
-            .bind(park(wait.park)?);
-        Ok(self.execute(query).await? == 1)
+    /// One statement: the locks in ascending key order, as [`sutra_store_sql::Statements::serialize`] takes
+    /// them, and each key's holder as the statement's snapshot, taken before the locks, shows it.
+    async fn lock_and_find_waits(
+        &mut self,
+        on: &[Correlation<'_>],
+    ) -> Result<Vec<Option<WaitTarget>>> {
+        let mut keys: Vec<i64> = on
+            .iter()
+            .map(|on| advisory_key(LockOn::Correlation(*on)))
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let (channels, wanted): (Vec<&str>, Vec<&str>) =
+            on.iter().map(|on| (on.channel, on.key)).unzip();
+        let tenant = on.first().map(|on| on.tenant);
+        let rows: Vec<(Option<String>, Option<i64>)> = sqlx::query_as(
+            "WITH locked AS (
+                 SELECT count(*) AS keys FROM (
+                     SELECT pg_advisory_xact_lock(key)
+                     FROM (SELECT key FROM unnest($1::bigint[]) AS key ORDER BY key) AS ordered)
+                 AS taken)
+             SELECT waits.instance, waits.park
+             FROM locked, unnest($3::text[], $4::text[]) WITH ORDINALITY AS asked (channel, key, n)
+             LEFT JOIN waits ON waits.tenant = $2 AND waits.channel = asked.channel
+                            AND waits.key = asked.key
+             ORDER BY asked.n",
+        )
+        .bind(keys)
+        .bind(tenant)
+        .bind(channels)
+        .bind(wanted)
+        .fetch_all(self.connection())
+        .await
+        .map_err(db)?;
+        rows.into_iter()
+            .map(|row| match row {
+                (Some(instance), Some(park)) => Ok(Some(WaitTarget {
+                    instance,
+                    park: park_id(park)?,
+                })),
+                _ => Ok(None),
+            })
+            .collect()
     }
 
-    async fn take_buffered(&mut self, on: Correlation<'_>) -> Result<Option<Value>> {
-        let query = sqlx::query_scalar(
-            "DELETE FROM buffered WHERE id = (
-                 SELECT id FROM buffered
-                 WHERE tenant = $1 AND channel = $2 AND key = $3 AND expires_at > sutra_now()
-                 ORDER BY id LIMIT 1)
-             RETURNING message",
-        );
-        let early: Option<Json<Value>> = query
-            .bind(on.tenant)
-            .bind(on.channel)
-            .bind(on.key)
-            .fetch_optional(self.connection())
-            .await
-            .map_err(db)?;
-        Ok(early.map(|Json(message)| message))
+    /// One statement: the alias, and the buffered message it takes only if it was inserted.
+    /// The advisory lock was taken by an earlier statement, so this one's snapshot shows every
+    /// message buffered before this step asked for the lock.
+    async fn insert_wait(&mut self, wait: &WaitArm<'_>, buffered: bool) -> Result<ArmedWait> {
+        let (armed, early): (bool, Option<Json<Value>>) = sqlx::query_as(
+            "WITH armed AS (
+                 INSERT INTO waits (tenant, channel, key, instance, park)
+                 VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT DO NOTHING
+                 RETURNING 1),
+             taken AS (
+                 DELETE FROM buffered WHERE id = (
+                     SELECT id FROM buffered
+                     WHERE tenant = $1 AND channel = $2 AND key = $3 AND expires_at > sutra_now()
+                     ORDER BY id LIMIT 1)
+                   AND $6 AND EXISTS (SELECT 1 FROM armed)
+                 RETURNING message)
+             SELECT EXISTS (SELECT 1 FROM armed), (SELECT message FROM taken)",
+        )
+        .bind(wait.on.tenant)
+        .bind(wait.on.channel)
+        .bind(wait.on.key)
+        .bind(&wait.instance.id)
+        .bind(park(wait.park)?)
+        .bind(buffered)
+        .fetch_one(self.connection())
+        .await
+        .map_err(db)?;
+        Ok(match armed {
+            false => ArmedWait::KeyTaken,
+            true => ArmedWait::Armed {
+                early: early.map(|Json(message)| message),
+            },
+        })
     }
 
     async fn insert_outbox(

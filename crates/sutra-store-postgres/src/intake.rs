@@ -3,13 +3,50 @@
 //! writer does for free.
 
 use sqlx::types::Json;
-use sutra_store::{BufferedMessage, Result};
-use sutra_store_sql::IntakeStatements;
+use sutra_store::codec::park_id;
+use sutra_store::{BufferedMessage, InboxAnswer, Lookup, Result, WaitTarget};
+use sutra_store_sql::{InboxKey, IntakeStatements};
 
-use crate::codec::micros;
+use crate::codec::{db, micros};
 use crate::statements::Scoped;
 
 impl IntakeStatements for Scoped {
+    /// One statement, one snapshot for both reads.
+    async fn look_up(&mut self, inbox: InboxKey<'_>, key: Option<&str>) -> Result<Lookup> {
+        type Row = (Option<String>, Option<String>, Option<String>, Option<i64>);
+        let (answered, status, waiting, park): Row = sqlx::query_as(
+            "SELECT inbox.instance, inbox.status, waits.instance, waits.park
+             FROM (SELECT 1) AS one
+             LEFT JOIN inbox ON inbox.tenant = $1 AND inbox.channel = $2
+                            AND inbox.event_id = $3
+             LEFT JOIN waits ON waits.tenant = $1 AND waits.channel = $2 AND waits.key = $4",
+        )
+        .bind(inbox.tenant)
+        .bind(inbox.channel)
+        .bind(inbox.event_id)
+        .bind(key)
+        .fetch_one(self.connection())
+        .await
+        .map_err(db)?;
+        if let Some(status) = status {
+            return Ok(Lookup {
+                answer: Some(InboxAnswer {
+                    instance: answered,
+                    status,
+                }),
+                wait: None,
+            });
+        }
+        let wait = match (waiting, park) {
+            (Some(instance), Some(park)) => Some(WaitTarget {
+                instance,
+                park: park_id(park)?,
+            }),
+            _ => None,
+        };
+        Ok(Lookup { answer: None, wait })
+    }
+
     async fn insert_buffered(&mut self, tenant: &str, message: &BufferedMessage) -> Result<()> {
         let query = sqlx::query(
             "INSERT INTO buffered (tenant, channel, key, event_id, message, expires_at)

@@ -248,7 +248,7 @@ impl Statements for Scoped {
 /// computes the same key. Each part is length-prefixed, so no two tuples share an encoding, and
 /// each purpose hashes into its own part of the key space. Collisions only serialize two
 /// unrelated transactions.
-fn advisory_key(lock: LockOn<'_>) -> i64 {
+pub(crate) fn advisory_key(lock: LockOn<'_>) -> i64 {
     let (purpose, parts) = match lock {
         LockOn::Correlation(Correlation {
             tenant,

@@ -6,7 +6,8 @@
 //! On a store with other writers running at the same time, the fenced update holds the
 //! instance's row lock to the end, so no claim, sweep or other commit interleaves with the step;
 //! the one race left between transactions on different rows — a park and an early message on the
-//! same correlation key — is ordered by [`Statements::serialize`] (see [`lock_waits`]).
+//! same correlation key — is ordered by [`Statements::serialize`] (see
+//! [`lock_waits_refusing_taken_aliases`]).
 
 use std::future::Future;
 
@@ -18,7 +19,7 @@ use sutra_store::codec::corrupt;
 use sutra_store::{
     Arm, ClaimKind, ClaimToken, Committed, DeliveryId, DeliveryKind, EndNotice, Error, InboxAnswer,
     InboxEntry, LockedTask, NewChild, OutboxEntry, Report, Result, StepCommit, Steps, TaskState,
-    task_id,
+    WaitTarget, task_id,
 };
 use uuid::Uuid;
 
@@ -65,7 +66,7 @@ pub(crate) async fn write_step<T: StepStatements>(
 ) -> Result<Committed> {
     let instance = &step.snapshot.instance;
     refuse_foreign_children(step)?;
-    refuse_taken_aliases(tx, step).await?;
+    lock_waits_refusing_taken_aliases(tx, step).await?;
     let mut writer = StepWriter {
         tx,
         step,
@@ -82,7 +83,6 @@ pub(crate) async fn write_step<T: StepStatements>(
         writer.cancel_tasks(&tasks).await?;
     }
     let (taken, mut due_now) = writer.write_rows().await?;
-    lock_waits(writer.tx, step).await?;
     // Races of this step whose arm matched a buffered message already: their other arms take
     // none, so that a losing arm's message is not consumed by a delivery that can never apply.
     let mut matched_races = Vec::new();
@@ -166,58 +166,54 @@ fn refuse_foreign_children(step: &StepCommit) -> Result<()> {
     Ok(())
 }
 
-/// Refuses the step, before it writes anything, when a wait it arms is on a correlation key
+/// Orders this commit with any `buffer` of a message on a key one of its waits parks on, and
+/// refuses the step, before it writes anything, when a wait it arms is on a correlation key
 /// another park holds (SPEC §7.2) — any park but one this step disarms. So a refusal leaves the
-/// caller's transaction as it was, and a group's other members stand. A key taken between this
-/// look and the insert (by a transaction that had not committed yet) is found by the insert,
-/// after the step's first writes: that is an error of the whole transaction, and a retry finds
-/// the key taken here.
-async fn refuse_taken_aliases<T: Statements>(tx: &mut T, step: &StepCommit) -> Result<()> {
+/// caller's transaction as it was but for the locks, and a group's other members stand.
+///
+/// Without the order, under READ COMMITTED each could miss the other's uncommitted row — the
+/// park its buffered message, `buffer` the park's wait — and the message would sit unmatched.
+/// The locks are taken before the wait is inserted and the buffer read (a later statement,
+/// [`StepStatements::insert_wait`]), so whichever transaction comes second reads after the first
+/// committed. The holders are read in the same statement as the locks are taken
+/// ([`StepStatements::lock_and_find_waits`]): a key taken by a park that committed while this
+/// step waited for a lock is found by the insert instead, after the step's first writes — an
+/// error of the whole transaction, and a retry finds the key taken here.
+async fn lock_waits_refusing_taken_aliases<T: StepStatements>(
+    tx: &mut T,
+    step: &StepCommit,
+) -> Result<()> {
     let instance = &step.snapshot.instance;
-    for arm in &step.arms {
-        let Arm::Wait { channel, key, .. } = arm else {
-            continue;
-        };
-        let on = Correlation {
-            tenant: &instance.tenant,
-            channel,
-            key,
-        };
-        let Some(holder) = tx.find_wait(on).await? else {
+    let correlations: Vec<Correlation> = step
+        .arms
+        .iter()
+        .filter_map(|arm| match arm {
+            Arm::Wait { channel, key, .. } => Some(Correlation {
+                tenant: &instance.tenant,
+                channel,
+                key,
+            }),
+            _ => None,
+        })
+        .collect();
+    if correlations.is_empty() {
+        return Ok(());
+    }
+    let holders = tx.lock_and_find_waits(&correlations).await?;
+    for (on, holder) in correlations.iter().zip(holders) {
+        let Some(holder) = holder else {
             continue;
         };
         let disarmed = holder.instance == instance.id
             && step.disarms.iter().any(|disarm| disarm.park == holder.park);
         if !disarmed {
             return Err(Error::AliasTaken {
-                channel: channel.clone(),
-                key: key.clone(),
+                channel: on.channel.to_owned(),
+                key: on.key.to_owned(),
             });
         }
     }
     Ok(())
-}
-
-/// Orders this commit with any `buffer` of a message on a key one of its waits parks on.
-/// Without it, under READ COMMITTED each could miss the other's uncommitted row — the park its
-/// buffered message, `buffer` the park's wait — and the message would sit unmatched. Taken
-/// before the wait is inserted or the buffer read, so whichever transaction comes second reads
-/// after the first committed.
-async fn lock_waits<T: Statements>(tx: &mut T, step: &StepCommit) -> Result<()> {
-    let tenant = &step.snapshot.instance.tenant;
-    let correlations: Vec<LockOn> = step
-        .arms
-        .iter()
-        .filter_map(|arm| match arm {
-            Arm::Wait { channel, key, .. } => Some(LockOn::Correlation(Correlation {
-                tenant,
-                channel,
-                key,
-            })),
-            _ => None,
-        })
-        .collect();
-    tx.serialize(&correlations).await
 }
 
 struct StepWriter<'s, T> {
@@ -304,18 +300,17 @@ impl<T: StepStatements> StepWriter<'_, T> {
             park,
             on,
         };
-        if !self.tx.insert_wait(&wait).await? {
-            // Taken since `refuse_taken_aliases` looked: this step has written rows already.
-            return Err(Error::Unavailable(format!(
-                "the correlation key `{key}` on `{channel}` was taken while the step was written; \
-                 retry"
-            )));
-        }
-        if !buffered {
-            return Ok(None);
-        }
-        let Some(early) = self.tx.take_buffered(on).await? else {
-            return Ok(None);
+        let early = match self.tx.insert_wait(&wait, buffered).await? {
+            ArmedWait::KeyTaken => {
+                // Taken since `lock_waits_refusing_taken_aliases` looked: this step has written
+                // rows already.
+                return Err(Error::Unavailable(format!(
+                    "the correlation key `{key}` on `{channel}` was taken while the step was \
+                     written; retry"
+                )));
+            }
+            ArmedWait::Armed { early: None } => return Ok(None),
+            ArmedWait::Armed { early: Some(early) } => early,
         };
         let message: Message =
             serde_json::from_value(early).map_err(|e| corrupt("a buffered message", e))?;
@@ -471,6 +466,29 @@ pub(crate) fn locked_task(task: &TaskArm<'_>) -> Option<LockedTask> {
     })
 }
 
+/// What [`StepStatements::insert_wait`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ArmedWait {
+    /// Nothing: another park holds the key.
+    KeyTaken,
+    /// The alias, and the buffered message it took, if asked and one was there.
+    Armed { early: Option<Value> },
+}
+
+/// [`StepStatements::lock_and_find_waits`] one statement at a time.
+async fn lock_then_find_each<T: Statements>(
+    tx: &mut T,
+    on: &[Correlation<'_>],
+) -> Result<Vec<Option<WaitTarget>>> {
+    let locks: Vec<LockOn> = on.iter().map(|on| LockOn::Correlation(*on)).collect();
+    tx.serialize(&locks).await?;
+    let mut holders = Vec::with_capacity(on.len());
+    for correlation in on {
+        holders.push(tx.find_wait(*correlation).await?);
+    }
+    Ok(holders)
+}
+
 /// The fields of an [`sutra_store::Arm::Wait`]: the park's correlation alias.
 pub struct WaitArm<'a> {
     pub instance: &'a InstanceInfo,
@@ -614,14 +632,24 @@ pub trait StepStatements: Statements {
         parks: &[ParkId],
     ) -> impl Future<Output = Result<()>> + Send;
 
-    /// Inserts a correlation alias unless the key is taken; whether this insert made it.
-    fn insert_wait(&mut self, wait: &WaitArm<'_>) -> impl Future<Output = Result<bool>> + Send;
-
-    /// Deletes and returns the oldest live buffered message on the key, if any.
-    fn take_buffered(
+    /// Takes the advisory locks of `on` ([`Statements::serialize`]) and reads who holds each
+    /// key, in `on`'s order, as the statement saw the waits before the locks were taken. This
+    /// runs [`Statements::serialize`] and then [`Statements::find_wait`] per key; a backend whose
+    /// statements are round trips does it in one.
+    fn lock_and_find_waits(
         &mut self,
-        on: Correlation<'_>,
-    ) -> impl Future<Output = Result<Option<Value>>> + Send;
+        on: &[Correlation<'_>],
+    ) -> impl Future<Output = Result<Vec<Option<WaitTarget>>>> + Send {
+        lock_then_find_each(self, on)
+    }
+
+    /// Inserts a correlation alias unless the key is taken and, when it made it and `buffered`
+    /// asks, deletes and returns the oldest live buffered message on the key.
+    fn insert_wait(
+        &mut self,
+        wait: &WaitArm<'_>,
+        buffered: bool,
+    ) -> impl Future<Output = Result<ArmedWait>> + Send;
 
     fn insert_outbox(
         &mut self,

@@ -61,24 +61,7 @@ impl<B: Backend> Intake for SqlStore<B> {
                 channel,
                 event_id,
             };
-            if let Some(answer) = tx.inbox_answer(inbox).await? {
-                return Ok(Lookup {
-                    answer: Some(answer),
-                    wait: None,
-                });
-            }
-            let wait = match key {
-                Some(key) => {
-                    tx.find_wait(Correlation {
-                        tenant,
-                        channel,
-                        key,
-                    })
-                    .await?
-                }
-                None => None,
-            };
-            Ok(Lookup { answer: None, wait })
+            tx.look_up(inbox, key).await
         })
         .await
     }
@@ -87,10 +70,10 @@ impl<B: Backend> Intake for SqlStore<B> {
     /// caller looked, or buffers it; the earlier answer if the message was consumed already.
     async fn buffer(&self, tenant: &str, message: &BufferedMessage) -> Result<Option<InboxAnswer>> {
         let mut tx = self.begin(Scope::Tenant(tenant)).await?;
-        // Ordered with any park on the key (see `commit::lock_waits`): the wait a park committed
-        // before this is seen below; a park after it sees the buffered row. Taken before any row is
-        // written, so that this transaction never holds a row a park's commit (which is ordered
-        // first) could wait for.
+        // Ordered with any park on the key (see `commit::lock_waits_refusing_taken_aliases`): the
+        // wait a park committed before this is seen below; a park after it sees the buffered row.
+        // Taken before any row is written, so that this transaction never holds a row a park's
+        // commit (which is ordered first) could wait for.
         let on = Correlation {
             tenant,
             channel: &message.channel,
@@ -129,11 +112,48 @@ impl<B: Backend> Intake for SqlStore<B> {
     }
 }
 
-/// The statement of intake's script (`intake`).
+/// The statements of intake's script (`intake`).
 pub trait IntakeStatements: Statements {
+    /// The message's first answer if it was consumed, and otherwise the wait on `key` (of the
+    /// message's tenant and channel), if any. This reads the inbox, then the waits; a backend
+    /// whose statements are round trips reads both in one.
+    fn look_up(
+        &mut self,
+        inbox: InboxKey<'_>,
+        key: Option<&str>,
+    ) -> impl Future<Output = Result<Lookup>> + Send {
+        look_up_each(self, inbox, key)
+    }
+
     fn insert_buffered(
         &mut self,
         tenant: &str,
         message: &BufferedMessage,
     ) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// [`IntakeStatements::look_up`] one statement at a time.
+async fn look_up_each<T: Statements>(
+    tx: &mut T,
+    inbox: InboxKey<'_>,
+    key: Option<&str>,
+) -> Result<Lookup> {
+    if let Some(answer) = tx.inbox_answer(inbox).await? {
+        return Ok(Lookup {
+            answer: Some(answer),
+            wait: None,
+        });
+    }
+    let wait = match key {
+        Some(key) => {
+            tx.find_wait(Correlation {
+                tenant: inbox.tenant,
+                channel: inbox.channel,
+                key,
+            })
+            .await?
+        }
+        None => None,
+    };
+    Ok(Lookup { answer: None, wait })
 }

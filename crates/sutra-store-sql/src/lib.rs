@@ -59,7 +59,8 @@ mod tasks;
 
 pub use claim::{ClaimStatements, NewClaim};
 pub use commit::{
-    StepRows, StepStatements, TakenTask, TaskArm, WaitArm, Wrote, settle_fence, write_each,
+    ArmedWait, StepRows, StepStatements, TakenTask, TaskArm, WaitArm, Wrote, settle_fence,
+    write_each,
 };
 pub use deliveries::DeliveryStatements;
 pub use deployments::{DeploymentStatements, NewVersion};

@@ -11,8 +11,8 @@ use sutra_store::{
     Result, START_PARK, TaskState,
 };
 use sutra_store_sql::{
-    Correlation, NewDeliveryRow, Statements, StepRows, StepStatements, TaskArm, WaitArm, Wrote,
-    settle_fence,
+    ArmedWait, Correlation, NewDeliveryRow, Statements, StepRows, StepStatements, TaskArm, WaitArm,
+    Wrote, settle_fence,
 };
 
 use crate::codec::{db, duration_micros, history_kind, micros, park, signed};
@@ -96,7 +96,8 @@ impl StepStatements for Session {
         tx.execute(query).await.map(drop)
     }
 
-    async fn insert_wait(&mut self, wait: &WaitArm<'_>) -> Result<bool> {
+    /// Two statements: the alias, then the buffered message it takes.
+    async fn insert_wait(&mut self, wait: &WaitArm<'_>, buffered: bool) -> Result<ArmedWait> {
         let tx = self.write().await?;
         let query = sqlx::query(
             "INSERT INTO waits (tenant, channel, key, instance, park) VALUES (?1, ?2, ?3, ?4, ?5)
@@ -108,11 +109,12 @@ impl StepStatements for Session {
             .bind(wait.on.key)
             .bind(&wait.instance.id)
             .bind(park(wait.park)?);
-        Ok(tx.execute(query).await? == 1)
-    }
-
-    async fn take_buffered(&mut self, on: Correlation<'_>) -> Result<Option<Value>> {
-        let tx = self.write().await?;
+        if tx.execute(query).await? == 0 {
+            return Ok(ArmedWait::KeyTaken);
+        }
+        if !buffered {
+            return Ok(ArmedWait::Armed { early: None });
+        }
         let now = micros(tx.now());
         let query = sqlx::query_scalar(
             "DELETE FROM buffered WHERE id = (
@@ -122,14 +124,16 @@ impl StepStatements for Session {
              RETURNING message",
         );
         let early: Option<Json<Value>> = query
-            .bind(on.tenant)
-            .bind(on.channel)
-            .bind(on.key)
+            .bind(wait.on.tenant)
+            .bind(wait.on.channel)
+            .bind(wait.on.key)
             .bind(now)
             .fetch_optional(tx.connection())
             .await
             .map_err(db)?;
-        Ok(early.map(|Json(message)| message))
+        Ok(ArmedWait::Armed {
+            early: early.map(|Json(message)| message),
+        })
     }
 
     /// One statement per row.
