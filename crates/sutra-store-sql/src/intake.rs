@@ -70,7 +70,7 @@ impl<B: Backend> Intake for SqlStore<B> {
     /// caller looked, or buffers it; the earlier answer if the message was consumed already.
     async fn buffer(&self, tenant: &str, message: &BufferedMessage) -> Result<Option<InboxAnswer>> {
         let mut tx = self.begin(Scope::Tenant(tenant)).await?;
-        // Ordered with any park on the key (see `commit::lock_waits_refusing_taken_aliases`): the
+        // Ordered with any park on the key (see `waits::lock_waits_refusing_taken_aliases`): the
         // wait a park committed before this is seen below; a park after it sees the buffered row.
         // Taken before any row is written, so that this transaction never holds a row a park's
         // commit (which is ordered first) could wait for.

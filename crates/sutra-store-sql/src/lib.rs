@@ -56,12 +56,10 @@ mod schedules;
 pub mod statements;
 mod store;
 mod tasks;
+mod waits;
 
 pub use claim::{ClaimStatements, NewClaim};
-pub use commit::{
-    ArmedWait, StepRows, StepStatements, TakenTask, TaskArm, WaitArm, Wrote, settle_fence,
-    write_each,
-};
+pub use commit::{StepRows, StepStatements, TakenTask, TaskArm, Wrote, settle_fence, write_each};
 pub use deliveries::DeliveryStatements;
 pub use deployments::{DeploymentStatements, NewVersion};
 pub use error::driver_error;
@@ -75,3 +73,4 @@ pub use schedules::{ScheduleStatements, ScheduleSync};
 pub use statements::{Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements};
 pub use store::SqlStore;
 pub use tasks::TaskStatements;
+pub use waits::{ArmedWait, WaitArm};
