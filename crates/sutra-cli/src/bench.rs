@@ -91,8 +91,8 @@ pub struct Args {
     /// each live one with an available task on topic `bench-preloaded` (which the bench's worker
     /// does not poll, so they stay suspended), in bulk, then VACUUM ANALYZE — the run then
     /// measures the engine at that volume, on analyzed tables. Rows of the shape the engine
-    /// writes for `two-tasks`; the ended instances' history and tasks are not loaded. E.g.
-    /// 1000000,100000, or 20000,0 for a database in use (docs/performance.md).
+    /// writes for `two-tasks`, the ended instances' completed tasks, history and inbox rows
+    /// among them. E.g. 1000000,100000, or 20000,0 for a database in use (docs/performance.md).
     #[arg(long, value_name = "ENDED,LIVE")]
     preload: Option<preload::Preload>,
 }

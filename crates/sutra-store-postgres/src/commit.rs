@@ -15,11 +15,11 @@ use serde_json::Value;
 use sqlx::Row;
 use sqlx::types::Json;
 use sutra_core::snapshot::{InstanceInfo, ParkId};
-use sutra_store::codec::park_id;
 use sutra_store::{
     CANCEL_PARK, DeliveryId, DeliveryKind, InboxEntry, NewChild, OutboxEntry, Report, Result,
     START_PARK, TaskState, WaitTarget,
 };
+use sutra_store_sql::rows::WaitRow;
 use sutra_store_sql::{
     ArmedWait, Correlation, LockOn, StepRows, StepStatements, WaitArm, Wrote, settle_fence,
     write_each,
@@ -28,7 +28,7 @@ use sutra_store_sql::{
 use crate::codec::{db, park};
 use crate::columns::{HISTORY_TYPES, HistoryColumns, TASK_TYPES, TaskColumns, unnest_args};
 use crate::notices;
-use crate::statements::{INBOX_CONSUMED, Query, Scoped, advisory_key};
+use crate::statements::{INBOX_CONSUMED, Query, Scoped, advisory_keys};
 use crate::test_switches;
 
 impl StepStatements for Scoped {
@@ -147,18 +147,14 @@ impl StepStatements for Scoped {
         self.execute(query).await.map(drop)
     }
 
-    /// One statement: the locks in ascending key order, as [`sutra_store_sql::Statements::serialize`] takes
-    /// them, and each key's holder as the statement's snapshot, taken before the locks, shows it.
+    /// One statement: the locks in ascending key order, as
+    /// [`sutra_store_sql::Statements::serialize`] takes them, and each key's holder as the
+    /// statement's snapshot, taken before the locks, shows it.
     async fn lock_and_find_waits(
         &mut self,
         on: &[Correlation<'_>],
     ) -> Result<Vec<Option<WaitTarget>>> {
-        let mut keys: Vec<i64> = on
-            .iter()
-            .map(|on| advisory_key(LockOn::Correlation(*on)))
-            .collect();
-        keys.sort_unstable();
-        keys.dedup();
+        let keys = advisory_keys(on.iter().map(|on| LockOn::Correlation(*on)));
         let (channels, wanted): (Vec<&str>, Vec<&str>) =
             on.iter().map(|on| (on.channel, on.key)).unzip();
         let tenant = on.first().map(|on| on.tenant);
@@ -182,13 +178,7 @@ impl StepStatements for Scoped {
         .await
         .map_err(db)?;
         rows.into_iter()
-            .map(|row| match row {
-                (Some(instance), Some(park)) => Ok(Some(WaitTarget {
-                    instance,
-                    park: park_id(park)?,
-                })),
-                _ => Ok(None),
-            })
+            .map(|(instance, park)| WaitRow::joined(instance, park))
             .collect()
     }
 

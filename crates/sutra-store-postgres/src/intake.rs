@@ -3,8 +3,8 @@
 //! writer does for free.
 
 use sqlx::types::Json;
-use sutra_store::codec::park_id;
-use sutra_store::{BufferedMessage, InboxAnswer, Lookup, Result, WaitTarget};
+use sutra_store::{BufferedMessage, InboxAnswer, Lookup, Result};
+use sutra_store_sql::rows::WaitRow;
 use sutra_store_sql::{InboxKey, IntakeStatements};
 
 use crate::codec::{db, micros};
@@ -37,14 +37,10 @@ impl IntakeStatements for Scoped {
                 wait: None,
             });
         }
-        let wait = match (waiting, park) {
-            (Some(instance), Some(park)) => Some(WaitTarget {
-                instance,
-                park: park_id(park)?,
-            }),
-            _ => None,
-        };
-        Ok(Lookup { answer: None, wait })
+        Ok(Lookup {
+            answer: None,
+            wait: WaitRow::joined(waiting, park)?,
+        })
     }
 
     async fn insert_buffered(&mut self, tenant: &str, message: &BufferedMessage) -> Result<()> {

@@ -173,9 +173,7 @@ impl Statements for Scoped {
     /// taken in ascending key order in one statement, so two transactions wanting overlapping
     /// sets cannot deadlock on them.
     async fn serialize(&mut self, on: &[LockOn<'_>]) -> Result<()> {
-        let mut keys: Vec<i64> = on.iter().map(|lock| advisory_key(*lock)).collect();
-        keys.sort_unstable();
-        keys.dedup();
+        let keys = advisory_keys(on.iter().copied());
         if keys.is_empty() {
             return Ok(());
         }
@@ -244,11 +242,19 @@ impl Statements for Scoped {
     }
 }
 
+/// The advisory keys of `on`, each once, in the ascending order every statement takes them in.
+pub(crate) fn advisory_keys<'a>(on: impl Iterator<Item = LockOn<'a>>) -> Vec<i64> {
+    let mut keys: Vec<i64> = on.map(advisory_key).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
 /// A stable 64-bit key: XXH3 is fixed by its specification, so every replica and every build
 /// computes the same key. Each part is length-prefixed, so no two tuples share an encoding, and
 /// each purpose hashes into its own part of the key space. Collisions only serialize two
 /// unrelated transactions.
-pub(crate) fn advisory_key(lock: LockOn<'_>) -> i64 {
+fn advisory_key(lock: LockOn<'_>) -> i64 {
     let (purpose, parts) = match lock {
         LockOn::Correlation(Correlation {
             tenant,

@@ -550,8 +550,8 @@ pub trait StepStatements: Statements {
         parks: &[ParkId],
     ) -> impl Future<Output = Result<()>> + Send;
 
-    /// Takes the advisory locks of `on` ([`Statements::serialize`]) and reads who holds each
-    /// key, in `on`'s order, as the statement saw the waits before the locks were taken. This
+    /// Takes the advisory locks of `on`, all of one tenant ([`Statements::serialize`]), and reads
+    /// who holds each key, in `on`'s order, as the statement saw the waits before the locks were taken. This
     /// runs [`Statements::serialize`] and then [`Statements::find_wait`] per key; a backend whose
     /// statements are round trips does it in one.
     fn lock_and_find_waits(

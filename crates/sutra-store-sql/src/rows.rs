@@ -128,6 +128,15 @@ impl WaitRow {
             park: park_id(self.park)?,
         })
     }
+
+    /// The wait a statement's outer join found, if it found one: its `instance` and `park`
+    /// columns, both null when no wait matched.
+    pub fn joined(instance: Option<String>, park: Option<i64>) -> Result<Option<WaitTarget>> {
+        match (instance, park) {
+            (Some(instance), Some(park)) => WaitRow { instance, park }.decode().map(Some),
+            _ => Ok(None),
+        }
+    }
 }
 
 #[derive(sqlx::FromRow)]

@@ -61,7 +61,7 @@ pub(crate) async fn lock_waits_refusing_taken_aliases<T: StepStatements>(
 }
 
 /// What [`StepStatements::insert_wait`] did.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub enum ArmedWait {
     /// Nothing: another park holds the key.
     KeyTaken,
