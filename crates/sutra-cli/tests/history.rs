@@ -21,9 +21,9 @@ mod common;
 use std::time::Duration;
 
 use common::history::{
-    self, ANSWERED_BEFORE_COMMIT, ASKED_NOT_RESOLVED, COMPLETION_NOT_CONSUMED, Incarnation,
-    LOCKED_AFTER_COMPLETION, LOCKED_TWICE, OUTBOX_NOT_SENT, OUTBOX_UNKNOWN, PARK_ANSWERED_TWICE,
-    TWO_COMMITS_UNDER_ONE_FENCE,
+    self, ANSWERED_AND_UNHEARD, ANSWERED_BEFORE_COMMIT, ASKED_NOT_RESOLVED,
+    COMPLETION_NOT_CONSUMED, Incarnation, LOCKED_AFTER_COMPLETION, LOCKED_TWICE, OUTBOX_NOT_SENT,
+    OUTBOX_UNKNOWN, PARK_ANSWERED_TWICE, TWO_COMMITS_UNDER_ONE_FENCE,
 };
 use common::{
     Accepted, Fleet, Timing, Workers, distinct, heard, send_transfer, transfers, wait_for_ledger,
@@ -308,6 +308,19 @@ fn the_checker_finds_a_task_held_under_two_locks_at_once() {
         ],
         &[],
     );
+    report.assert_clean();
+}
+
+/// A task locked for a waiting poll that went away is handed back unheard (decision 0039): a
+/// lock answered to a worker must never be one of those — the worker would still be running the
+/// task while another takes it.
+#[test]
+fn the_checker_finds_a_lock_answered_to_a_worker_and_handed_back_as_unheard() {
+    let unheard = |lock: &str, at: i64| json!({"ev": "task_unheard", "tenant": "t", "task": "i:2", "lock": lock, "at": at});
+    let report = checked(&[locked("i:2", "aa", 100, 2_000), unheard("aa", 150)], &[]);
+    assert_eq!(report.found(ANSWERED_AND_UNHEARD).len(), 1, "{report}");
+    // A lock nobody was answered, handed back, then the task polled again: clean.
+    let report = checked(&[unheard("aa", 150), locked("i:2", "bb", 200, 2_200)], &[]);
     report.assert_clean();
 }
 

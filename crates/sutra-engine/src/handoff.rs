@@ -92,7 +92,7 @@ pub(crate) fn hand_over(
         };
         if let Some(task) = reservation.hand(task) {
             let tenant = &step.snapshot.instance.tenant;
-            waiting::release_unheard(&shared.store, &shared.tasks, tenant, task);
+            waiting::release_unheard(shared, tenant, task);
         }
     }
 }

@@ -41,6 +41,9 @@
 //! - `task_completed`, `task_failed` (with `state`), `task_released`: a worker's completion,
 //!   failure or release under lock `lock` answered as done. `task_extended`: its lock moved to
 //!   `until`.
+//! - `task_unheard`: a task locked for a waiting poll that went away before it was handed over
+//!   (decision 0039), handed back under lock `lock`. No worker was answered that lock: one that
+//!   was, recorded `task_locked`, is an anomaly.
 //! - `sent`: an outbox row sent and marked sent. `instance`, `key` (its idempotency key).
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -362,6 +365,19 @@ pub(crate) fn task_answered(
         replica,
         ev,
         json!({"tenant": tenant, "task": task, "lock": lock_print(lock_token), "state": state}),
+    );
+}
+
+/// A task locked for a waiting poll that went away was handed back under `lock_token`: the lock
+/// was never answered to a worker.
+pub(crate) fn task_unheard(replica: &str, tenant: &str, task: &str, lock_token: &str) {
+    if !enabled() {
+        return;
+    }
+    emit(
+        replica,
+        "task_unheard",
+        json!({"tenant": tenant, "task": task, "lock": lock_print(lock_token)}),
     );
 }
 

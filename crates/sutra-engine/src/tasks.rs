@@ -248,7 +248,7 @@ impl Drop for Registration {
             return;
         }
         for task in self.close() {
-            release_unheard(&self.shared.store, &self.shared.tasks, &self.tenant, task);
+            release_unheard(&self.shared, &self.tenant, task);
         }
     }
 }

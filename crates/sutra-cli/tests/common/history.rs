@@ -21,7 +21,8 @@
 //! - **One lock at a time**: no two of a task's locks were held at once (each lock from its
 //!   answer to its expiry, as extended), and none was granted after the task's completion was
 //!   answered. A lock ended early by a failure or a release is left out: when its end fell, in
-//!   the database's order, the records cannot say.
+//!   the database's order, the records cannot say. No lock answered to a worker was handed back
+//!   as locked for a poll that went away (`task_unheard`).
 //! - **Asked is taken or resolved** (SPEC §5.6): every task or timer a commit armed was answered
 //!   or disarmed by a later commit of its instance, or the instance ended or failed. The runs
 //!   checked are settled: every instance has come to rest.
@@ -104,6 +105,7 @@ pub const COMPLETION_NOT_CONSUMED: &str = "a completion answered as done that no
 pub const COMPLETED_UNDER_TWO_LOCKS: &str = "a task answered as completed under two locks";
 pub const LOCKED_TWICE: &str = "two locks on one task held at once";
 pub const LOCKED_AFTER_COMPLETION: &str = "a task locked after its completion was answered";
+pub const ANSWERED_AND_UNHEARD: &str = "a lock answered to a worker and handed back as unheard";
 pub const ASKED_NOT_RESOLVED: &str = "an asked task or timer neither taken nor resolved";
 pub const OUTBOX_NOT_SENT: &str = "an outbox row never sent";
 pub const OUTBOX_UNKNOWN: &str = "an outbox key sent that no commit wrote";
@@ -583,10 +585,13 @@ struct Lock<'a> {
     ended_early: bool,
     /// When its completion was answered.
     completed_at: Option<i64>,
+    /// Handed back as locked for a poll that went away: no worker was answered it.
+    unheard: bool,
     events: Vec<&'a Event>,
 }
 
-/// (f) A task's locks, one at a time, none after its completion.
+/// (f) A task's locks, one at a time, none after its completion, none both answered to a worker
+/// and handed back as unheard.
 fn locks(events: &[Event], report: &mut Report) {
     let mut by_task: BTreeMap<&str, BTreeMap<&str, Lock>> = BTreeMap::new();
     for event in events.iter().filter(|e| e.kind().starts_with("task_")) {
@@ -604,6 +609,7 @@ fn locks(events: &[Event], report: &mut Report) {
                 until: i64::MIN,
                 ended_early: false,
                 completed_at: None,
+                unheard: false,
                 events: Vec::new(),
             });
         match event.kind() {
@@ -614,12 +620,22 @@ fn locks(events: &[Event], report: &mut Report) {
             }
             "task_extended" => lock.until = lock.until.max(event.int("until").unwrap_or(i64::MIN)),
             "task_completed" => lock.completed_at = Some(at),
+            "task_unheard" => lock.unheard = true,
             _ => lock.ended_early = true,
         }
         lock.events.push(event);
     }
     for (task, locks) in by_task {
         let locks: Vec<Lock> = locks.into_values().collect();
+        for lock in locks
+            .iter()
+            .filter(|lock| lock.unheard && lock.from != i64::MAX)
+        {
+            let subject = format!("task {task}: lock {}", lock.print);
+            report
+                .anomalies
+                .push(anomaly(ANSWERED_AND_UNHEARD, subject, &lock.events));
+        }
         for (i, lock) in locks.iter().enumerate() {
             for other in &locks[i + 1..] {
                 let both = || -> Vec<&Event> {
