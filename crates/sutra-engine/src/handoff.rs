@@ -3,13 +3,17 @@
 //! replica for its topics (decision 0039). The takers are chosen before the step's commit, which
 //! locks each task for its taker; once the group committed, each waiting poll is handed its task.
 
+use std::sync::Arc;
+
 use jiff::SignedDuration;
 use sutra_core::snapshot::{ParkId, ParkKind};
 use sutra_core::step::{Effect, Step};
 use sutra_store::{LockedTask, TakenBy};
+use tracing::warn;
 
+use crate::history_log;
 use crate::shared::Shared;
-use crate::waiting::{self, Reservation, Waiting};
+use crate::waiting::{Reservation, Waiting};
 
 /// What a worker completing a task asks for besides: its next task, when the step the
 /// completion resumes arms one of `topics` — locked for `worker` in the same transaction and
@@ -92,7 +96,30 @@ pub(crate) fn hand_over(
         };
         if let Some(task) = reservation.hand(task) {
             let tenant = &step.snapshot.instance.tenant;
-            waiting::release_unheard(shared, tenant, task);
+            release_unheard(shared, tenant, task);
         }
     }
+}
+
+/// A task locked for a worker that will never hear of it (its poll went away between the
+/// reservation and the hand-over) is handed back at once, as the worker would have, rather than
+/// held until its lock lapses.
+pub(crate) fn release_unheard(shared: &Shared, tenant: &str, task: LockedTask) {
+    let store = Arc::clone(&shared.store);
+    let tasks = Arc::clone(&shared.tasks);
+    let (replica, tenant) = (shared.config.replica_id.clone(), tenant.to_owned());
+    tokio::spawn(async move {
+        match store
+            .release_task(&tenant, &task.id, &task.lock_token)
+            .await
+        {
+            Ok(()) => {
+                history_log::task_unheard(&replica, &tenant, &task.id, &task.lock_token);
+                tasks.announce();
+            }
+            Err(error) => {
+                warn!(task = %task.id, %error, "a task locked for a poll that went away could not be handed back; it is taken again when its lock lapses")
+            }
+        }
+    });
 }

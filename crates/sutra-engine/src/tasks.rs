@@ -40,11 +40,12 @@ use tokio::sync::{mpsc, watch};
 
 use crate::error::Error;
 pub use crate::handoff::Take;
+use crate::handoff::release_unheard;
 use crate::lane::Lanes;
 use crate::request::Completion;
 use crate::runner::task_error;
 use crate::shared::Shared;
-use crate::waiting::{Entered, Handed, release_unheard};
+use crate::waiting::{Entered, Handed};
 
 /// The longest a poll waits: proxies tend to cut connections idle for longer.
 pub const MAX_WAIT: SignedDuration = SignedDuration::from_secs(60);

@@ -13,10 +13,6 @@ use std::sync::{Arc, Mutex};
 use jiff::SignedDuration;
 use sutra_store::{LockedTask, TakenBy, TaskPoll};
 use tokio::sync::{Notify, futures::Notified, mpsc};
-use tracing::warn;
-
-use crate::history_log;
-use crate::shared::Shared;
 
 /// Whether a task may have become available on this replica's account: a commit armed one, a
 /// failed attempt was rescheduled, a task was handed back. Each announcement wakes every waiting
@@ -169,29 +165,6 @@ impl Drop for Reservation {
             let _ = handed.send(Handed::LookAgain);
         }
     }
-}
-
-/// A task locked for a worker that will never hear of it (its poll went away between the
-/// reservation and the hand-over) is handed back at once, as the worker would have, rather than
-/// held until its lock lapses.
-pub(crate) fn release_unheard(shared: &Shared, tenant: &str, task: LockedTask) {
-    let store = Arc::clone(&shared.store);
-    let tasks = Arc::clone(&shared.tasks);
-    let (replica, tenant) = (shared.config.replica_id.clone(), tenant.to_owned());
-    tokio::spawn(async move {
-        match store
-            .release_task(&tenant, &task.id, &task.lock_token)
-            .await
-        {
-            Ok(()) => {
-                history_log::task_unheard(&replica, &tenant, &task.id, &task.lock_token);
-                tasks.announce();
-            }
-            Err(error) => {
-                warn!(task = %task.id, %error, "a task locked for a poll that went away could not be handed back; it is taken again when its lock lapses")
-            }
-        }
-    });
 }
 
 #[cfg(test)]
