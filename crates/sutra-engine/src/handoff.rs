@@ -1,7 +1,8 @@
 //! The hand-off of a task a step arms to whoever takes it as it is armed: the completing worker
 //! that asked for its next task ([`Take`], decision 0038), else the oldest poll waiting on this
 //! replica for its topics (decision 0039). The takers are chosen before the step's commit, which
-//! locks each task for its taker; once the group committed, each waiting poll is handed its task.
+//! locks each task for its taker; once the group committed, each waiting poll is handed its task,
+//! and a task whose poll went away meanwhile is handed back ([`release_unheard`]).
 
 use std::sync::Arc;
 

@@ -6,7 +6,7 @@
 use std::sync::LazyLock;
 
 use jiff::SignedDuration;
-use serde_json::{Value, json};
+use serde::Serialize;
 use sqlx::types::Json;
 use sutra_store::{ClaimAhead, ClaimToken, Owner, Result};
 use sutra_store_sql::rows::{AheadRow, ClaimedRow, CompletedRow, SweptRow};
@@ -167,13 +167,7 @@ impl ClaimStatements for Scoped {
                  LEFT JOIN completed ON completed.instance = wanted.id",
             )
         });
-        let wanted: Vec<Value> = ahead
-            .iter()
-            .map(|claim| {
-                let (task, token) = claim.completing.unzip();
-                json!({"id": claim.instance, "task": task, "token": token})
-            })
-            .collect();
+        let wanted: Vec<Wanted<'_>> = ahead.iter().map(Wanted::from).collect();
         sqlx::query_as(SQL.as_str())
             .bind(&owner.0)
             .bind(tenant)
@@ -218,5 +212,24 @@ impl ClaimStatements for Scoped {
         .fetch_all(self.connection())
         .await
         .map_err(db)
+    }
+}
+
+/// One claim asked for, as `lock_claimables` binds it: an element of its JSON array.
+#[derive(Serialize)]
+struct Wanted<'a> {
+    id: &'a str,
+    task: Option<&'a str>,
+    token: Option<&'a str>,
+}
+
+impl<'a> From<&ClaimAhead<'a>> for Wanted<'a> {
+    fn from(claim: &ClaimAhead<'a>) -> Self {
+        let (task, token) = claim.completing.unzip();
+        Wanted {
+            id: claim.instance,
+            task,
+            token,
+        }
     }
 }
