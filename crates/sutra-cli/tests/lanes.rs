@@ -157,19 +157,19 @@ async fn a_misrouted_relay_bounces_on_the_claim_and_never_interleaves() {
 #[tokio::test]
 async fn a_misrouted_relay_bounces_on_the_embedded_store_too() {
     // On SQLite the single writer orders whole steps: a mis-routed relay waits for the write
-    // lock while the owner lane's step holds its instance, and is then refused as held all the
+    // lock while the holding lane's step holds its instance, and is then refused as held all the
     // same (decision 0048) — so the bounce meter sees a mis-route on this store too.
     let scratch = Scratch::new("misroute");
     misrouted_relays_bounce(&scratch.database()).await;
 }
 
-/// Concurrent relays to one instance on two lanes, every other one handed to the wrong lane: some
-/// bounce, the meter counts each, and each is applied once.
+/// Concurrent relays to one instance on two lanes, every other one a stray that a lane takes while
+/// the other holds the instance: some bounce, the meter counts each, and each is applied once.
 async fn misrouted_relays_bounce(datasource: &str) {
     const TICKS: usize = 60;
     let server = serve_on(datasource, 2, &["SUTRA_TEST_MISROUTE"]).await;
-    // Concurrent relays to one instance: every other one is handed to the wrong lane, which
-    // finds the owner lane mid-step on the instance.
+    // Concurrent relays to one instance: every other one strays to a second lane, which finds
+    // the holding lane mid-step on the instance.
     let (id, refusals) = tick_concurrently(&server, TICKS).await;
 
     let history = server.history(&id).await;
@@ -196,6 +196,29 @@ async fn misrouted_relays_bounce(datasource: &str) {
 }
 
 #[tokio::test]
+async fn an_instance_is_on_one_lane_at_a_time_so_its_relays_never_bounce() {
+    // The lanes take from one queue (decision 0071): a lane takes a request only when no other
+    // lane holds its instance, so relays to one instance, sent at once to four lanes, queue
+    // behind each other instead of meeting in flight. Not one is refused by the claim, and each
+    // is applied once, in a whole history.
+    const TICKS: usize = 60;
+    let database = TestDatabase::create().await;
+    let server = serve_on(database.url(), 4, &[]).await;
+    let (id, refusals) = tick_concurrently(&server, TICKS).await;
+
+    let history = server.history(&id).await;
+    assert_audit_sequence_is_whole(&history);
+    assert_eq!(count_kind(&history, "message_received"), TICKS);
+    assert_eq!(
+        (refusals.held, refusals.lost),
+        (0, 0),
+        "two lanes took one instance's requests at once"
+    );
+    let metered = metric(&server, r#"sutra_claim_bounces_total{path="relay"}"#).await;
+    assert_eq!(metered, 0.0, "the bounce meter reads zero when healthy");
+}
+
+#[tokio::test]
 async fn two_lanes_never_resume_one_instance_at_once_even_under_one_owner_id() {
     // With the claim taken inside the step's own transaction (decision 0024), the instance's
     // row lock excludes a second step whatever owner id it claims as: the lane-scoped owner id
@@ -217,9 +240,9 @@ async fn two_lanes_never_resume_one_instance_at_once_even_under_one_owner_id() {
 #[tokio::test]
 async fn every_ack_complete_caller_gets_its_answer_when_park_and_relay_are_on_different_lanes() {
     // Seed 001's one genuine race: the park commits on one lane, the relay that completes the
-    // instance runs on another. The mis-route switch puts every other request on a lane other
-    // than the instance's owner lane, so starts (which take no claim) park on a foreign lane
-    // while their answers run on the owner lane. A caller told to wait must always be answered:
+    // instance runs on another. The mis-route switch lets a lane take every other request
+    // whoever holds its instance, so starts (which take no claim) park on one lane while their
+    // answers run on another. A caller told to wait must always be answered:
     // its hold is registered before the park commits.
     const ITERATIONS: usize = 200;
     const AT_ONCE: usize = 20;

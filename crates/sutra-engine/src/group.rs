@@ -53,7 +53,7 @@ impl Member {
     }
 
     /// The instance the member acts on, if it names one.
-    fn instance(&self) -> Option<&str> {
+    pub(crate) fn instance(&self) -> Option<&str> {
         match self {
             Member::Step(request, _) => Some(&request.key.id),
             Member::Complete(completion, _) => sutra_store::task_instance(&completion.task),

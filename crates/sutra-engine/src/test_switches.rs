@@ -2,9 +2,9 @@
 //! that the lane tests (crates/sutra-cli/tests/lanes.rs) can prove the invariant is load-bearing;
 //! no deployment sets them, and unset they cost one atomic load.
 //!
-//! - `SUTRA_TEST_MISROUTE=1`: every other request is handed to the lane after its owner lane,
-//!   so that two lanes work on one instance at once. Correctness must not rest on routing: the
-//!   mis-routed request bounces on the claim (`CLAIM_HELD`) like a competing replica's.
+//! - `SUTRA_TEST_MISROUTE=1`: every other request strays: a lane takes it whoever holds its
+//!   instance, so that two lanes work on one instance at once. Correctness must not rest on
+//!   routing: the stray request bounces on the claim (`CLAIM_HELD`) like a competing replica's.
 //! - `SUTRA_TEST_PER_PROCESS_OWNER=1`: every lane claims as `{replica}/lane-0`, the per-process
 //!   owner id the design rejects. The claim re-enters for its own owner; with a claim that
 //!   outlived its step's transaction, two lanes could then resume one instance at once. Since
@@ -16,7 +16,7 @@
 //! build can be talked out of the lane-scoped owner.
 
 #[cfg(feature = "test-hooks")]
-pub(crate) use switched::{ack_before_commit, owner_lane, route};
+pub(crate) use switched::{ack_before_commit, owner_lane, stray};
 
 /// Whether a group answers its members before it commits: never.
 #[cfg(not(feature = "test-hooks"))]
@@ -25,11 +25,11 @@ pub(crate) fn ack_before_commit() -> bool {
     false
 }
 
-/// The lane a request goes to: `owner`.
+/// Whether a request is taken whoever holds its instance: never.
 #[cfg(not(feature = "test-hooks"))]
 #[inline(always)]
-pub(crate) fn route(owner: usize, _lanes: usize) -> usize {
-    owner
+pub(crate) fn stray() -> bool {
+    false
 }
 
 /// The lane index that lane `lane` claims as: its own.
@@ -48,16 +48,15 @@ mod switched {
         std::env::var(variable).is_ok_and(|value| value == "1")
     }
 
-    /// The lane a request goes to: `owner`, or under `SUTRA_TEST_MISROUTE` every other time the
-    /// next.
-    pub(crate) fn route(owner: usize, lanes: usize) -> usize {
+    /// Whether a request is taken whoever holds its instance: under `SUTRA_TEST_MISROUTE`
+    /// every other one.
+    pub(crate) fn stray() -> bool {
         static MISROUTE: OnceLock<bool> = OnceLock::new();
         static REQUESTS: AtomicU64 = AtomicU64::new(0);
         if !*MISROUTE.get_or_init(|| enabled("SUTRA_TEST_MISROUTE")) {
-            return owner;
+            return false;
         }
-        let odd = REQUESTS.fetch_add(1, Ordering::Relaxed) % 2 == 1;
-        if odd { (owner + 1) % lanes } else { owner }
+        REQUESTS.fetch_add(1, Ordering::Relaxed) % 2 == 1
     }
 
     /// The lane index that lane `lane` claims as: its own, or 0 under
