@@ -103,6 +103,7 @@ impl Member {
         let shared = stepper.shared;
         match (self, ran) {
             (Member::Step(_, answer), Ran::Step(result)) => {
+                // A caller gone meanwhile drops the answer, and its Hold withdraws it.
                 let _ = answer.send(result.map(|written| written.land(shared)));
             }
             (Member::Complete(_, answer), Ran::Complete(result)) => {
@@ -167,15 +168,6 @@ impl Ran {
             _ => None,
         }
     }
-
-    fn abandon(self, stepper: &Stepper<'_>) {
-        match self {
-            Ran::Step(Ok(written)) | Ran::Complete(Ok(Some(written))) => {
-                written.abandon(stepper.shared)
-            }
-            _ => {}
-        }
-    }
 }
 
 /// Runs `members` as one group, or, when the group fails as a whole, each alone.
@@ -206,9 +198,8 @@ pub(crate) async fn run(stepper: &Stepper<'_>, members: Vec<Member>) {
                 members = members.len(),
                 "a group did not commit; its members run alone"
             );
-            if let Unclean::Member(ran) = unclean {
-                ran.abandon(stepper);
-            }
+            // The failed member's step, dropped, withdraws the caller it registered (its Hold).
+            drop(unclean);
             for member in members {
                 alone(stepper, member).await;
             }
@@ -298,9 +289,9 @@ async fn together(stepper: &Stepper<'_>, members: &[Member]) -> Result<Vec<Ran>,
             Ok(ran)
         }
         Err(unclean) => {
-            for result in ran {
-                result.abandon(stepper);
-            }
+            // Nothing committed: each step, dropped, withdraws the caller it registered (its
+            // Hold), and nobody waits on its account.
+            drop(ran);
             Err(unclean)
         }
     }

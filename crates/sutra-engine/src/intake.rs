@@ -337,7 +337,8 @@ async fn answer(
             },
         });
     };
-    let _withdrawn = shared.settle.withdrawn_on_drop(&instance, hold.id);
+    // Withdrawn however the wait ends, this future dropped included.
+    let _withdrawn = hold.withdrawal;
     match shared
         .clock
         .timeout(channel.ack_timeout.unsigned_abs(), hold.reply)
@@ -361,7 +362,7 @@ pub(crate) async fn await_end(
     timeout: std::time::Duration,
 ) -> Result<Option<Reply>, Error> {
     let hold = shared.settle.register(key);
-    let withdrawn = shared.settle.withdrawn_on_drop(&key.id, hold.id);
+    let withdrawn = hold.withdrawal;
     let told = match ended(shared, key).await {
         Ok(None) => shared
             .clock

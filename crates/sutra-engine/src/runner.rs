@@ -418,12 +418,8 @@ impl Stepper<'_> {
                 is_start,
                 started: self.shared.clock.instant(),
             }),
-            Err(error) => {
-                if let Some(hold) = hold {
-                    self.shared.settle.deregister(&instance, hold.id);
-                }
-                Err(error.into())
-            }
+            // The hold, dropped, withdraws the caller: nobody waits on a step that did not commit.
+            Err(error) => Err(error.into()),
         }
     }
 }

@@ -4,8 +4,8 @@
 //! instance commits, and is deregistered if that commit fails. The order matters once there is
 //! more than one lane: registering after the commit leaves a window in which another lane
 //! completes the instance and finds no one to tell. The invariant the transport relies on is:
-//! *told to defer ⇒ registered ∧ committed*. A caller told to defer is deregistered however its
-//! wait ends, even by its going away ([`Registration`]).
+//! *told to defer ⇒ registered ∧ committed*. A caller is deregistered however its wait ends, even
+//! by its going away before it heard its step's answer: its [`Hold`] withdraws it when dropped.
 //!
 //! The registry is this process's. The step that registers a caller also records on the instance
 //! which replica holds it ([`holder_after`]); a step that ends the instance on another replica
@@ -13,8 +13,8 @@
 //! outcome (`answers`).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use sutra_core::step::Reply;
 use sutra_store::InstanceKey;
@@ -34,7 +34,7 @@ struct Callers {
 
 #[derive(Default)]
 pub struct SettleRegistry {
-    waiting: Mutex<Waiting>,
+    waiting: Arc<Mutex<Waiting>>,
     next: AtomicU64,
 }
 
@@ -42,12 +42,15 @@ pub struct SettleRegistry {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HoldId(u64);
 
-/// A held caller's side: the reply arrives when the instance ends.
+/// A held caller's side: the reply arrives when the instance ends. Dropped — answered, past its
+/// `ack-timeout`, its step not committed, or its caller gone before it heard the step's answer
+/// (the answer dropped with the caller's channel, which no line after the wait would see) — it
+/// withdraws the registration ([`Withdrawal`]).
 #[derive(Debug)]
 pub struct Hold {
-    pub instance: String,
     pub id: HoldId,
     pub reply: oneshot::Receiver<Reply>,
+    pub withdrawal: Withdrawal,
 }
 
 impl SettleRegistry {
@@ -55,7 +58,7 @@ impl SettleRegistry {
     pub fn register(&self, key: &InstanceKey) -> Hold {
         let id = HoldId(self.next.fetch_add(1, Ordering::Relaxed));
         let (sender, reply) = oneshot::channel();
-        self.lock()
+        lock(&self.waiting)
             .entry(key.id.clone())
             .or_insert_with(|| Callers {
                 tenant: key.tenant.clone(),
@@ -64,29 +67,13 @@ impl SettleRegistry {
             .held
             .push((id, sender));
         Hold {
-            instance: key.id.clone(),
             id,
             reply,
-        }
-    }
-
-    /// Removes one caller: its commit failed, or it stopped waiting (ack timeout).
-    pub fn deregister(&self, instance: &str, id: HoldId) {
-        let mut waiting = self.lock();
-        if let Some(callers) = waiting.get_mut(instance) {
-            callers.held.retain(|(hold, _)| *hold != id);
-            if callers.held.is_empty() {
-                waiting.remove(instance);
-            }
-        }
-    }
-
-    /// `id`'s registration on `instance`, withdrawn when the returned guard is dropped.
-    pub fn withdrawn_on_drop(&self, instance: &str, id: HoldId) -> Registration<'_> {
-        Registration {
-            registry: self,
-            instance: instance.to_owned(),
-            id,
+            withdrawal: Withdrawal {
+                waiting: Arc::clone(&self.waiting),
+                instance: key.id.clone(),
+                id,
+            },
         }
     }
 
@@ -118,27 +105,42 @@ impl SettleRegistry {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
-        // A panic while holding this lock cannot leave the map inconsistent (every operation is a
-        // single insert or remove), so a poisoned lock is still safe to use.
-        self.waiting
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.waiting)
     }
 }
 
-/// A held caller's registration, withdrawn however its wait ends: answered, past its
-/// `ack-timeout`, or abandoned — its future dropped because its HTTP client went away or its
-/// broker consumer stopped, which no line after the wait would see. Withdrawing a caller
-/// already answered finds nothing to remove.
-pub struct Registration<'r> {
-    registry: &'r SettleRegistry,
-    instance: String,
+fn lock(waiting: &Mutex<Waiting>) -> std::sync::MutexGuard<'_, Waiting> {
+    // A panic while holding this lock cannot leave the map inconsistent (every operation is a
+    // single insert or remove), so a poisoned lock is still safe to use.
+    waiting
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A held caller's registration, withdrawn when dropped, however its wait ended. Withdrawing a
+/// caller already answered finds nothing to remove.
+pub struct Withdrawal {
+    waiting: Arc<Mutex<Waiting>>,
+    /// The instance the caller waits for.
+    pub instance: String,
     id: HoldId,
 }
 
-impl Drop for Registration<'_> {
+impl std::fmt::Debug for Withdrawal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Withdrawal({} on {})", self.id.0, self.instance)
+    }
+}
+
+impl Drop for Withdrawal {
     fn drop(&mut self) {
-        self.registry.deregister(&self.instance, self.id);
+        let mut waiting = lock(&self.waiting);
+        if let Some(callers) = waiting.get_mut(&self.instance) {
+            callers.held.retain(|(hold, _)| *hold != self.id);
+            if callers.held.is_empty() {
+                waiting.remove(&self.instance);
+            }
+        }
     }
 }
 
@@ -191,12 +193,16 @@ mod tests {
     }
 
     #[test]
-    fn a_deregistered_caller_is_not_answered_and_leaves_nothing_behind() {
+    fn a_withdrawn_caller_is_not_answered_and_leaves_nothing_behind() {
         let registry = SettleRegistry::default();
-        let mut hold = registry.register(&i1());
-        registry.deregister("i1", hold.id);
+        let Hold {
+            mut reply,
+            withdrawal,
+            ..
+        } = registry.register(&i1());
+        drop(withdrawal);
         registry.settle("i1", &Reply::Cancelled);
-        assert!(hold.reply.try_recv().is_err());
+        assert!(reply.try_recv().is_err());
         assert_eq!(registry.held(), 0);
     }
 

@@ -92,15 +92,6 @@ impl Written {
         take_out(&mut self.taken, &self.step.snapshot.instance.id, park)
     }
 
-    /// The group did not commit: nobody waits for this step's end on its account.
-    pub(crate) fn abandon(self, shared: &Shared) {
-        if let Some(hold) = self.hold {
-            shared
-                .settle
-                .deregister(&self.step.snapshot.instance.id, hold.id);
-        }
-    }
-
     /// The step, timed from `started`.
     pub(crate) fn since(mut self, started: std::time::Instant) -> Written {
         self.started = started;
