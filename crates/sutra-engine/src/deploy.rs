@@ -106,7 +106,7 @@ impl Deployments {
     async fn activate(&self, versions: Vec<(DeploymentRecord, Deployment)>) -> Result<(), Error> {
         contend_for_singleton_channels(self.leadership.as_ref(), &versions);
         let live = Arc::new(self.live.get().with(versions));
-        self.lanes.activate(&live).await?;
+        self.lanes.activate(&live).await;
         self.live.set(live);
         self.shared.schedules_changed.notify_one();
         Ok(())

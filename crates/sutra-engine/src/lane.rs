@@ -82,9 +82,8 @@ impl Lanes {
 
     /// Flips every lane to `live`; returns once no group started under an older view is in
     /// flight.
-    pub(crate) async fn activate(&self, live: &Arc<Live>) -> Result<(), Error> {
+    pub(crate) async fn activate(&self, live: &Arc<Live>) {
         self.queue.activate(Arc::clone(live)).await;
-        Ok(())
     }
 
     /// The lanes that have been on one group for longer than `limit`.
@@ -353,10 +352,9 @@ impl Queue {
     fn release(&self, lane: usize, holds: &[String]) {
         {
             let mut state = self.lock();
+            // Only this lane's group held them: a stray held nothing.
             for instance in holds {
-                if state.held.get(instance) == Some(&lane) {
-                    state.held.remove(instance);
-                }
+                state.held.remove(instance);
             }
             state.running[lane] = None;
         }

@@ -40,7 +40,7 @@ pub struct SettleRegistry {
 
 /// One held caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HoldId(u64);
+struct HoldId(u64);
 
 /// A held caller's side: the reply arrives when the instance ends. Dropped — answered, past its
 /// `ack-timeout`, its step not committed, or its caller gone before it heard the step's answer
@@ -48,7 +48,6 @@ pub struct HoldId(u64);
 /// withdraws the registration ([`Withdrawal`]).
 #[derive(Debug)]
 pub struct Hold {
-    pub id: HoldId,
     pub reply: oneshot::Receiver<Reply>,
     pub withdrawal: Withdrawal,
 }
@@ -67,7 +66,6 @@ impl SettleRegistry {
             .held
             .push((id, sender));
         Hold {
-            id,
             reply,
             withdrawal: Withdrawal {
                 waiting: Arc::clone(&self.waiting),
@@ -79,7 +77,7 @@ impl SettleRegistry {
 
     /// Answers every caller held on `instance`. Called after the ending step committed.
     pub fn settle(&self, instance: &str, reply: &Reply) {
-        let callers = self.lock().remove(instance);
+        let callers = lock(&self.waiting).remove(instance);
         for (_, sender) in callers.map(|callers| callers.held).unwrap_or_default() {
             // A caller that stopped waiting dropped its receiver; nothing to tell it.
             let _ = sender.send(reply.clone());
@@ -87,12 +85,15 @@ impl SettleRegistry {
     }
 
     pub fn held(&self) -> usize {
-        self.lock().values().map(|callers| callers.held.len()).sum()
+        lock(&self.waiting)
+            .values()
+            .map(|callers| callers.held.len())
+            .sum()
     }
 
     /// The instances among `ids` that callers here wait for.
     pub fn held_among(&self, ids: &[String]) -> Vec<InstanceKey> {
-        let waiting = self.lock();
+        let waiting = lock(&self.waiting);
         ids.iter()
             .filter_map(|id| waiting.get_key_value(id))
             .map(key)
@@ -101,11 +102,7 @@ impl SettleRegistry {
 
     /// Every instance a caller here waits for.
     pub fn holding(&self) -> Vec<InstanceKey> {
-        self.lock().iter().map(key).collect()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
-        lock(&self.waiting)
+        lock(&self.waiting).iter().map(key).collect()
     }
 }
 
@@ -121,8 +118,7 @@ fn lock(waiting: &Mutex<Waiting>) -> std::sync::MutexGuard<'_, Waiting> {
 /// caller already answered finds nothing to remove.
 pub struct Withdrawal {
     waiting: Arc<Mutex<Waiting>>,
-    /// The instance the caller waits for.
-    pub instance: String,
+    instance: String,
     id: HoldId,
 }
 
