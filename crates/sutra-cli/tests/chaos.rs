@@ -114,7 +114,7 @@ async fn replicas_ride_through_kills_freezes_and_a_database_restart() {
 
     let senders = send_paced(&http, &urls, window);
     let nemesis = Nemesis::new(fleet, &cluster, timing, seed);
-    let (fleet, last_fault) = nemesis.unleash(window).await;
+    let (fleet, last_fault, crashes) = nemesis.unleash(window).await;
     let leases =
         assert_every_role_led_by_one_live_replica(&fleet, last_fault, timing.lease_bound()).await;
     let mut accepted = Vec::new();
@@ -137,7 +137,8 @@ async fn replicas_ride_through_kills_freezes_and_a_database_restart() {
     // their commits, one leader per role, every accepted message consumed once.
     let heard = heard(&receiver);
     let histories = fleet.histories_settled(accepted.len(), distinct(&heard));
-    let history = history::check(&histories, &accepted, &heard, &fleet.killed(), seed);
+    let killed = fleet.killed();
+    let history = history::check(&histories, &accepted, &heard, &killed, &crashes, seed);
     println!("chaos: {history}");
     history.assert_clean();
     assert_resends_are_duplicates(&http, &urls, &accepted).await;
@@ -295,6 +296,9 @@ struct Nemesis<'a> {
     /// When the last fault ended: a kill, a replica started, one thawed, the database back.
     last_fault: Instant,
     sweeps: Vec<ClaimWatch>,
+    /// When the database was down after each immediate shutdown, in wall-clock microseconds:
+    /// the history checker's bound on a lock a crash may have lost unflushed.
+    crashes: Vec<i64>,
 }
 
 impl<'a> Nemesis<'a> {
@@ -308,13 +312,14 @@ impl<'a> Nemesis<'a> {
             started,
             last_fault: started,
             sweeps: Vec::new(),
+            crashes: Vec::new(),
         }
     }
 
     /// Runs a seeded schedule of faults over `window`, until every replica is up again, none
     /// frozen and the database up; checks that every claim a killed replica died holding was
-    /// cleared. Returns the fleet, and when the last fault ended.
-    async fn unleash(mut self, window: Duration) -> (Fleet, Instant) {
+    /// cleared. Returns the fleet, when the last fault ended, and when the database crashed.
+    async fn unleash(mut self, window: Duration) -> (Fleet, Instant, Vec<i64>) {
         let schedule = self.plan(window);
         self.run(schedule).await;
         for sweep in self.sweeps {
@@ -327,7 +332,7 @@ impl<'a> Nemesis<'a> {
                 cleared.as_secs_f64()
             );
         }
-        (self.fleet, self.last_fault)
+        (self.fleet, self.last_fault, self.crashes)
     }
 
     /// Prints what the nemesis did as it happens, so that a failing run shows how far it got.
@@ -521,6 +526,7 @@ impl<'a> Nemesis<'a> {
                 }
                 Fault::DatabaseDown { down_for } => {
                     self.cluster.stop_immediately().await;
+                    self.crashes.push(jiff::Timestamp::now().as_microsecond());
                     database_down = true;
                     let up = Fault::DatabaseUp {
                         down_at: Instant::now(),

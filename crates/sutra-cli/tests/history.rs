@@ -96,7 +96,7 @@ async fn race_two_messages_per_wait(switches: &[&str]) -> history::Report {
     }
     assert_eq!(urls.len(), 2);
     let histories = fleet.histories_settled(RACES + answered, 0);
-    let report = history::check(&histories, &accepted, &[], &fleet.killed(), SEED);
+    let report = history::check(&histories, &accepted, &[], &fleet.killed(), &[], SEED);
     println!("{report}");
     report
 }
@@ -144,7 +144,7 @@ async fn transfer(switches: &[&str], count: usize) -> history::Report {
     workers.stop().await;
     let heard = heard(&receiver);
     let histories = fleet.histories_settled(accepted.len(), distinct(&heard));
-    let report = history::check(&histories, &accepted, &heard, &fleet.killed(), SEED);
+    let report = history::check(&histories, &accepted, &heard, &fleet.killed(), &[], SEED);
     println!("{report}");
     report
 }
@@ -217,7 +217,7 @@ async fn poll_a_held_task_again(switches: &[&str]) -> (usize, history::Report) {
     let path = format!("/v1/tasks/{}/complete", holder["id"].as_str().unwrap());
     let (status, body) = replica.post_json(&path, &done).await;
     assert_eq!(status, 200, "{body}");
-    let report = history::check(&fleet.histories(), &[], &[], &fleet.killed(), SEED);
+    let report = history::check(&fleet.histories(), &[], &[], &fleet.killed(), &[], SEED);
     println!("{report}");
     (stolen, report)
 }
@@ -287,7 +287,7 @@ fn completed(task: &str, lock: &str, at: i64) -> serde_json::Value {
 
 fn checked(events: &[serde_json::Value], heard: &[&str]) -> history::Report {
     let heard: Vec<String> = heard.iter().map(|key| (*key).to_owned()).collect();
-    history::check(&logged(events), &[], &heard, &[], SEED)
+    history::check(&logged(events), &[], &heard, &[], &[], SEED)
 }
 
 #[test]
@@ -407,4 +407,41 @@ fn the_checker_finds_an_outbox_row_never_sent_and_a_key_no_commit_wrote() {
     checked(std::slice::from_ref(&emitting), &["i:3:notify"]).assert_clean();
     let sent = json!({"ev": "sent", "instance": "i", "key": "i:3:notify"});
     checked(&[emitting, sent], &[]).assert_clean();
+}
+
+/// A group whose `COMMIT` failed records its members as `commit_unknown`: it may have landed with
+/// its answer lost. One that a later claim shows landed (it read its fence) is a link of the
+/// chain; one whose step was run again alone and committed under the same fence had not landed.
+#[test]
+fn a_commit_of_unknown_outcome_counts_once_what_followed_shows_it_landed() {
+    let start = commit(0, (1, 1), json!({"kind": "start", "claimed": null}));
+    let unknown = commit(1, (2, 2), json!({"ev": "commit_unknown"}));
+    let next = commit(2, (3, 3), json!({}));
+    // Landed: without it, the chain would miss audit sequence 2.
+    checked(&[start.clone(), unknown.clone(), next.clone()], &[]).assert_clean();
+    // Not landed: counted, it would be a second commit under fence 1.
+    let again = commit(1, (2, 2), json!({}));
+    checked(&[start, unknown, again, next], &[]).assert_clean();
+}
+
+/// A poll's lock commits asynchronously (decision 0035): a database crash within the WAL
+/// writer's delay may lose it, and the task is polled again under a new lock once the database
+/// is back — while the lost lock's deadline still runs. Chaos seed 1796615173283831508 found the
+/// pair. With the crash known, the lost lock ends at it; without, it is two locks at once.
+#[test]
+fn a_polled_lock_a_database_crash_lost_unflushed_ends_at_the_crash() {
+    let events = [
+        locked("i:2", "aa", 100_000, 2_100_000),
+        locked("i:2", "bb", 1_900_000, 3_900_000),
+        completed("i:2", "bb", 2_000_000),
+    ];
+    let with_crash =
+        |crashes: &[i64]| history::check(&logged(&events), &[], &[], &[], crashes, SEED);
+    let report = with_crash(&[]);
+    assert_eq!(report.found(LOCKED_TWICE).len(), 1, "{report}");
+    assert_eq!(report.found(LOCKED_AFTER_COMPLETION).len(), 1, "{report}");
+    assert!(with_crash(&[300_000]).found(LOCKED_TWICE).is_empty());
+    // A crash long after the lock was answered found it on disk: the pair stays an anomaly.
+    let report = with_crash(&[1_800_000]);
+    assert_eq!(report.found(LOCKED_TWICE).len(), 1, "{report}");
 }

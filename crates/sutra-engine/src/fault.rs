@@ -1,9 +1,11 @@
-//! Fault injection for crash tests: `SUTRA_FAULT=point[@n|@*][:panic|:stop],...` kills this
-//! process with SIGKILL the n-th time (default: first) execution reaches `point`, or every time
-//! with `@*` — or, with `:panic`,
+//! Fault injection for crash tests: `SUTRA_FAULT=point[@n|@*][:panic|:stop|:lose],...` kills
+//! this process with SIGKILL the n-th time (default: first) execution reaches `point`, or every
+//! time with `@*` — or, with `:panic`,
 //! panics there instead, to prove that a panicking step releases its claim; or, with `:stop`,
 //! stops itself with SIGSTOP there, holding whatever it holds (a claim's row lock, an open
-//! transaction) until the test sends SIGCONT.
+//! transaction) until the test sends SIGCONT; or, with `:lose`, at a point [`lost`] marks,
+//! reports the operation just done as failed although it landed: a `COMMIT` whose answer the
+//! connection lost.
 //!
 //! The crash tests need deaths at exact places — after a claim and before its commit, after a
 //! commit and before the reply, inside a timer fire, between an outbox send and its mark —
@@ -72,6 +74,17 @@ pub fn point(name: &'static str) {
     armed::reach(name);
 }
 
+/// Marks a fault point after an operation whose outcome the caller acts on: `true` when the
+/// plan says to report the operation lost (`:lose`); dies, panics or stops as [`point`] does.
+#[inline]
+pub fn lost(name: &'static str) -> bool {
+    debug_assert!(POINTS.contains(&name), "undeclared fault point {name}");
+    #[cfg(feature = "test-hooks")]
+    return armed::reach(name);
+    #[cfg(not(feature = "test-hooks"))]
+    false
+}
+
 #[cfg(feature = "test-hooks")]
 mod armed {
     use std::collections::HashMap;
@@ -94,6 +107,7 @@ mod armed {
         Kill,
         Panic,
         Stop,
+        Lose,
     }
 
     fn plan() -> Option<&'static Plan> {
@@ -109,6 +123,8 @@ mod armed {
                         (entry, Action::Panic)
                     } else if let Some(entry) = entry.strip_suffix(":stop") {
                         (entry, Action::Stop)
+                    } else if let Some(entry) = entry.strip_suffix(":lose") {
+                        (entry, Action::Lose)
                     } else {
                         (entry, Action::Kill)
                     };
@@ -129,18 +145,23 @@ mod armed {
         .as_ref()
     }
 
-    /// Dies (or panics) at `name` if the plan says so.
-    pub(super) fn reach(name: &str) {
-        let Some(plan) = plan() else { return };
+    /// Dies (or panics, or stops) at `name` if the plan says so; `true` if it says to report
+    /// the operation before the point lost.
+    pub(super) fn reach(name: &str) -> bool {
+        let Some(plan) = plan() else { return false };
         let Some(fault) = plan.points.get(name) else {
-            return;
+            return false;
         };
         let hit = fault.hits.fetch_add(1, Ordering::SeqCst) + 1;
         if fault.nth.is_some_and(|nth| nth != hit) {
-            return;
+            return false;
         }
         let signal = match fault.action {
             Action::Panic => panic!("sutra: fault point {name} panicked on purpose"),
+            Action::Lose => {
+                let _ = writeln!(std::io::stderr(), "sutra: fault point {name} lost");
+                return true;
+            }
             Action::Stop => "-STOP",
             Action::Kill => "-KILL",
         };
@@ -152,5 +173,6 @@ mod armed {
             // SIGKILL is asynchronous only in theory; never continue past a fatal point.
             std::process::abort();
         }
+        false
     }
 }

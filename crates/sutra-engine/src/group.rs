@@ -20,6 +20,7 @@ use tokio::sync::oneshot;
 use tracing::warn;
 
 use crate::error::Error;
+use crate::history_log::Landed;
 use crate::request::{Completion, StepOutcome, StepRequest, Work};
 use crate::runner::{Stepper, fails_clean};
 use crate::written::Written;
@@ -238,12 +239,13 @@ async fn alone(stepper: &Stepper<'_>, mut member: Member) {
 enum Unclean {
     /// A member failed half written: its own answer. Nothing of the group was committed.
     Member(Box<Ran>),
-    /// The group's transaction failed.
+    /// The group's transaction failed; if its `COMMIT` did, it may have landed all the same.
     Group(Error),
 }
 
 /// The group's transaction: every member in order, then the commit. When it does not commit,
-/// nothing of it is durable, and nobody waits on any member's account.
+/// nothing of it is durable (but for a `COMMIT` whose answer was lost), and nobody waits on any
+/// member's account.
 async fn together(stepper: &Stepper<'_>, members: &[Member]) -> Result<Vec<Ran>, Unclean> {
     let Some(first) = members.first() else {
         return Ok(Vec::new());
@@ -272,25 +274,29 @@ async fn together(stepper: &Stepper<'_>, members: &[Member]) -> Result<Vec<Ran>,
             if several {
                 fault::point("before-group-commit");
             }
-            group
+            let commit = group
                 .commit()
                 .await
-                .map_err(|error| Unclean::Group(error.into()))
+                .map_err(|error| Unclean::Group(error.into()));
+            let commit = commit.and_then(|()| answer_lost(several));
+            if commit.is_err() {
+                // It may have landed all the same: the history says so, for what follows to tell.
+                record_commits(stepper, &ran, Landed::Unknown);
+            }
+            commit
         }
         Err(unclean) => Err(unclean),
     };
     match committed {
         Ok(()) => {
-            if several {
-                fault::point("after-group-commit");
-            }
             // Recorded before any member is answered: an answer's event comes after its commit's.
-            record_commits(stepper, &ran);
+            record_commits(stepper, &ran, Landed::Yes);
             Ok(ran)
         }
         Err(unclean) => {
-            // Nothing committed: each step, dropped, withdraws the caller it registered (its
-            // Hold), and nobody waits on its account.
+            // Nothing committed, or a COMMIT whose answer was lost (each member alone then finds
+            // what landed): each step, dropped, withdraws the caller it registered (its Hold),
+            // and nobody waits on its account.
             drop(ran);
             Err(unclean)
         }
@@ -349,7 +355,20 @@ async fn write_members(
 }
 
 /// Records each member of a group that committed, in the history log.
-fn record_commits(stepper: &Stepper<'_>, ran: &[Ran]) {
+/// The crash tests' point after a commit of several members (a group of one is any step's):
+/// under `after-group-commit:lose` (test builds), a `COMMIT` that landed is answered as failed,
+/// its answer lost with the connection.
+fn answer_lost(several: bool) -> Result<(), Unclean> {
+    if several && fault::lost("after-group-commit") {
+        let lost = "the COMMIT's answer was lost (fault point after-group-commit)";
+        return Err(Unclean::Group(
+            sutra_store::Error::Unavailable(lost.into()).into(),
+        ));
+    }
+    Ok(())
+}
+
+fn record_commits(stepper: &Stepper<'_>, ran: &[Ran], landed: Landed) {
     if !history_log::enabled() {
         return;
     }
@@ -357,7 +376,7 @@ fn record_commits(stepper: &Stepper<'_>, ran: &[Ran]) {
     let me = &stepper.shared.config.replica_id;
     for (member, ran) in ran.iter().enumerate() {
         if let Some(record) = ran.record() {
-            history_log::commit(me, record, group, member);
+            history_log::commit(me, record, landed, group, member);
         }
     }
 }
@@ -393,7 +412,7 @@ async fn answered_before_commit(stepper: &Stepper<'_>, members: Vec<Member>) {
         let number = history_log::next_group();
         let me = &stepper.shared.config.replica_id;
         for (index, record) in ran_all {
-            history_log::commit(me, &record, number, index);
+            history_log::commit(me, &record, Landed::Yes, number, index);
         }
     }
 }

@@ -190,14 +190,27 @@ impl Commit {
     }
 }
 
-/// `commit` is durable, as member `member` of group `group`.
-pub(crate) fn commit(replica: &str, commit: &Commit, group: u64, member: usize) {
+/// Whether a group's `COMMIT` is known to have landed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Landed {
+    Yes,
+    /// The `COMMIT` failed — or landed and its answer was lost with the connection: what
+    /// happened next (an answer naming the instance, a later claim reading its fence) tells.
+    Unknown,
+}
+
+/// `commit`, as member `member` of group `group`: durable, or perhaps durable.
+pub(crate) fn commit(replica: &str, commit: &Commit, landed: Landed, group: u64, member: usize) {
     if !enabled() {
         return;
     }
+    let ev = match landed {
+        Landed::Yes => "commit",
+        Landed::Unknown => "commit_unknown",
+    };
     emit(
         replica,
-        "commit",
+        ev,
         json!({
             "lane": commit.lane,
             "tenant": commit.tenant,

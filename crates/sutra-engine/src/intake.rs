@@ -269,7 +269,20 @@ async fn try_start(
     let Some(request) = start_request(route, arrived) else {
         return Start::NoFlow;
     };
+    let id = request.key.id.clone();
     match answer(shared, lanes, channel, request).await {
+        // This very start, committed by a group whose COMMIT was answered with a lost
+        // connection, then found by its member run alone: the message was consumed by this
+        // send, not an earlier one.
+        Err(IntakeError::Engine(Error::Store(sutra_store::Error::Duplicate(first))))
+            if first.instance.as_deref() == Some(id.as_str()) =>
+        {
+            Start::Answered(Ok(Answer::Accepted {
+                instance: first.instance,
+                status: first.status,
+                dedup: false,
+            }))
+        }
         Err(IntakeError::Engine(Error::Store(sutra_store::Error::Duplicate(first)))) => {
             Start::Answered(Ok(dedup(first)))
         }

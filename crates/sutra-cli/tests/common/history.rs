@@ -19,8 +19,8 @@
 //!   commit answering its task's park, in place or as a delivery; no task was answered as
 //!   completed under two different locks.
 //! - **One lock at a time**: no two of a task's locks were held at once (each lock from its
-//!   answer to its expiry, as extended), and none was granted after the task's completion was
-//!   answered. A lock ended early by a failure or a release is left out: when its end fell, in
+//!   answer to its expiry, as extended, or to a database crash that may have lost it unflushed),
+//!   and none was granted after the task's completion was answered. A lock ended early by a failure or a release is left out: when its end fell, in
 //!   the database's order, the records cannot say. No lock answered to a worker was handed back
 //!   as locked for a poll that went away (`task_unheard`).
 //! - **Asked is taken or resolved** (SPEC §5.6): every task or timer a commit armed was answered
@@ -28,6 +28,10 @@
 //!   checked are settled: every instance has come to rest.
 //! - **Outbox rows sent**: every outbox row a commit wrote was recorded sent by a replica or
 //!   heard by the receiver, and every key recorded sent or heard was written by a commit.
+//!
+//! A group whose `COMMIT` failed records its members' commits as `commit_unknown`: it may have
+//! landed with its answer lost. Such a commit counts as landed when what followed shows it did
+//! (see [`landed`]).
 //!
 //! A replica killed with SIGKILL may die between a commit and the line recording it: a gap, a
 //! message consumed with no start recorded, a completion or an asked row with no commit taking
@@ -183,13 +187,15 @@ pub fn events_of(stderr: &str) -> Vec<Event> {
 }
 
 /// Checks the history of a settled run: every incarnation's log, the messages clients had
-/// accepted, the outbox keys the receiver heard, and which incarnations were killed. `seed` is
-/// carried into the report.
+/// accepted, the outbox keys the receiver heard, which incarnations were killed, and when the
+/// database crashed (wall-clock microseconds, each taken once it was down). `seed` is carried
+/// into the report.
 pub fn check(
     incarnations: &[Incarnation],
     accepted: &[Accepted],
     heard: &[String],
     killed: &[String],
+    crashes: &[i64],
     seed: u64,
 ) -> Report {
     let events: Vec<Event> = incarnations
@@ -212,17 +218,48 @@ pub fn check(
         unrecorded: Vec::new(),
     };
     let killed = !killed.is_empty();
-    let commits: Vec<&Event> = events.iter().filter(|e| e.kind() == "commit").collect();
+    let commits = landed(&events, accepted);
     report.commits = commits.len();
     chains(&commits, killed, &mut report);
     answers(&events, &commits, &mut report);
     leases(&events, &mut report);
     consumed(&commits, accepted, killed, &mut report);
     parks(&events, &commits, killed, &mut report);
-    locks(&events, &mut report);
+    locks(&events, crashes, &mut report);
     asked(&commits, killed, &mut report);
     outbox(&events, &commits, heard, killed, &mut report);
     report
+}
+
+/// The commits that landed: each recorded `commit`, and each `commit_unknown` (a group whose
+/// `COMMIT` failed, or landed with its answer lost) that what followed shows landed — a later
+/// claim of its instance read its fence, or, for a start, a caller was told of its instance —
+/// unless another commit of its instance landed under its fence (then it had not: its step was
+/// run again alone and committed in its place).
+fn landed<'a>(events: &'a [Event], accepted: &[Accepted]) -> Vec<&'a Event> {
+    let mut commits: Vec<&Event> = events.iter().filter(|e| e.kind() == "commit").collect();
+    let fences: HashSet<(&str, Option<i64>)> = (commits.iter())
+        .map(|c| (c.str("instance").unwrap_or_default(), c.int("fence")))
+        .collect();
+    let read: HashSet<(&str, Option<i64>)> = (commits.iter())
+        .map(|c| (c.str("instance").unwrap_or_default(), c.int("claimed")))
+        .collect();
+    let told: HashSet<&str> = (events.iter())
+        .filter(|e| e.kind() == "answered")
+        .filter_map(|e| e.str("instance"))
+        .chain(accepted.iter().map(|sent| sent.instance.as_str()))
+        .collect();
+    let shown = |unknown: &&Event| {
+        let at = (
+            unknown.str("instance").unwrap_or_default(),
+            unknown.int("fence"),
+        );
+        let start = unknown.str("kind") == Some("start");
+        !fences.contains(&at) && (read.contains(&at) || (start && told.contains(at.0)))
+    };
+    let unknown = events.iter().filter(|e| e.kind() == "commit_unknown");
+    commits.extend(unknown.filter(shown));
+    commits
 }
 
 fn anomaly(what: &'static str, subject: impl Into<String>, events: &[&Event]) -> Anomaly {
@@ -590,9 +627,15 @@ struct Lock<'a> {
     events: Vec<&'a Event>,
 }
 
+/// How long before a database crash a poll's lock may have committed without reaching the disk:
+/// a poll commits asynchronously (decision 0035), and PostgreSQL flushes such a commit within
+/// three `wal_writer_delay`s (600 ms by default).
+const UNFLUSHED: i64 = 1_000_000;
+
 /// (f) A task's locks, one at a time, none after its completion, none both answered to a worker
-/// and handed back as unheard.
-fn locks(events: &[Event], report: &mut Report) {
+/// and handed back as unheard. A poll's lock answered within [`UNFLUSHED`] before a database
+/// crash may have been lost with it: it is held until the crash at the latest.
+fn locks(events: &[Event], crashes: &[i64], report: &mut Report) {
     let mut by_task: BTreeMap<&str, BTreeMap<&str, Lock>> = BTreeMap::new();
     for event in events.iter().filter(|e| e.kind().starts_with("task_")) {
         let (Some(task), Some(print)) = (event.str("task"), event.str("lock")) else {
@@ -616,7 +659,17 @@ fn locks(events: &[Event], report: &mut Report) {
             "task_locked" => {
                 report.locks += 1;
                 lock.from = lock.from.min(at);
-                lock.until = lock.until.max(event.int("until").unwrap_or(i64::MIN));
+                let until = event.int("until").unwrap_or(i64::MIN);
+                let lost = (event.str("via") == Some("poll"))
+                    .then(|| {
+                        crashes
+                            .iter()
+                            .find(|&&crash| (at..at + UNFLUSHED).contains(&crash))
+                    })
+                    .flatten();
+                lock.until = lock
+                    .until
+                    .max(lost.map_or(until, |&crash| until.min(crash)));
             }
             "task_extended" => lock.until = lock.until.max(event.int("until").unwrap_or(i64::MIN)),
             "task_completed" => lock.completed_at = Some(at),

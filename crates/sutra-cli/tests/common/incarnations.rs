@@ -82,7 +82,7 @@ impl Incarnations {
             .iter()
             .map(|(id, _)| id.clone())
             .collect();
-        let report = history::check(&histories, &self.accepted, &[], &killed, 0);
+        let report = history::check(&histories, &self.accepted, &[], &killed, &[], 0);
         println!("{} at {} lane(s): {report}", self.name, self.lanes);
         // A log filter that lost the history target would leave nothing to check, and pass.
         // Commits alone are not the sign: a burst that made one group, killed after its
