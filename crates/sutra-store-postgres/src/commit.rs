@@ -14,7 +14,7 @@ use std::sync::LazyLock;
 use serde_json::Value;
 use sqlx::Row;
 use sqlx::types::Json;
-use sutra_core::snapshot::{InstanceInfo, ParkId};
+use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot};
 use sutra_store::{
     CANCEL_PARK, DeliveryId, DeliveryKind, InboxEntry, NewChild, OutboxEntry, Report, Result,
     START_PARK, TaskState, WaitTarget,
@@ -57,7 +57,7 @@ impl StepStatements for Scoped {
             Some(token) => {
                 let (owner, growth) = settle_fence(token);
                 sqlx::query(sql)
-                    .bind(Json(snapshot.to_json()))
+                    .bind(Json(snapshot))
                     .bind(snapshot.status.as_str())
                     .bind(&instance.tenant)
                     .bind(&instance.id)
@@ -75,7 +75,7 @@ impl StepStatements for Scoped {
                 .bind(i64::from(instance.version))
                 .bind(&instance.flow)
                 .bind(snapshot.status.as_str())
-                .bind(Json(snapshot.to_json()))
+                .bind(Json(snapshot))
                 .bind(rows.held_by),
         };
         let query = HistoryColumns::of(rows.history)?.bind(query);
@@ -516,7 +516,7 @@ struct CallColumns<'a> {
     deployments: Vec<&'a str>,
     versions: Vec<i64>,
     flows: Vec<&'a str>,
-    snapshots: Vec<Json<Value>>,
+    snapshots: Vec<Json<&'a Snapshot>>,
     parks: Vec<i64>,
     starts: Vec<Json<Value>>,
     cancelled: Vec<i64>,
@@ -543,7 +543,7 @@ impl<'a> CallColumns<'a> {
             columns.deployments.push(&info.deployment);
             columns.versions.push(i64::from(info.version));
             columns.flows.push(&info.flow);
-            columns.snapshots.push(Json(child.snapshot.to_json()));
+            columns.snapshots.push(Json(&child.snapshot));
             columns.parks.push(park(child.park)?);
             let start = DeliveryKind::Start {
                 message: child.start.clone(),

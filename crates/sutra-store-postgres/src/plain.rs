@@ -12,9 +12,9 @@
 
 use std::sync::LazyLock;
 
-use serde_json::Value;
 use sqlx::Row;
 use sqlx::types::Json;
+use sutra_core::snapshot::Snapshot;
 use sutra_store::{Error, Result};
 use sutra_store_sql::{StepRows, settle_fence};
 
@@ -56,7 +56,7 @@ struct Settles<'a> {
     numbers: Vec<i32>,
     tenants: Vec<&'a str>,
     ids: Vec<&'a str>,
-    snapshots: Vec<Json<Value>>,
+    snapshots: Vec<Json<&'a Snapshot>>,
     statuses: Vec<&'a str>,
     owners: Vec<Option<&'a str>>,
     fences: Vec<i64>,
@@ -75,7 +75,7 @@ impl<'a> Settles<'a> {
         self.numbers.push(n);
         self.tenants.push(&instance.tenant);
         self.ids.push(&instance.id);
-        self.snapshots.push(Json(rows.snapshot.to_json()));
+        self.snapshots.push(Json(rows.snapshot));
         self.statuses.push(rows.snapshot.status.as_str());
         self.owners.push(owner);
         self.fences.push(token.fence);
@@ -112,7 +112,7 @@ struct Starts<'a> {
     versions: Vec<i64>,
     flows: Vec<&'a str>,
     statuses: Vec<&'a str>,
-    snapshots: Vec<Json<Value>>,
+    snapshots: Vec<Json<&'a Snapshot>>,
     held_by: Vec<Option<&'a str>>,
     channels: Vec<&'a str>,
     events: Vec<&'a str>,
@@ -134,7 +134,7 @@ impl<'a> Starts<'a> {
         self.versions.push(i64::from(instance.version));
         self.flows.push(&instance.flow);
         self.statuses.push(rows.snapshot.status.as_str());
-        self.snapshots.push(Json(rows.snapshot.to_json()));
+        self.snapshots.push(Json(rows.snapshot));
         self.held_by.push(rows.held_by);
         self.channels.push(&entry.channel);
         self.events.push(&entry.event_id);
