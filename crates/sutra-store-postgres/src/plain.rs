@@ -207,7 +207,7 @@ impl<'a> Rows<'a> {
 static SETTLES: LazyLock<String> = LazyLock::new(|| {
     let lead = format!(
         "member AS (
-             SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::jsonb[], $5::text[],
+             SELECT * FROM unnest((SELECT $1::int[]), $2::text[], $3::text[], $4::jsonb[], $5::text[],
                                   $6::text[], $7::bigint[], $8::bigint[], $9::text[],
                                   $10::bigint[])
                   AS m (n, m_tenant, m_id, m_snapshot, m_status, m_owner, m_fence, m_growth,
@@ -246,7 +246,7 @@ static STARTS: LazyLock<String> = LazyLock::new(|| {
     ];
     let lead = format!(
         "member AS (
-             SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::bigint[],
+             SELECT * FROM unnest((SELECT $1::int[]), $2::text[], $3::text[], $4::text[], $5::bigint[],
                                   $6::text[], $7::text[], $8::jsonb[], $9::text[], $10::text[],
                                   $11::text[], $12::text[], $13::text[], $14::text[])
                   AS m (n, m_id, m_tenant, m_deployment, m_version, m_flow, m_status,
@@ -275,21 +275,29 @@ static STARTS: LazyLock<String> = LazyLock::new(|| {
 
 /// The statement of a kind: its `lead` CTEs, which end with `written` (each landed member's
 /// number, tenant and id), then the rows of [`Rows`] from `$first`, each joined to `written`.
+///
+/// Each `unnest` takes its first array through a scalar subquery, `(SELECT $n::int[])`, which
+/// the planner cannot see into: it estimates the rows at no fewer than ten, however few the
+/// arrays hold, in a custom plan as in the generic one. Bound plainly, a custom plan for one
+/// or two members always looked cheaper than the generic plan for ten, so the statement —
+/// large, and dear to plan — was planned anew at every call where groups are small (fan-out's
+/// completions: 9,024 plans in 9,016 calls, 0.64 ms each; docs/performance.md, "The plain
+/// steps' plan kept"). The same end as the claims' JSON array (decision 0069).
 fn kept_rows(lead: &str, first: usize) -> String {
     let p = |k: usize| format!("${}", first + k);
     let history = history_insert(&format!(
-        "written JOIN unnest(${first}::int[], {})
+        "written JOIN unnest((SELECT ${first}::int[]), {})
                       AS event (n, seq, at, kind, node, token, detail) USING (n)",
         unnest_args(first + 1, &HISTORY_TYPES)
     ));
     let tasks = tasks_insert(&format!(
-        "written JOIN unnest(${}::int[], {}) AS task (n, {TASK_NAMES}) USING (n)",
+        "written JOIN unnest((SELECT ${}::int[]), {}) AS task (n, {TASK_NAMES}) USING (n)",
         first + 9,
         unnest_args(first + 10, &TASK_TYPES)
     ));
     format!(
         "WITH {lead}
-         cleared AS (SELECT * FROM unnest({c0}::int[], {c1}::bigint[]) AS cleared (n, park)),
+         cleared AS (SELECT * FROM unnest((SELECT {c0}::int[]), {c1}::bigint[]) AS cleared (n, park)),
          history_rows AS ({history}),
          cleared_waits AS (
              DELETE FROM waits USING written JOIN cleared USING (n)
