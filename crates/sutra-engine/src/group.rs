@@ -354,7 +354,6 @@ async fn write_members(
     Ok(())
 }
 
-/// Records each member of a group that committed, in the history log.
 /// The crash tests' point after a commit of several members (a group of one is any step's):
 /// under `after-group-commit:lose` (test builds), a `COMMIT` that landed is answered as failed,
 /// its answer lost with the connection.
@@ -368,6 +367,7 @@ fn answer_lost(several: bool) -> Result<(), Unclean> {
     Ok(())
 }
 
+/// Records each member of a group that committed — or may have (`landed`) — in the history log.
 fn record_commits(stepper: &Stepper<'_>, ran: &[Ran], landed: Landed) {
     if !history_log::enabled() {
         return;

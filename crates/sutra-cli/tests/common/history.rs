@@ -632,6 +632,17 @@ struct Lock<'a> {
 /// three `wal_writer_delay`s (600 ms by default).
 const UNFLUSHED: i64 = 1_000_000;
 
+/// The database crash that may have lost a poll's lock answered at `at`, unflushed.
+fn crash_losing(locked: &Event, at: i64, crashes: &[i64]) -> Option<i64> {
+    if locked.str("via") != Some("poll") {
+        return None;
+    }
+    crashes
+        .iter()
+        .copied()
+        .find(|crash| (at..at + UNFLUSHED).contains(crash))
+}
+
 /// (f) A task's locks, one at a time, none after its completion, none both answered to a worker
 /// and handed back as unheard. A poll's lock answered within [`UNFLUSHED`] before a database
 /// crash may have been lost with it: it is held until the crash at the latest.
@@ -660,16 +671,8 @@ fn locks(events: &[Event], crashes: &[i64], report: &mut Report) {
                 report.locks += 1;
                 lock.from = lock.from.min(at);
                 let until = event.int("until").unwrap_or(i64::MIN);
-                let lost = (event.str("via") == Some("poll"))
-                    .then(|| {
-                        crashes
-                            .iter()
-                            .find(|&&crash| (at..at + UNFLUSHED).contains(&crash))
-                    })
-                    .flatten();
-                lock.until = lock
-                    .until
-                    .max(lost.map_or(until, |&crash| until.min(crash)));
+                let until = crash_losing(event, at, crashes).map_or(until, |c| until.min(c));
+                lock.until = lock.until.max(until);
             }
             "task_extended" => lock.until = lock.until.max(event.int("until").unwrap_or(i64::MIN)),
             "task_completed" => lock.completed_at = Some(at),
