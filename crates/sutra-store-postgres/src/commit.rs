@@ -16,8 +16,8 @@ use sqlx::Row;
 use sqlx::types::Json;
 use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot};
 use sutra_store::{
-    CANCEL_PARK, DeliveryId, DeliveryKind, InboxEntry, NewChild, OutboxEntry, Report, Result,
-    START_PARK, TaskState, WaitTarget,
+    CANCEL_PARK, DeliveryId, DeliveryKind, NewChild, OutboxEntry, Report, Result, START_PARK,
+    TaskState, WaitTarget,
 };
 use sutra_store_sql::rows::WaitRow;
 use sutra_store_sql::{
@@ -28,7 +28,7 @@ use sutra_store_sql::{
 use crate::codec::{db, park};
 use crate::columns::{HISTORY_TYPES, HistoryColumns, TASK_TYPES, TaskColumns, unnest_args};
 use crate::notices;
-use crate::statements::{INBOX_CONSUMED, Query, Scoped, advisory_keys};
+use crate::statements::{Query, Scoped, advisory_keys};
 use crate::test_switches;
 
 impl StepStatements for Scoped {
@@ -46,10 +46,12 @@ impl StepStatements for Scoped {
     async fn write_rows(&mut self, rows: &StepRows<'_>) -> Result<Wrote> {
         // A message is a start's: a settle has none.
         let message = rows.message.filter(|_| rows.claim.is_none());
-        let sql = match (rows.claim, message) {
-            (Some(_), _) => ROWS_AFTER_SETTLE.as_str(),
-            (None, None) => ROWS_AFTER_INSERT.as_str(),
-            (None, Some(_)) => ROWS_OF_A_MESSAGE.as_str(),
+        let consumed = rows.consumed.filter(|_| rows.claim.is_some());
+        let sql = match (rows.claim, message, consumed) {
+            (Some(_), _, None) => ROWS_AFTER_SETTLE.as_str(),
+            (Some(_), _, Some(_)) => ROWS_CONSUMING.as_str(),
+            (None, None, _) => ROWS_AFTER_INSERT.as_str(),
+            (None, Some(_), _) => ROWS_OF_A_MESSAGE.as_str(),
         };
         let (snapshot, instance) = (rows.snapshot, &rows.snapshot.instance);
         let query = match rows.claim {
@@ -85,7 +87,14 @@ impl StepStatements for Scoped {
             .map(|cleared| park(cleared.park))
             .collect::<Result<Vec<_>>>()?;
         let query = TaskColumns::of(rows.tasks)?.bind(query.bind(cleared));
-        let query = CallColumns::of(rows)?.bind(query);
+        let mut query = CallColumns::of(rows)?.bind(query);
+        if let Some(entry) = consumed {
+            query = query
+                .bind(&entry.channel)
+                .bind(&entry.event_id)
+                .bind(entry.answer.instance.as_deref())
+                .bind(&entry.answer.status);
+        }
         let Some(entry) = message else {
             // No row: the settle's fence no longer holds.
             let row = query.fetch_optional(self.connection()).await.map_err(db)?;
@@ -249,17 +258,38 @@ impl StepStatements for Scoped {
             .bind(instance);
         self.execute(query).await.map(drop)
     }
-
-    async fn record_consumed(&mut self, tenant: &str, entry: &InboxEntry) -> Result<()> {
-        self.write_inbox(INBOX_CONSUMED, tenant, entry)
-            .await
-            .map(drop)
-    }
 }
 
 /// A step's rows after a settle: the settle's parameters are `$1`–`$9` (bound in
 /// [`StepStatements::write_rows`]).
-static ROWS_AFTER_SETTLE: LazyLock<String> = LazyLock::new(|| {
+static ROWS_AFTER_SETTLE: LazyLock<String> = LazyLock::new(|| settle_rows(&WRITTEN));
+
+/// A settle's rows with the message it consumed (a relay's): [`ROWS_AFTER_SETTLE`]'s
+/// parameters, then the message's channel, event id and answer (instance, status), `$39`–`$42`.
+/// Its answer is written over whatever inbox row it had (a buffered message's, whose answer had
+/// no instance yet), joined to the settle like every other row: in the settle's statement, not
+/// one of its own (decision 0073).
+static ROWS_CONSUMING: LazyLock<String> = LazyLock::new(|| {
+    let m = |n: usize| format!("${}", 10 + ROW_PARAMS + n);
+    settle_rows(&format!(
+        ", consumed AS (
+             INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
+             SELECT written.tenant, {channel}::text, {event}::text, {instance}::text,
+                    {status}::text, sutra_now()
+             FROM written
+             ON CONFLICT (tenant, channel, event_id)
+             DO UPDATE SET instance = excluded.instance, status = excluded.status)
+         {WRITTEN}",
+        channel = m(0),
+        event = m(1),
+        instance = m(2),
+        status = m(3),
+        WRITTEN = WRITTEN.as_str(),
+    ))
+});
+
+/// A settle's [`step_rows`], ending with `last`.
+fn settle_rows(last: &str) -> String {
     let rows = step_rows(
         "",
         &format!(
@@ -268,10 +298,10 @@ static ROWS_AFTER_SETTLE: LazyLock<String> = LazyLock::new(|| {
             settle_set("$1", "$2", "$7", "$8", "$9")
         ),
         10,
-        &WRITTEN,
+        last,
     );
     test_switches::settle(rows)
-});
+}
 
 /// What a settle sets on its instance's row, given the expressions of the new snapshot and
 /// status, what the fence grows by, who holds a caller (`NULL` keeps who did) and the version:
@@ -404,7 +434,8 @@ static ROWS_OF_A_MESSAGE: LazyLock<String> = LazyLock::new(|| {
 /// One statement for a step's own rows ([`StepRows`]): the CTEs of `lead`, then `instance_row`,
 /// which writes the instance, and every other row joined to what it returned, so that a settle
 /// whose fence no longer holds (or a start whose message is not its own) writes nothing at all;
-/// `last` says what was written. Its parameters from `$first` on: the history's columns
+/// `last` says what was written (led by more CTEs joined to `written`, each after a comma, if it
+/// has any). Its parameters from `$first` on: the history's columns
 /// ([`HistoryColumns`]), the cleared parks, the tasks' columns ([`TaskColumns`]), the calls'
 /// columns ([`CallColumns`]): [`ROW_PARAMS`] in all.
 ///

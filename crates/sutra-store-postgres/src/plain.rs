@@ -68,7 +68,8 @@ struct Settles<'a> {
 impl<'a> Settles<'a> {
     fn push(&mut self, n: i32, rows: &'a StepRows<'a>) -> Result<()> {
         let instance = &rows.snapshot.instance;
-        let Some(token) = rows.claim else {
+        // A settle consuming a message (a relay's) is not plain (`deferred::deferrable`).
+        let (Some(token), None) = (rows.claim, rows.consumed) else {
             return Err(kept_as(&instance.id, "a settle"));
         };
         let (owner, growth) = settle_fence(token);

@@ -56,16 +56,32 @@ pub async fn begin(
         Flush::Wait => "",
         Flush::Later => "; SET LOCAL synchronous_commit = off",
     };
-    // In milliseconds, at least one: zero would mean no bound at all.
-    let bounded = bound.map_or(String::new(), |bound| {
+    let statement = format!("BEGIN; {}{unflushed}{}", declare(tenant)?, bounded(bound));
+    // Safe: the only dynamic part is a literal quoted by `literal`.
+    pool.begin_with(AssertSqlSafe(statement)).await.map_err(db)
+}
+
+/// The statements that scope the implicit transaction PostgreSQL runs a simple-protocol message
+/// of several statements in (it ends with the message) as [`begin`] scopes an explicit one:
+/// whom it acts for, and its statements' bound. `SET LOCAL` lasts until that transaction ends,
+/// as `set_config(…, true)` does, and answers no row.
+pub(crate) fn implicit_scope(tenant: &str, bound: Option<Duration>) -> Result<String> {
+    Ok(format!(
+        "SET LOCAL sutra.tenant = {}{}",
+        literal(tenant)?,
+        bounded(bound)
+    ))
+}
+
+/// The `SET LOCAL` of a transaction's statement bound after a `;`, if it has one: in
+/// milliseconds, at least one (zero would mean no bound at all).
+fn bounded(bound: Option<Duration>) -> String {
+    bound.map_or(String::new(), |bound| {
         format!(
             "; SET LOCAL statement_timeout = {}",
             bound.as_millis().max(1)
         )
-    });
-    let statement = format!("BEGIN; {}{unflushed}{bounded}", declare(tenant)?);
-    // Safe: the only dynamic part is a literal quoted by `literal`.
-    pool.begin_with(AssertSqlSafe(statement)).await.map_err(db)
+    })
 }
 
 /// The statement that declares whom the transaction acts for, from here until it ends (or until
@@ -83,7 +99,7 @@ pub(crate) fn declare(tenant: &str) -> Result<String> {
 pub(crate) fn literal(text: &str) -> Result<String> {
     if text.contains('\0') {
         return Err(Error::Corrupt(format!(
-            "a tenant name with a NUL character: {text:?}"
+            "a text with a NUL character, which PostgreSQL cannot hold: {text:?}"
         )));
     }
     Ok(format!(

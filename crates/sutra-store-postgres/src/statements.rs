@@ -7,7 +7,7 @@ use std::time::Duration;
 use sqlx::postgres::PgArguments;
 use sqlx::types::Json;
 use sqlx::{AssertSqlSafe, PgConnection, PgPool};
-use sutra_store::{DeliveryId, EndNotice, InboxAnswer, InboxEntry, Result, WaitTarget};
+use sutra_store::{DeliveryId, EndNotice, InboxAnswer, InboxEntry, Lookup, Result, WaitTarget};
 use sutra_store_sql::rows::{InboxRow, WaitRow};
 use sutra_store_sql::{Backend, Correlation, InboxKey, LockOn, NewDeliveryRow, Scope, Statements};
 use tracing::warn;
@@ -60,33 +60,6 @@ const INBOX_UNLESS_THERE: &str =
      VALUES ($1, $2, $3, $4, $5, sutra_now())
      ON CONFLICT DO NOTHING";
 
-/// A consumed message's inbox row, over whatever row it had
-/// ([`sutra_store_sql::StepStatements::record_consumed`]).
-pub const INBOX_CONSUMED: &str =
-    "INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
-     VALUES ($1, $2, $3, $4, $5, sutra_now())
-     ON CONFLICT (tenant, channel, event_id)
-     DO UPDATE SET instance = excluded.instance, status = excluded.status";
-
-impl Scoped {
-    /// Writes a message's inbox row by `sql` ([`INBOX_UNLESS_THERE`] or [`INBOX_CONSUMED`]):
-    /// tenant, channel, event id, the answer's instance and status. How many rows it wrote.
-    pub async fn write_inbox(
-        &mut self,
-        sql: &'static str,
-        tenant: &str,
-        entry: &InboxEntry,
-    ) -> Result<u64> {
-        let query = sqlx::query(sql)
-            .bind(tenant)
-            .bind(&entry.channel)
-            .bind(&entry.event_id)
-            .bind(entry.answer.instance.as_deref())
-            .bind(&entry.answer.status);
-        self.execute(query).await
-    }
-}
-
 impl Postgres {
     /// The pool a scope's transactions run in: the system's work as the system's role, which
     /// alone `'*'` shows rows to (migration 0011).
@@ -120,6 +93,11 @@ impl Backend for Postgres {
     /// task path, and a lost lock only hands its task out again.
     async fn begin_redoable(&self, scope: Scope<'_>) -> Result<Scoped> {
         self.scoped(scope, Flush::Later).await
+    }
+
+    /// One round trip ([`Postgres::look_up_at_once`]) rather than a transaction's three.
+    async fn look_up(&self, inbox: InboxKey<'_>, key: Option<&str>) -> Result<Lookup> {
+        self.look_up_at_once(inbox, key).await
     }
 
     /// The one database of a fleet of replicas: its singleton roles are led by one replica at a
@@ -209,7 +187,13 @@ impl Statements for Scoped {
     /// do nothing; the lookup that follows is a new statement, so (READ COMMITTED) it sees the
     /// row the racer committed.
     async fn insert_inbox(&mut self, tenant: &str, entry: &InboxEntry) -> Result<bool> {
-        Ok(self.write_inbox(INBOX_UNLESS_THERE, tenant, entry).await? == 1)
+        let query = sqlx::query(INBOX_UNLESS_THERE)
+            .bind(tenant)
+            .bind(&entry.channel)
+            .bind(&entry.event_id)
+            .bind(entry.answer.instance.as_deref())
+            .bind(&entry.answer.status);
+        Ok(self.execute(query).await? == 1)
     }
 
     async fn inbox_answer(&mut self, key: InboxKey<'_>) -> Result<Option<InboxAnswer>> {

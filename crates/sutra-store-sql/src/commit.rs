@@ -100,12 +100,6 @@ pub(crate) async fn write_step<T: StepStatements>(
     if let Some(taken) = step.taken {
         writer.tx.take_delivery(&instance.id, taken).await?;
     }
-    // A start's inbox row was written first, by `write_rows`.
-    if step.claim.is_some()
-        && let Some(entry) = &step.inbox
-    {
-        writer.tx.record_consumed(&instance.tenant, entry).await?;
-    }
     Ok(Committed { due_now, taken })
 }
 
@@ -309,6 +303,7 @@ pub(crate) fn step_rows<'a>(
         cleared: &step.disarms,
         tasks,
         message: step.inbox.as_ref().filter(|_| step.claim.is_none()),
+        consumed: step.inbox.as_ref().filter(|_| step.claim.is_some()),
         children: &step.children,
         cancelled_calls,
         report: step.report.as_ref(),
@@ -490,6 +485,10 @@ pub struct StepRows<'a> {
     /// waits on its correlation key (the message is a relay) or another start consumed it
     /// already; either way nothing is written.
     pub message: Option<&'a InboxEntry>,
+    /// A settle's message (a relay's): its answer is written over whatever inbox row it had (the
+    /// row a buffered message left, whose answer had no instance yet), only if the settle lands
+    /// — in the same statement where a backend's statements are round trips.
+    pub consumed: Option<&'a InboxEntry>,
     /// The instances the step calls: each row `created`, with `parent` and `parent_park`, and
     /// its `start` delivery due now ([`sutra_store::DeliveryKind::Start`]).
     pub children: &'a [NewChild],
@@ -525,7 +524,8 @@ pub trait StepStatements: Statements {
     fn announce_ended(&mut self, instances: &[String]) -> impl Future<Output = Result<()>> + Send;
 
     /// Writes `rows`, or nothing at all when the settle's claim no longer holds or a start's
-    /// message is not its to consume.
+    /// message is not its to consume; a settle's consumed message ([`StepRows::consumed`])
+    /// with them.
     fn write_rows(&mut self, rows: &StepRows<'_>) -> impl Future<Output = Result<Wrote>> + Send;
 
     /// Writes the rows of several plain steps of one kind — all settles or all starts
@@ -580,12 +580,5 @@ pub trait StepStatements: Statements {
         &mut self,
         instance: &str,
         delivery: DeliveryId,
-    ) -> impl Future<Output = Result<()>> + Send;
-
-    /// Writes the answer to a consumed message over whatever inbox row it had.
-    fn record_consumed(
-        &mut self,
-        tenant: &str,
-        entry: &InboxEntry,
     ) -> impl Future<Output = Result<()>> + Send;
 }

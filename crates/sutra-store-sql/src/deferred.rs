@@ -82,7 +82,7 @@ pub(crate) fn reads_waits(step: &StepCommit) -> bool {
 /// `resolved`, which the group completed already), or a start led by its message; arming
 /// nothing but tasks, and with no outbox rows, taken delivery, child, `Call` park or report —
 /// each of those is a statement of its own, or reads what another transaction may race for. A
-/// settle consuming a message (a relay's) is not plain: its inbox row is a statement of its own.
+/// settle consuming a message (a relay's) is not plain: the plain settles write no inbox row.
 pub(crate) fn deferrable(step: &StepCommit, resolved: Option<ParkId>) -> bool {
     let cancels = step.disarms.iter().any(|disarm| match disarm.sort {
         ParkSort::Task => Some(disarm.park) != resolved,

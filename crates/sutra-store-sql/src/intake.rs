@@ -55,15 +55,12 @@ impl<B: Backend> Intake for SqlStore<B> {
         event_id: &str,
         key: Option<&str>,
     ) -> Result<Lookup> {
-        self.once(Scope::Tenant(tenant), async |tx| {
-            let inbox = InboxKey {
-                tenant,
-                channel,
-                event_id,
-            };
-            tx.look_up(inbox, key).await
-        })
-        .await
+        let inbox = InboxKey {
+            tenant,
+            channel,
+            event_id,
+        };
+        self.backend().look_up(inbox, key).await
     }
 
     /// Records the message's inbox row, then relays it to a wait armed on its key since the

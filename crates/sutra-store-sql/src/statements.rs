@@ -25,8 +25,8 @@ use std::future::Future;
 use jiff::Timestamp;
 use sutra_core::snapshot::ParkId;
 use sutra_store::{
-    Clock, DeliveryId, DeliveryKind, EndNotice, InboxAnswer, InboxEntry, NewDelivery, Result,
-    WaitTarget,
+    Clock, DeliveryId, DeliveryKind, EndNotice, InboxAnswer, InboxEntry, Lookup, NewDelivery,
+    Result, WaitTarget,
 };
 
 use crate::claim::ClaimStatements;
@@ -151,6 +151,22 @@ pub trait Backend: Send + Sync + 'static {
     /// [`sutra_store::Steps::end_notice`]: a backend that cannot tell never returns.
     fn end_notice(&self) -> impl Future<Output = Result<EndNotice>> + Send {
         std::future::pending()
+    }
+
+    /// [`sutra_store::Intake::look_up`], in a unit of work of its own acting for the message's
+    /// tenant: by default a transaction running [`IntakeStatements::look_up`]. A backend whose
+    /// round trips cost more than its statements may read it in one.
+    fn look_up(
+        &self,
+        inbox: InboxKey<'_>,
+        key: Option<&str>,
+    ) -> impl Future<Output = Result<Lookup>> + Send {
+        async move {
+            let mut tx = self.begin(Scope::Tenant(inbox.tenant)).await?;
+            let found = tx.look_up(inbox, key).await?;
+            tx.commit().await?;
+            Ok(found)
+        }
     }
 }
 

@@ -7,8 +7,8 @@ use sqlx::types::Json;
 use sutra_core::snapshot::{InstanceInfo, ParkId, Snapshot};
 use sutra_core::step::HistoryEvent;
 use sutra_store::{
-    CANCEL_PARK, ClaimToken, DeliveryId, DeliveryKind, InboxEntry, NewChild, OutboxEntry, Report,
-    Result, START_PARK, TaskState,
+    CANCEL_PARK, ClaimToken, DeliveryId, DeliveryKind, NewChild, OutboxEntry, Report, Result,
+    START_PARK, TaskState,
 };
 use sutra_store_sql::{
     ArmedWait, Correlation, NewDeliveryRow, Statements, StepRows, StepStatements, TaskArm, WaitArm,
@@ -42,6 +42,9 @@ impl StepStatements for Session {
             Some(token) => {
                 if !self.settle(token, rows.snapshot, rows.held_by).await? {
                     return Ok(Wrote::ClaimLost);
+                }
+                if let Some(entry) = rows.consumed {
+                    self.write_inbox(INBOX_CONSUMED, tenant, entry).await?;
                 }
             }
             None => self.insert_instance(rows.snapshot, rows.held_by).await?,
@@ -170,12 +173,6 @@ impl StepStatements for Session {
             .bind(delivery.0)
             .bind(instance);
         tx.execute(query).await.map(drop)
-    }
-
-    async fn record_consumed(&mut self, tenant: &str, entry: &InboxEntry) -> Result<()> {
-        self.write_inbox(INBOX_CONSUMED, tenant, entry)
-            .await
-            .map(drop)
     }
 }
 

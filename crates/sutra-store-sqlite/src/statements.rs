@@ -130,7 +130,7 @@ const INBOX_UNLESS_THERE: &str =
      ON CONFLICT DO NOTHING";
 
 /// A consumed message's inbox row, over whatever row it had
-/// ([`sutra_store_sql::StepStatements::record_consumed`]).
+/// ([`sutra_store_sql::StepRows::consumed`]).
 pub const INBOX_CONSUMED: &str =
     "INSERT INTO inbox (tenant, channel, event_id, instance, status, received_at)
      VALUES (?1, ?2, ?3, ?4, ?5, ?6)
