@@ -8,12 +8,12 @@
 use sqlx::{Connection, PgConnection};
 use sutra_core::snapshot::ParkId;
 use sutra_store::prelude::*;
-use sutra_store::{NewDelivery, StepCommit};
+use sutra_store::{Lookup, NewDelivery, StepCommit};
 use sutra_store_postgres::PostgresStore;
 use sutra_testkit::postgres::TestDatabase;
 
 use crate::common::{
-    OTHER_TENANT, TENANT, arming, claimed, early, emit, replica, started, task, wait,
+    OTHER_TENANT, REPLIES, TENANT, arming, claimed, early, emit, replica, started, task, wait,
 };
 
 const TABLES: [&str; 10] = [
@@ -353,4 +353,49 @@ async fn tenant_names_are_literals_whatever_they_contain() {
         .await
         .unwrap();
     assert_eq!(stored, odd, "stored exactly as named");
+}
+
+/// A message's look-up is one simple-protocol message whose channel, id and key travel as
+/// literals (decision 0073): it reads its own tenant's inbox and waits only, and whatever the
+/// message holds is text — no statement of its own, no other tenant's rows, nothing changed.
+#[tokio::test]
+async fn a_look_up_reads_its_tenants_rows_only_whatever_its_message_holds() {
+    let (database, store) = two_tenants().await;
+    let before = census(&database).await;
+
+    let own = store
+        .look_up(TENANT, REPLIES, "unseen", Some("i-acme"))
+        .await
+        .unwrap();
+    assert_eq!(
+        own.wait.map(|wait| wait.instance).as_deref(),
+        Some("i-acme")
+    );
+    let buffered = store
+        .look_up(TENANT, REPLIES, "early-i-acme", Some("i-acme"))
+        .await
+        .unwrap();
+    assert!(
+        buffered.answer.is_some() && buffered.wait.is_none(),
+        "a message with an inbox row is answered, not relayed: {buffered:?}"
+    );
+    let theirs = store
+        .look_up(TENANT, REPLIES, "early-i-globex", Some("i-globex"))
+        .await
+        .unwrap();
+    assert_eq!(
+        theirs,
+        Lookup::default(),
+        "another tenant's rows are not seen"
+    );
+    let odd = [
+        r"x'; SET LOCAL sutra.tenant = '*'; SELECT '",
+        r"\'; DELETE FROM waits; --",
+        "o'brien\\",
+    ];
+    for text in odd {
+        let found = store.look_up(TENANT, text, text, Some(text)).await.unwrap();
+        assert_eq!(found, Lookup::default(), "{text} is a literal");
+    }
+    assert_eq!(census(&database).await, before, "nothing changed");
 }
