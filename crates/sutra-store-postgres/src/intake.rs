@@ -4,7 +4,7 @@
 
 use sqlx::types::Json;
 use sqlx::{AssertSqlSafe, Row};
-use sutra_store::{BufferedMessage, InboxAnswer, Lookup, Result};
+use sutra_store::{BufferedMessage, Error, InboxAnswer, Lookup, Result};
 use sutra_store_sql::rows::WaitRow;
 use sutra_store_sql::{InboxKey, IntakeStatements};
 
@@ -32,9 +32,9 @@ impl IntakeStatements for Scoped {
 
 impl Postgres {
     /// A message's look-up in one simple-protocol message, one round trip (decision 0073): the
-    /// scope's `SET LOCAL`s and the read run in the implicit transaction PostgreSQL gives a
-    /// message of several statements, which ends with the message — no `BEGIN` or `COMMIT`
-    /// of their own. One snapshot for both reads: an answered message wins over a wait. Such a
+    /// scope's declaration and bound and the read run in the implicit transaction PostgreSQL
+    /// gives a message of several statements, which ends with the message — no `BEGIN` or
+    /// `COMMIT` of their own. One snapshot for both reads: an answered message wins over a wait. Such a
     /// message carries no bind parameters, so the message's channel, id and key travel as
     /// literals, quoted as the tenant is ([`literal`]); the statement is planned at each call,
     /// which for two primary-key probes costs less than the two round trips it saves.
@@ -58,10 +58,17 @@ impl Postgres {
         );
         type Row = (Option<String>, Option<String>, Option<String>, Option<i64>);
         // Safe: every dynamic part is a literal quoted by `literal`.
-        let row = sqlx::raw_sql(AssertSqlSafe(sql))
-            .fetch_one(&self.pool)
+        let rows = sqlx::raw_sql(AssertSqlSafe(sql))
+            .fetch_all(&self.pool)
             .await
             .map_err(db)?;
+        // The declaration's row first, then the look-up's.
+        let row = rows.last().filter(|_| rows.len() == 2).ok_or_else(|| {
+            Error::Corrupt(format!(
+                "a message's look-up answered {} rows, not the declaration's and its own",
+                rows.len()
+            ))
+        })?;
         let (answered, status, waiting, park): Row = (
             row.try_get(0).map_err(db)?,
             row.try_get(1).map_err(db)?,

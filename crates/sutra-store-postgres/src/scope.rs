@@ -62,15 +62,11 @@ pub async fn begin(
 }
 
 /// The statements that scope the implicit transaction PostgreSQL runs a simple-protocol message
-/// of several statements in (it ends with the message) as [`begin`] scopes an explicit one:
-/// whom it acts for, and its statements' bound. `SET LOCAL` lasts until that transaction ends,
-/// as `set_config(…, true)` does, and answers no row.
+/// of several statements in (it ends with the message) as [`begin`] scopes an explicit one, and
+/// in the same words: whom it acts for ([`declare`], whose one row comes first), and its
+/// statements' bound. A setting made `LOCAL` lasts until that transaction ends.
 pub(crate) fn implicit_scope(tenant: &str, bound: Option<Duration>) -> Result<String> {
-    Ok(format!(
-        "SET LOCAL sutra.tenant = {}{}",
-        literal(tenant)?,
-        bounded(bound)
-    ))
+    Ok(format!("{}{}", declare(tenant)?, bounded(bound)))
 }
 
 /// The `SET LOCAL` of a transaction's statement bound after a `;`, if it has one: in
