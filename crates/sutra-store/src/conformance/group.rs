@@ -44,6 +44,79 @@ pub async fn a_refused_member_writes_nothing_and_the_others_commit<S: Store>(sto
     assert_eq!(owner_of(store, &held).await.as_deref(), Some(LANE_B));
 }
 
+/// A member whose wait is on a key another park holds is refused before it writes — a step
+/// that cancels a task first included — and the others commit (decision 0068).
+pub async fn a_member_refused_for_a_taken_key_writes_nothing_and_the_others_commit<S: Store>(
+    store: &S,
+) {
+    let (holder, free, rival, cancelling) = (id(1), id(2), id(3), id(4));
+    for instance in [&holder, &free, &rival, &cancelling] {
+        started(store, TENANT, instance).await;
+    }
+    let claim = claimed(store, &holder, LANE_A).await;
+    store
+        .commit(&arming(&claim, vec![wait(ParkId(1), "t-1")]))
+        .await
+        .unwrap();
+    let claim = claimed(store, &cancelling, LANE_A).await;
+    store
+        .commit(&arming(&claim, vec![task(ParkId(2))]))
+        .await
+        .unwrap();
+    let untouched = (
+        record(store, &rival).await,
+        record(store, &cancelling).await,
+        store.tasks(TENANT, &cancelling).await.unwrap(),
+    );
+    let taken = Error::AliasTaken {
+        channel: REPLIES.to_owned(),
+        key: "t-1".to_owned(),
+    };
+
+    let mut group = store.group(TENANT).await.unwrap();
+    group.member(TENANT).await.unwrap();
+    let claim = group
+        .claim(TENANT, &rival, &owner(LANE_A), HOUR)
+        .await
+        .unwrap();
+    let arms = arming(&claim, vec![wait(ParkId(7), "t-1")]);
+    assert_eq!(group.commit_step(&arms).await.unwrap_err(), taken);
+    group.member(TENANT).await.unwrap();
+    let claim = group
+        .claim(TENANT, &cancelling, &owner(LANE_A), HOUR)
+        .await
+        .unwrap();
+    let mut cancels = arming(&claim, vec![wait(ParkId(7), "t-1")]);
+    cancels.disarms.push(disarm(ParkId(2), ParkSort::Task));
+    assert_eq!(group.commit_step(&cancels).await.unwrap_err(), taken);
+    group.member(TENANT).await.unwrap();
+    let claim = group
+        .claim(TENANT, &free, &owner(LANE_A), HOUR)
+        .await
+        .unwrap();
+    group.commit_step(&advanced(&claim)).await.unwrap();
+    group.commit().await.unwrap();
+
+    assert_eq!(
+        record(store, &free).await.snapshot,
+        advanced(&claim).snapshot
+    );
+    let after = (
+        record(store, &rival).await,
+        record(store, &cancelling).await,
+        store.tasks(TENANT, &cancelling).await.unwrap(),
+    );
+    assert_eq!(after, untouched, "the refused members wrote nothing");
+    let holding = WaitTarget {
+        instance: holder,
+        park: ParkId(1),
+    };
+    assert_eq!(
+        store.find_wait(TENANT, REPLIES, "t-1").await.unwrap(),
+        Some(holding)
+    );
+}
+
 pub async fn a_member_claim_writes_nothing_and_its_commit_grows_the_fence<S: Store>(store: &S) {
     let (written, unwritten) = (id(1), id(2));
     started(store, TENANT, &written).await;
