@@ -3,7 +3,7 @@
 //! writer does for free. A message's look-up is one round trip ([`Postgres::look_up_at_once`]).
 
 use sqlx::types::Json;
-use sqlx::{AssertSqlSafe, Row};
+use sqlx::{AssertSqlSafe, FromRow};
 use sutra_store::{BufferedMessage, Error, InboxAnswer, Lookup, Result};
 use sutra_store_sql::rows::WaitRow;
 use sutra_store_sql::{InboxKey, IntakeStatements};
@@ -69,12 +69,7 @@ impl Postgres {
                 rows.len()
             ))
         })?;
-        let (answered, status, waiting, park): Row = (
-            row.try_get(0).map_err(db)?,
-            row.try_get(1).map_err(db)?,
-            row.try_get(2).map_err(db)?,
-            row.try_get(3).map_err(db)?,
-        );
+        let (answered, status, waiting, park) = Row::from_row(row).map_err(db)?;
         if let Some(status) = status {
             return Ok(Lookup {
                 answer: Some(InboxAnswer {

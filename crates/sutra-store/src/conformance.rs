@@ -59,6 +59,7 @@ macro_rules! conformance_tests {
             commit_and_release_are_one_fact,
             a_refused_member_writes_nothing_and_the_others_commit,
             a_member_refused_for_a_taken_key_writes_nothing_and_the_others_commit,
+            a_consuming_settle_whose_fence_moved_leaves_its_message_unconsumed,
             a_member_claim_writes_nothing_and_its_commit_grows_the_fence,
             nothing_of_a_group_is_durable_before_its_commit,
             a_group_claim_of_a_step_in_flight_is_refused,

@@ -117,6 +117,60 @@ pub async fn a_member_refused_for_a_taken_key_writes_nothing_and_the_others_comm
     );
 }
 
+/// A settle consuming a message (a relay's) whose fence no longer holds writes no inbox row
+/// either — the row is written by the settle's statement, joined to what it wrote (decision
+/// 0073) — and the group's other members commit: its message is still unconsumed.
+pub async fn a_consuming_settle_whose_fence_moved_leaves_its_message_unconsumed<S: Store>(
+    store: &S,
+) {
+    let (free, stale) = (id(1), id(2));
+    started(store, TENANT, &free).await;
+    started(store, TENANT, &stale).await;
+    let untouched = record(store, &stale).await;
+
+    let mut group = store.group(TENANT).await.unwrap();
+    group.member(TENANT).await.unwrap();
+    let mut claim = group
+        .claim(TENANT, &stale, &owner(LANE_A), HOUR)
+        .await
+        .unwrap();
+    claim.token.fence += 7;
+    let relay = StepCommit {
+        inbox: Some(InboxEntry {
+            channel: REPLIES.to_owned(),
+            event_id: "reply-stale".to_owned(),
+            answer: answer(&stale, Status::Suspended),
+            key: None,
+        }),
+        ..advanced(&claim)
+    };
+    assert_eq!(
+        group.commit_step(&relay).await.unwrap_err(),
+        Error::ClaimLost
+    );
+    group.member(TENANT).await.unwrap();
+    let claim = group
+        .claim(TENANT, &free, &owner(LANE_A), HOUR)
+        .await
+        .unwrap();
+    group.commit_step(&advanced(&claim)).await.unwrap();
+    group.commit().await.unwrap();
+
+    assert_eq!(
+        store
+            .inbox_answer(TENANT, REPLIES, "reply-stale")
+            .await
+            .unwrap(),
+        None,
+        "the message is not consumed"
+    );
+    assert_eq!(record(store, &stale).await, untouched);
+    assert_eq!(
+        record(store, &free).await.snapshot,
+        advanced(&claim).snapshot
+    );
+}
+
 pub async fn a_member_claim_writes_nothing_and_its_commit_grows_the_fence<S: Store>(store: &S) {
     let (written, unwritten) = (id(1), id(2));
     started(store, TENANT, &written).await;
