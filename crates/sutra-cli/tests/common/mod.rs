@@ -299,6 +299,12 @@ impl Fleet {
     /// may not have read it yet when the test asks (bounded, 10 s: a killed replica may never
     /// write what it did last).
     pub fn histories_settled(&self, answers: usize, sent: usize) -> Vec<history::Incarnation> {
+        self.histories_holding(&[("answered", answers), ("sent", sent)])
+    }
+
+    /// Every incarnation's stderr once it holds at least so many events of each kind named
+    /// (bounded, 10 s), for the same reason as [`Fleet::histories_settled`].
+    pub fn histories_holding(&self, wanted: &[(&str, usize)]) -> Vec<history::Incarnation> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let histories = self.histories();
@@ -309,7 +315,9 @@ impl Fleet {
                     .map(|history| history.stderr.matches(&line).count())
                     .sum::<usize>()
             };
-            let settled = count("answered") >= answers && count("sent") >= sent;
+            let settled = wanted
+                .iter()
+                .all(|&(event, at_least)| count(event) >= at_least);
             if settled || Instant::now() >= deadline {
                 return histories;
             }
