@@ -53,7 +53,7 @@ flows:
         output: signature
         remind:
           after: PT0.5S
-          every: PT0.5S
+          every: PT1S
           nodes:
             - id: nudge
               set: { nudged: "= true" }

@@ -76,6 +76,9 @@ codes! {
     FOR_EACH_TOO_MANY_ITEMS = ("SUTRA.RUNTIME.FOR_EACH.TOO_MANY_ITEMS", 422, false,
         "Too many for-each items",
         "The `items` of a `for-each` gave more items than `sutra.for-each.max-items` (default 10,000) allows; the instance failed at the node. Split the list (a for-each over chunks), or raise the ceiling; then restore the instance.");
+    CALL_CHILDREN_EXCEEDED = ("SUTRA.RUNTIME.CALL.CHILDREN_EXCEEDED", 422, false,
+        "Too many calls at once",
+        "A `call` (or a `for-each` of calls) would make the instance wait for more children at once than `sutra.call.max-children` (default 10,000) allows; the call went to the node's `on-error`, or failed the instance there. Call fewer at once (a `for-each` with `concurrency`), or raise the ceiling; then restore the instance.");
     CALL_DEPTH_EXCEEDED = ("SUTRA.RUNTIME.CALL.DEPTH_EXCEEDED", 422, false,
         "Calls nested too deep",
         "A `call` would nest deeper than `sutra.call.max-depth` (default 16) below the instance a message started; the call went to the node's `on-error`, or failed the instance there. End the recursion with a choice (or raise the ceiling), deploy, migrate and restore the instance.");
@@ -141,7 +144,7 @@ codes! {
         "Send `Authorization: Bearer <token>` with a token from `sutra.auth.tokens`.");
     AUTH_FORBIDDEN = ("SUTRA.AUTH.FORBIDDEN", 403, false,
         "Not allowed",
-        "Your token's roles do not allow this call. Use a token with the needed role (admin, worker or sender).");
+        "Your token's roles do not allow this call. Use a token with the needed role (admin, worker or sender for a tenant's routes; admin or operator for the fleet's views).");
     API_REQUEST_INVALID = ("SUTRA.API.REQUEST.INVALID", 400, false,
         "Bad request",
         "A query parameter or body field is malformed; the detail names it and the accepted values.");

@@ -176,6 +176,8 @@ struct Run<'a> {
     visits: u32,
     /// Instances called so far in this step: each child's id takes the next seed.
     calls: u32,
+    /// The children the instance waited for when the step began, counted at its first call.
+    children_before: Option<u32>,
     effects: Vec<Effect>,
     history: Vec<HistoryEvent>,
     reply: Option<Reply>,
@@ -200,6 +202,7 @@ impl<'a> Run<'a> {
             }),
             visits: 0,
             calls: 0,
+            children_before: None,
             effects: Vec::new(),
             history: Vec::new(),
             reply: None,

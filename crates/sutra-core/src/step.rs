@@ -20,6 +20,9 @@ pub const FOR_EACH_ITEMS_DEFAULT: u32 = 10_000;
 /// Calls nested below a root instance at most (`sutra.call.max-depth`) before a call fails with
 /// `SUTRA.RUNTIME.CALL.DEPTH_EXCEEDED`.
 pub const CALL_DEPTH_DEFAULT: u32 = 16;
+/// How many children an instance may wait for at once, unless configured
+/// (`sutra.call.max-children`): as many as one `for-each` may have items.
+pub const CALL_CHILDREN_DEFAULT: u32 = FOR_EACH_ITEMS_DEFAULT;
 
 /// An inbound message, as CloudEvents describes it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -139,6 +142,7 @@ pub struct StepContext {
     pub transitions_max: u32,
     pub items_max: u32,
     pub call_depth_max: u32,
+    pub call_children_max: u32,
     /// Randomness for the ids of the instances the step calls, drawn by the engine per step, so
     /// that the step stays a function of its inputs.
     pub id_seed: u128,
@@ -151,6 +155,7 @@ impl StepContext {
             transitions_max: TRANSITIONS_PER_STEP_DEFAULT,
             items_max: FOR_EACH_ITEMS_DEFAULT,
             call_depth_max: CALL_DEPTH_DEFAULT,
+            call_children_max: CALL_CHILDREN_DEFAULT,
             id_seed: 0,
         }
     }

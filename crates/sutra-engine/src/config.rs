@@ -60,6 +60,12 @@ pub struct EngineConfig {
     /// Calls nested below an instance a message started, at most (`sutra.call.max-depth`): a
     /// deeper call fails with `SUTRA.RUNTIME.CALL.DEPTH_EXCEEDED`.
     pub call_max_depth: u32,
+    /// Children an instance waits for at once, at most (`sutra.call.max-children`): one more
+    /// call fails with `SUTRA.RUNTIME.CALL.CHILDREN_EXCEEDED`.
+    pub call_max_children: u32,
+    /// The longest lock a worker may ask for (`sutra.tasks.max-lock`): a poll, a completion's
+    /// `take` or an extension asking for longer is refused.
+    pub task_max_lock: SignedDuration,
     /// The brokers this replica has a URL for (`sutra.transports.{amqp,nats}.url`): a
     /// deployment declaring a channel on another broker is refused here.
     pub brokers: Vec<Transport>,
@@ -91,6 +97,8 @@ impl Default for EngineConfig {
             schedules_poll: SignedDuration::from_secs(1),
             for_each_max_items: sutra_core::step::FOR_EACH_ITEMS_DEFAULT,
             call_max_depth: sutra_core::step::CALL_DEPTH_DEFAULT,
+            call_max_children: sutra_core::step::CALL_CHILDREN_DEFAULT,
+            task_max_lock: SignedDuration::from_hours(24),
             brokers: Vec::new(),
         }
     }
@@ -121,6 +129,7 @@ impl EngineConfig {
         at_least_one("sutra.outbox.batch", self.outbox_batch)?;
         at_least_one("sutra.for-each.max-items", self.for_each_max_items)?;
         at_least_one("sutra.call.max-depth", self.call_max_depth)?;
+        at_least_one("sutra.call.max-children", self.call_max_children)?;
         at_least_one(
             "sutra.deliveries.max-attempts",
             self.deliveries_max_attempts,
@@ -135,6 +144,7 @@ impl EngineConfig {
             ("sutra.history.purge-interval", self.purge_interval),
             ("sutra.deployments.retire-interval", self.retire_interval),
             ("sutra.schedules.poll", self.schedules_poll),
+            ("sutra.tasks.max-lock", self.task_max_lock),
         ] {
             positive(key, duration)?;
         }
@@ -311,9 +321,10 @@ mod tests {
 
     #[test]
     fn a_count_of_zero_is_refused() {
-        let zeroed: [(Change, &str); 7] = [
+        let zeroed: [(Change, &str); 8] = [
             (|c| c.for_each_max_items = 0, "sutra.for-each.max-items"),
             (|c| c.call_max_depth = 0, "sutra.call.max-depth"),
+            (|c| c.call_max_children = 0, "sutra.call.max-children"),
             (|c| c.group_max = 0, "sutra.engine.group.max"),
             (
                 |c| c.deliveries_max_attempts = 0,

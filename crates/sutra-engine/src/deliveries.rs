@@ -173,8 +173,11 @@ impl Dispatcher {
             DeliveryKind::ChildEnded { .. } => fault::point("child-ended"),
             _ => {}
         }
-        let event = event_for(&delivery);
         let key = instance_key(&delivery);
+        let event = match &delivery.kind {
+            DeliveryKind::Start { .. } => self.start_or_cancel(&delivery, &key).await,
+            _ => event_for(&delivery),
+        };
         let work = Work::Resume {
             event,
             taken: Some(delivery.id),
@@ -207,6 +210,25 @@ impl Dispatcher {
                 self.look_again(&delivery).await;
             }
             Err(error) => self.failed(&delivery, &error.to_string()).await,
+        }
+    }
+
+    /// A called instance's start, or its cancel when one of its callers has been cancelled: a
+    /// subtree whose cancels are still on their way down spawns nothing more (issue 48). A
+    /// start whose ancestor is cancelled just after this look runs, and its children's starts
+    /// find the ancestor.
+    async fn start_or_cancel(&self, delivery: &Delivery, key: &InstanceKey) -> Event {
+        match self.shared.store.cancelled_ancestor(key).await {
+            Ok(Some(ancestor)) => Event::Cancel {
+                reason: Some(format!(
+                    "the instance {ancestor} that called it, directly or not, was cancelled"
+                )),
+            },
+            Ok(None) => event_for(delivery),
+            Err(error) => {
+                debug!(instance = %key.id, %error, "could not look for a cancelled caller; starting");
+                event_for(delivery)
+            }
         }
     }
 

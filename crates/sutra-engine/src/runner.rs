@@ -44,7 +44,9 @@ impl Stepper<'_> {
         StepContext {
             items_max: config.for_each_max_items,
             call_depth_max: config.call_max_depth,
-            id_seed: uuid::Uuid::now_v7().as_u128(),
+            call_children_max: config.call_max_children,
+            // 122 random bits, of which a child id takes 74 (`exec/call.rs` `child_id`).
+            id_seed: uuid::Uuid::new_v4().as_u128(),
             ..StepContext::at(self.shared.clock.now())
         }
     }

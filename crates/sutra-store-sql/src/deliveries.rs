@@ -6,7 +6,7 @@ use std::future::Future;
 
 use jiff::{SignedDuration, Timestamp};
 use sutra_store::codec::timestamp;
-use sutra_store::{Deliveries, Delivery, DeliveryId, NewDelivery, Result};
+use sutra_store::{Deliveries, Delivery, DeliveryId, InstanceKey, NewDelivery, Result};
 
 use crate::rows::DeliveryRow;
 use crate::statements::{Backend, Scope, Statements};
@@ -65,6 +65,13 @@ impl<B: Backend> Deliveries for SqlStore<B> {
             .await?;
         earliest.map(timestamp).transpose()
     }
+
+    async fn cancelled_ancestor(&self, instance: &InstanceKey) -> Result<Option<String>> {
+        self.once(Scope::Tenant(&instance.tenant), async |tx| {
+            tx.cancelled_ancestor(&instance.tenant, &instance.id).await
+        })
+        .await
+    }
 }
 
 /// The statements of the deliveries (`deliveries`); steps and the task scripts insert
@@ -106,4 +113,16 @@ pub trait DeliveryStatements: Statements {
 
     /// The earliest due time, in microseconds.
     fn next_due(&mut self) -> impl Future<Output = Result<Option<i64>>> + Send;
+
+    /// The nearest ancestor of `instance` whose status is `cancelled`: its callers, followed up
+    /// the `parent` column at most [`ANCESTORS_MAX`] deep.
+    fn cancelled_ancestor(
+        &mut self,
+        tenant: &str,
+        instance: &str,
+    ) -> impl Future<Output = Result<Option<String>>> + Send;
 }
+
+/// How far up a cancelled ancestor is looked for: past any `sutra.call.max-depth` in use, and a
+/// bound on the walk should a `parent` column ever be corrupt enough to loop.
+pub const ANCESTORS_MAX: i64 = 1024;

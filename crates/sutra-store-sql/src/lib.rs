@@ -60,7 +60,7 @@ mod waits;
 
 pub use claim::{ClaimStatements, NewClaim};
 pub use commit::{StepRows, StepStatements, TakenTask, TaskArm, Wrote, settle_fence, write_each};
-pub use deliveries::DeliveryStatements;
+pub use deliveries::{ANCESTORS_MAX, DeliveryStatements};
 pub use deployments::{DeploymentStatements, NewVersion};
 pub use error::driver_error;
 pub use intake::IntakeStatements;

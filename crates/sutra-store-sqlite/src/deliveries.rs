@@ -10,7 +10,7 @@
 use jiff::{SignedDuration, Timestamp};
 use sqlx::types::Json;
 use sutra_store::{DeliveryId, Result};
-use sutra_store_sql::DeliveryStatements;
+use sutra_store_sql::{ANCESTORS_MAX, DeliveryStatements};
 use sutra_store_sql::rows::DeliveryRow;
 
 use crate::codec::{db, later, micros};
@@ -92,5 +92,22 @@ impl DeliveryStatements for Session {
             .fetch_one(self.connection().await?)
             .await
             .map_err(db)
+    }
+
+    async fn cancelled_ancestor(&mut self, tenant: &str, instance: &str) -> Result<Option<String>> {
+        let query = sqlx::query_scalar(
+            "WITH RECURSIVE up (id, parent, status, depth) AS (
+                 SELECT id, parent, status, 0 FROM instances WHERE tenant = ?1 AND id = ?2
+                 UNION ALL
+                 SELECT i.id, i.parent, i.status, up.depth + 1
+                 FROM instances i JOIN up ON i.tenant = ?1 AND i.id = up.parent
+                 WHERE up.depth < ?3
+             )
+             SELECT id FROM up WHERE depth > 0 AND status = 'cancelled' ORDER BY depth LIMIT 1",
+        )
+        .bind(tenant)
+        .bind(instance)
+        .bind(ANCESTORS_MAX);
+        query.fetch_optional(self.connection().await?).await.map_err(db)
     }
 }

@@ -146,6 +146,7 @@ macro_rules! conformance_tests {
             instances_list_exactly_a_parents_children_paged_by_id,
             every_call_delivery_kind_reads_back_as_asked,
             the_retirement_gate_keeps_a_version_while_a_created_child_is_on_it,
+            a_cancelled_ancestor_is_found_however_far_up_and_in_its_tenant_only,
             a_synced_schedule_is_listed_and_due_at_its_next_tick,
             a_newer_version_replaces_the_schedule_keeping_paused_and_last_fire,
             an_unchanged_expression_keeps_next_at_across_versions,

@@ -7,7 +7,7 @@ use serde_json::Value;
 use sutra_core::snapshot::ParkId;
 use sutra_core::step::{ChildOutcome, Message, TaskError};
 
-use crate::{Error, Result};
+use crate::{Error, InstanceKey, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct DeliveryId(pub i64);
@@ -198,6 +198,12 @@ pub trait Deliveries: Send + Sync {
 
     /// When the earliest pending delivery is due, if any.
     async fn next_due(&self) -> Result<Option<Timestamp>>;
+
+    /// The nearest cancelled ancestor of `instance` (its caller, its caller's caller, …), if
+    /// any. A called instance whose start finds one is cancelled instead of started, so that
+    /// cancelling an instance stops its whole subtree from spawning, however far its cancels
+    /// have come down (issue 48).
+    async fn cancelled_ancestor(&self, instance: &InstanceKey) -> Result<Option<String>>;
 }
 
 #[cfg(test)]

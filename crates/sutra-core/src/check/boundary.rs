@@ -73,9 +73,10 @@ pub(super) fn remind(cx: &mut Checker, site: &Site, node: &Record) -> Option<Rem
             "add `after:` with how long after the node starts waiting to remind, such as PT4H",
         )
         .and_then(|value| cx.duration(value, &record.label("after"), Zero::Refused));
+    let hint = "write `PT1S` or longer: each reminder is a step and a row of history";
     let every = record
         .get("every")
-        .and_then(|value| cx.duration(value, &record.label("every"), Zero::Refused));
+        .and_then(|value| cx.period(value, &record.label("every"), hint));
     if let Some(nodes) = record.get("nodes") {
         // The first pass laid the list out when it is one; this reports it when it is not.
         cx.list(

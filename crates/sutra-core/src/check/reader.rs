@@ -15,6 +15,9 @@ use crate::yaml::{Entry, Node, Value};
 
 use super::calls::Reference;
 
+/// The shortest period anything may repeat at: a schedule's `every`, a reminder's.
+const PERIOD_MIN: SignedDuration = SignedDuration::from_secs(1);
+
 /// Collects diagnostics while the document is read.
 pub(super) struct Checker<'s> {
     source: &'s str,
@@ -306,6 +309,26 @@ impl<'s> Checker<'s> {
         };
         self.report(Diagnostic::error("invalid-duration", node.span, message).with_hint(hint));
         None
+    }
+
+    /// A period something repeats at (a schedule's `every`, a reminder's): a duration of at
+    /// least one second, so that no document makes the engine a busy loop (a reminder every
+    /// millisecond wrote ~670 history rows a second, issue 48). `hint` says why for this use.
+    pub fn period(&mut self, node: &Node, label: &str, hint: &str) -> Option<SignedDuration> {
+        let period = self.duration(node, label, Zero::Refused)?;
+        if period < PERIOD_MIN {
+            let written = node.as_str().unwrap_or_default().trim();
+            self.report(
+                Diagnostic::error(
+                    "every-too-short",
+                    node.span,
+                    format!("{label} is `{written}`, shorter than one second"),
+                )
+                .with_hint(hint),
+            );
+            return None;
+        }
+        Some(period)
     }
 
     /// A name following `rule`, given as text.

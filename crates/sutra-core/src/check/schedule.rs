@@ -2,8 +2,8 @@
 //! expression read in a time zone or of a fixed period (issue 34; when a tick fires is
 //! `crate::schedule`'s, what firing does is the runtime's).
 
+use jiff::Timestamp;
 use jiff::tz::{self, TimeZone};
-use jiff::{SignedDuration, Timestamp};
 use serde_json::{Map, Value as Json};
 
 use crate::diagnostic::{Diagnostic, did_you_mean};
@@ -12,7 +12,7 @@ use crate::model::{CatchUp, Overlap, Schedule};
 use crate::schedule::{Cron, When};
 use crate::yaml::{Entry, Node};
 
-use super::reader::{Checker, Record, Zero};
+use super::reader::{Checker, Record};
 
 const FIELDS: &[&str] = &["cron", "every", "timezone", "overlap", "catch-up", "input"];
 
@@ -20,9 +20,6 @@ const EXAMPLE: &str = "{ cron: \"0 2 * * *\", timezone: Europe/Berlin }";
 
 /// The roots a schedule's `input` sees: the tick's instant, RFC 3339 in UTC.
 const INPUT_ROOTS: &[&str] = &["tick"];
-
-/// The shortest `every`: a tick is the work of one replica's lease role, not a busy loop.
-const EVERY_MIN: SignedDuration = SignedDuration::from_secs(1);
 
 /// The cron fields in order, as `CronError::field` names them.
 const CRON_FIELDS: [&str; 5] = ["minute", "hour", "day-of-month", "month", "day-of-week"];
@@ -160,23 +157,9 @@ fn word(text: &str, index: usize) -> Option<(usize, usize)> {
 }
 
 fn every(cx: &mut Checker, node: &Node, label: &str) -> Option<When> {
-    let period = cx.duration(node, label, Zero::Refused)?;
-    if period < EVERY_MIN {
-        let written = node.as_str().unwrap_or_default().trim();
-        cx.report(
-            Diagnostic::error(
-                "every-too-short",
-                node.span,
-                format!("{label} is `{written}`, shorter than one second"),
-            )
-            .with_hint(
-                "write `PT1S` or longer: a schedule fires at most once a second, each tick the \
-                 work of one replica, not of a busy loop",
-            ),
-        );
-        return None;
-    }
-    Some(When::Every(period))
+    let hint = "write `PT1S` or longer: a schedule fires at most once a second, each tick the \
+                work of one replica, not of a busy loop";
+    cx.period(node, label, hint).map(When::Every)
 }
 
 /// The zone and its IANA name as the database spells it (`europe/berlin` is `Europe/Berlin`).

@@ -25,7 +25,7 @@ impl Run<'_> {
     /// waits for it under the node's deadline and reminder. A call nested too deep goes to the
     /// node's `on-error`.
     pub(super) fn call(&mut self, token: &mut Token, node: &Node, spec: &CallSpec) -> Outcome {
-        let depth = match self.call_depth(&spec.flow) {
+        let depth = match self.call_room(&spec.flow) {
             Ok(depth) => depth,
             Err(fault) => return self.route_error(token, node, &fault.code, fault.detail),
         };
@@ -40,11 +40,43 @@ impl Run<'_> {
     /// A `for-each` body calls its item's child: it waits with no timer of its own (the loop's
     /// deadline is the loop's).
     pub(super) fn call_body(&mut self, body: &mut Token, flow: &str, input: Value) -> Outcome {
-        let depth = self.call_depth(flow)?;
+        let depth = self.call_room(flow)?;
         let kind = self.call_park(flow, None);
         self.park(body, kind);
         self.called(body, input, depth);
         Ok(Fate::Stays)
+    }
+
+    /// How deep a new child of this instance nests, once it is known to have room: within
+    /// `sutra.call.max-depth` and `sutra.call.max-children`.
+    fn call_room(&mut self, flow: &str) -> Result<u32, Fault> {
+        let depth = self.call_depth(flow)?;
+        self.children_room(flow)?;
+        Ok(depth)
+    }
+
+    /// Whether the instance may wait for one more child: the children it waited for when the
+    /// step began and those it called since, against `sutra.call.max-children`. Breadth is what
+    /// the depth bound leaves open: a flow calling itself eight times a level made 48,000
+    /// instances in 16 s (issue 48).
+    fn children_room(&mut self, flow: &str) -> Result<(), Fault> {
+        let before = *self.children_before.get_or_insert_with(|| {
+            let waiting = self.before.tokens.iter().filter(|t| waits_for_child(t));
+            u32::try_from(waiting.count()).unwrap_or(u32::MAX)
+        });
+        let children = before.saturating_add(self.calls);
+        if children < self.ctx.call_children_max {
+            return Ok(());
+        }
+        Err(Fault::new(
+            codes::CALL_CHILDREN_EXCEEDED.code,
+            format!(
+                "calling flow `{flow}` would make {} children at once; `sutra.call.max-children` \
+                 allows {}",
+                children.saturating_add(1),
+                self.ctx.call_children_max
+            ),
+        ))
     }
 
     /// How deep a child of this instance nests: one below this instance.
@@ -65,11 +97,8 @@ impl Run<'_> {
 
     /// A park for a new child of `flow`, whose id is minted from the step's time and seed.
     fn call_park(&mut self, flow: &str, due: Option<jiff::Timestamp>) -> ParkKind {
-        let seed = self.ctx.id_seed.wrapping_add(u128::from(self.calls));
+        let child = child_id(self.ctx.now, self.ctx.id_seed, self.calls);
         self.calls += 1;
-        let millis = u64::try_from(self.ctx.now.as_millisecond()).unwrap_or(0);
-        let random: [u8; 10] = seed.to_le_bytes()[..10].try_into().unwrap_or([0; 10]);
-        let child = uuid::Builder::from_unix_timestamp_millis(millis, &random).into_uuid();
         ParkKind::Call {
             flow: flow.to_owned(),
             child: child.to_string(),
@@ -193,4 +222,63 @@ pub(super) fn waits_for_child(token: &Token) -> bool {
     token
         .park()
         .is_some_and(|park| matches!(park.kind, ParkKind::Call { .. }))
+}
+
+/// The id of the `n`th child a step calls: a UUIDv7 of the step's time whose 74 random bits are
+/// the step's seed plus `n`, modulo 2^74. Adding to the whole random field keeps every child of
+/// one step distinct (for any `n` below 2^74), where adding to a byte that the UUID's version
+/// nibble then overwrites made the 17th child the 1st again (issue 48). Children of different
+/// steps differ by their seeds, drawn afresh per step (`StepContext::id_seed`).
+fn child_id(now: jiff::Timestamp, seed: u128, n: u32) -> uuid::Uuid {
+    const RAND_A: u128 = 0xFFF; // 12 bits, below the version nibble
+    const RAND_B: u128 = (1 << 62) - 1; // 62 bits, below the variant
+    let millis = u128::try_from(now.as_millisecond()).unwrap_or(0) & ((1 << 48) - 1);
+    // The seed's own random fields, wherever a v4 or v7 UUID keeps them.
+    let random = ((seed >> 64) & RAND_A) << 62 | (seed & RAND_B);
+    let random = (random + u128::from(n)) & ((1 << 74) - 1);
+    let bits = millis << 80 | 0x7 << 76 | (random >> 62) << 64 | 0b10 << 62 | (random & RAND_B);
+    uuid::Uuid::from_u128(bits)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use proptest::prelude::*;
+
+    use super::child_id;
+
+    proptest! {
+        /// Every child one step calls has an id of its own, a UUIDv7 of the step's time, however
+        /// many it calls and whatever its seed: the ids are what the children's rows are keyed by.
+        #[test]
+        fn the_children_of_one_step_never_share_an_id(
+            seed in any::<u128>(),
+            millis in 0i64..(1 << 47),
+            calls in 1u32..2_000,
+        ) {
+            let now = jiff::Timestamp::from_millisecond(millis).expect("a time in range");
+            let ids: Vec<uuid::Uuid> = (0..calls).map(|n| child_id(now, seed, n)).collect();
+            let distinct: HashSet<&uuid::Uuid> = ids.iter().collect();
+            prop_assert_eq!(distinct.len(), ids.len());
+            for id in &ids {
+                prop_assert_eq!(id.get_version_num(), 7);
+                prop_assert_eq!(id.get_variant(), uuid::Variant::RFC4122);
+                let (secs, nanos) = id.get_timestamp().expect("a v7 timestamp").to_unix();
+                prop_assert_eq!(
+                    i64::try_from(secs).unwrap_or(i64::MAX) * 1000 + i64::from(nanos / 1_000_000),
+                    millis
+                );
+            }
+        }
+    }
+
+    /// The 17th child of a step was the 1st again (issue 48): the counter carried into a nibble
+    /// the version then overwrote.
+    #[test]
+    fn the_seventeenth_child_is_not_the_first() {
+        let now = jiff::Timestamp::from_millisecond(1_765_000_000_000).expect("a time");
+        let seed = uuid::Uuid::now_v7().as_u128();
+        assert_ne!(child_id(now, seed, 0), child_id(now, seed, 16));
+    }
 }

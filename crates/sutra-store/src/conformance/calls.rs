@@ -407,3 +407,39 @@ pub async fn the_retirement_gate_keeps_a_version_while_a_created_child_is_on_it<
             .clear()
     );
 }
+
+/// A called instance looks up its callers for a cancelled one before its start runs (issue 48):
+/// found two levels up, the nearest first, and never through another tenant's rows.
+pub async fn a_cancelled_ancestor_is_found_however_far_up_and_in_its_tenant_only<S: Store>(
+    store: &S,
+) {
+    let (root, child_id, grandchild_id) = (id(1), id(2), id(3));
+    started(store, TENANT, &root).await;
+    calls(store, &root, vec![child(2, &root, ParkId(5))]).await;
+    calls(store, &child_id, vec![child(3, &child_id, ParkId(1))]).await;
+    let key = |id: &str, tenant: &str| InstanceKey {
+        tenant: tenant.to_owned(),
+        id: id.to_owned(),
+    };
+    let grandchild = key(&grandchild_id, TENANT);
+    assert_eq!(store.cancelled_ancestor(&grandchild).await.unwrap(), None);
+
+    ends(store, &root, Status::Cancelled, None).await.unwrap();
+    assert_eq!(
+        store.cancelled_ancestor(&grandchild).await.unwrap(),
+        Some(root.clone())
+    );
+    assert_eq!(
+        store.cancelled_ancestor(&key(&child_id, TENANT)).await.unwrap(),
+        Some(root.clone())
+    );
+    assert_eq!(store.cancelled_ancestor(&key(&root, TENANT)).await.unwrap(), None);
+    ends(store, &child_id, Status::Cancelled, None).await.unwrap();
+    assert_eq!(
+        store.cancelled_ancestor(&grandchild).await.unwrap(),
+        Some(child_id),
+        "the nearest"
+    );
+    let elsewhere = key(&grandchild_id, OTHER_TENANT);
+    assert_eq!(store.cancelled_ancestor(&elsewhere).await.unwrap(), None);
+}
