@@ -37,3 +37,23 @@ fn a_delivery_ceiling_of_zero_attempts_refuses_the_start() {
         "{refusal}"
     );
 }
+
+#[test]
+fn a_connection_cap_the_file_limit_cannot_hold_beside_the_store_refuses_the_start() {
+    // 1,024 files, of which the store, the outbox's sends and the process keep up to 194.
+    let options = serve!("sqlite::memory:")
+        .file_limit(1024)
+        .env("SUTRA_HTTP_MAX_CONNECTIONS", "1000");
+
+    let refusal = Server::try_start(&options)
+        .err()
+        .expect("it must refuse to start");
+
+    assert!(
+        refusal
+            .contains("`sutra.http.max-connections` = `1000` (from $SUTRA_HTTP_MAX_CONNECTIONS)")
+            && refusal.contains("may open 1024 files")
+            && refusal.contains("set at most 830"),
+        "{refusal}"
+    );
+}

@@ -1,6 +1,7 @@
 //! The documented defaults are what a bare `sutra serve` runs with: the lanes, the claim
-//! timeout, the sweep interval and the lease timings docs/spec.md's configuration table gives,
-//! read from that table, against what the running process says it runs with.
+//! timeout, the sweep interval, the lease timings and the HTTP server's timeouts
+//! docs/spec.md's configuration table gives, read from that table, against what the running
+//! process says it runs with.
 //!
 //! A replica shows these in its `serving` log line: the one place an operator reads them, for
 //! neither `/metrics` nor the API echo the configuration, and the claim timeout and the sweep
@@ -16,6 +17,9 @@ const SHOWN: &[(&str, &str)] = &[
     ("sutra.instance.sweep-interval", "sweep_interval"),
     ("sutra.lease.ttl", "lease_ttl"),
     ("sutra.lease.poll", "lease_poll"),
+    ("sutra.http.header-timeout", "header_timeout"),
+    ("sutra.http.idle-timeout", "idle_timeout"),
+    ("sutra.http.body-timeout", "body_timeout"),
 ];
 
 /// The defaults docs/spec.md's configuration table gives, by key. A row may name several keys

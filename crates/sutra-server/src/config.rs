@@ -20,6 +20,7 @@ use sutra_engine::EngineConfig;
 use sutra_engine::settle::SEVERAL_HOLDERS;
 use sutra_transport::BrokerUrls;
 
+use crate::connections::{self, descriptors::Descriptors};
 use crate::redacted;
 use crate::tokens::Tokens;
 
@@ -38,6 +39,14 @@ const KEYS: &[(&str, Option<&str>)] = &[
     // Unset: the datasource's role, which must then be a member itself.
     ("sutra.store.system-url", None),
     ("sutra.listen", Some("127.0.0.1:7480")),
+    // The HTTP server sheds what would hold its descriptors for nothing (decision 0075): a
+    // request's head and body each have so long to arrive, a connection without a request so
+    // long to send one, and connections are capped — unset, by what the process's
+    // file-descriptor limit leaves beside the store, brokers and outbox.
+    ("sutra.http.header-timeout", Some("PT10S")),
+    ("sutra.http.idle-timeout", Some("PT1M")),
+    ("sutra.http.body-timeout", Some("PT30S")),
+    ("sutra.http.max-connections", None),
     ("sutra.replica-id", None),
     ("sutra.engine.lanes", Some("1")),
     // Group commit (decision 0024): the most steps one transaction carries, and how long a lane
@@ -87,6 +96,8 @@ pub struct Settings {
     pub store_migrate_url: Option<String>,
     pub store_system_url: Option<String>,
     pub listen: SocketAddr,
+    /// The HTTP server's timeouts and connection cap (`sutra.http.*`).
+    pub http: connections::Limits,
     /// The engine's keys (`sutra.engine.*`, `sutra.instance.*`, leases, history, outbox, timers,
     /// retirement) and the replica's id, read into the engine's own configuration and checked
     /// by [`EngineConfig::validate`].
@@ -115,6 +126,7 @@ impl fmt::Debug for Settings {
             .field("store_migrate_url", &url(&self.store_migrate_url))
             .field("store_system_url", &url(&self.store_system_url))
             .field("listen", &self.listen)
+            .field("http", &self.http)
             .field("engine", &self.engine)
             .field("max_bytes", &self.max_bytes)
             .field("auth_tokens", &self.auth_tokens)
@@ -225,16 +237,29 @@ impl Sources {
             amqp: self.broker_url("sutra.transports.amqp.url", &["amqp://"])?,
             nats: self.broker_url("sutra.transports.nats.url", &["nats://"])?,
         };
+        let datasource = self.text("sutra.datasource")?;
+        let store_pool_size = self.parsed("sutra.store.pool-size", positive)?;
+        let store_system_url = self.optional("sutra.store.system-url");
+        let engine = self.engine(&brokers)?;
+        let reserve = connections::descriptors::Reserve {
+            datasource: &datasource,
+            pool_size: store_pool_size,
+            system_pool: store_system_url.is_some(),
+            outbox_batch: engine.outbox_batch,
+            brokers: brokers.configured().len(),
+        };
+        let http = self.http(Descriptors::of_this_process(reserve.descriptors()))?;
         Ok(Settings {
-            datasource: self.text("sutra.datasource")?,
-            store_pool_size: self.parsed("sutra.store.pool-size", positive)?,
+            datasource,
+            store_pool_size,
             store_migrate: self.parsed("sutra.store.migrate", boolean)?,
             store_migrate_url: self.optional("sutra.store.migrate-url"),
-            store_system_url: self.optional("sutra.store.system-url"),
+            store_system_url,
             listen: self.parsed("sutra.listen", |v| {
                 v.parse::<SocketAddr>().map_err(|e| e.to_string())
             })?,
-            engine: self.engine(&brokers)?,
+            http,
+            engine,
             max_bytes: self.parsed("sutra.intake.max-bytes", positive)?,
             auth_tokens: self.auth_tokens()?,
             auth_tokens_file: self.optional("sutra.auth.tokens-file").map(PathBuf::from),
@@ -290,6 +315,30 @@ impl Sources {
             }
         })?;
         Ok(engine)
+    }
+
+    /// The HTTP server's keys; the connection cap must leave room in the file-descriptor limit
+    /// for what the rest of the process holds (`descriptors`).
+    fn http(&self, descriptors: Descriptors) -> Result<connections::Limits, ConfigError> {
+        const CAP: &str = "sutra.http.max-connections";
+        let max_connections = if self.values.contains_key(CAP) {
+            self.parsed(CAP, |value| descriptors.fit(positive(value)?))?
+        } else {
+            descriptors
+                .derived_cap()
+                .map_err(|reason| ConfigError::Invalid {
+                    key: CAP.to_owned(),
+                    value: "derived".to_owned(),
+                    origin: "the default".to_owned(),
+                    reason,
+                })?
+        };
+        Ok(connections::Limits {
+            header_timeout: self.parsed("sutra.http.header-timeout", positive_duration)?,
+            idle_timeout: self.parsed("sutra.http.idle-timeout", positive_duration)?,
+            body_timeout: self.parsed("sutra.http.body-timeout", positive_duration)?,
+            max_connections,
+        })
     }
 
     /// A broker URL may hold a password, so a wrong one is refused without being repeated.
@@ -394,6 +443,13 @@ fn boolean(value: &str) -> Result<bool, String> {
 
 fn duration(value: &str) -> Result<SignedDuration, String> {
     parse_duration(value).map_err(|e| e.to_string())
+}
+
+fn positive_duration(value: &str) -> Result<SignedDuration, String> {
+    match duration(value)? {
+        positive if positive.is_positive() => Ok(positive),
+        _ => Err("expected a duration greater than zero".into()),
+    }
 }
 
 fn known(key: &str, source: &str) -> Result<(), ConfigError> {

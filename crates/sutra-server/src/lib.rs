@@ -8,6 +8,7 @@
 pub mod auth;
 pub mod cloudevents;
 pub mod config;
+pub mod connections;
 pub mod console;
 pub mod consumers;
 mod graph;
@@ -271,6 +272,7 @@ pub async fn serve(settings: Settings) -> Result<(), ServeError> {
     let replica = settings.engine.replica_id.clone();
     let store = redacted(&settings.datasource);
     let engine = settings.engine.clone();
+    let http = settings.http;
     serve_until(settings, shutdown_signal(), |bound| {
         // Tests and scripts wait for this exact line to learn the bound port.
         eprintln!("sutra: listening on http://{bound} (replica {replica}, store {store})");
@@ -284,6 +286,10 @@ pub async fn serve(settings: Settings) -> Result<(), ServeError> {
             sweep_interval = %engine.sweep_interval,
             lease_ttl = %engine.lease_ttl,
             lease_poll = %engine.lease_poll,
+            header_timeout = %http.header_timeout,
+            idle_timeout = %http.idle_timeout,
+            body_timeout = %http.body_timeout,
+            max_connections = http.max_connections,
             "serving"
         );
     })
@@ -340,32 +346,21 @@ pub async fn serve_until(
     };
     listening(bound);
     let draining = Arc::clone(&engine);
-    // Answers leave at once: without TCP_NODELAY a response written in more than one piece
-    // waits for the client's delayed ACK (tens of milliseconds) behind Nagle's algorithm.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(error) = tcp.set_nodelay(true) {
-            tracing::debug!(%error, "could not set TCP_NODELAY on a connection");
-        }
-    });
-    let served = axum::serve(listener, http::router(api))
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            // What the consumers hold goes back to the brokers, for other replicas to take.
-            consumers.stop().await;
-            // The drain waits for every in-flight request; a long-poll would hold it for its wait.
-            draining.end_polls();
-            // Other replicas take the roles at their next poll, not after the lease's TTL.
-            draining.resign().await;
-        })
-        .await;
+    connections::serve(listener, http::router(api), settings.http, async move {
+        shutdown.await;
+        // What the consumers hold goes back to the brokers, for other replicas to take.
+        consumers.stop().await;
+        // The drain waits for every in-flight request; a long-poll would hold it for its wait.
+        draining.end_polls();
+        // Other replicas take the roles at their next poll, not after the lease's TTL.
+        draining.resign().await;
+    })
+    .await;
     engine.shutdown().await;
     if let Some(reloading) = reloading {
         reloading.abort();
     }
-    served.map_err(|e| ServeError::Listen {
-        addr: bound,
-        reason: e.to_string(),
-    })
+    Ok(())
 }
 
 /// The tokens requests are checked against, if any: from a file, read again as it changes.

@@ -100,6 +100,8 @@ pub struct ServerOptions {
     pub env: Vec<(String, String)>,
     /// The address to listen on; by default a free loopback port.
     pub listen: String,
+    /// The most files the process may open (`ulimit -n`); by default the test's own limit.
+    pub file_limit: Option<u32>,
 }
 
 impl ServerOptions {
@@ -109,7 +111,15 @@ impl ServerOptions {
             datasource: datasource.into(),
             env: Vec::new(),
             listen: "127.0.0.1:0".to_owned(),
+            file_limit: None,
         }
+    }
+
+    /// Runs the server with at most `limit` open files, soft and hard (`ulimit -n`), as a
+    /// machine with a low limit would.
+    pub fn file_limit(mut self, limit: u32) -> ServerOptions {
+        self.file_limit = Some(limit);
+        self
     }
 
     /// A later value of the same variable wins.
@@ -236,7 +246,18 @@ impl Server {
     pub fn try_start(options: &ServerOptions) -> Result<Server, String> {
         // This process's HTTP clients — the server's and a test's own — need it.
         sutra_client::install_tls_provider();
-        let mut command = Command::new(&options.binary);
+        let mut command = match options.file_limit {
+            // A shell sets the limit and becomes the server: the same process, so its pid.
+            Some(limit) => {
+                let mut shell = Command::new("sh");
+                shell
+                    .arg("-c")
+                    .arg(format!("ulimit -n {limit} && exec \"$0\" \"$@\""))
+                    .arg(&options.binary);
+                shell
+            }
+            None => Command::new(&options.binary),
+        };
         command
             .args([
                 "serve",

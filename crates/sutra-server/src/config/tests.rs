@@ -227,3 +227,49 @@ fn a_zero_outbox_backoff_is_refused() {
     let settings = Sources::defaults().settings().unwrap();
     assert_eq!(settings.engine.outbox_backoff, SignedDuration::from_secs(1));
 }
+
+#[test]
+fn the_http_server_runs_with_its_documented_timeouts_and_a_cap_the_file_limit_holds() {
+    let http = Sources::defaults().settings().unwrap().http;
+    assert_eq!(
+        (http.header_timeout, http.idle_timeout, http.body_timeout),
+        (
+            SignedDuration::from_secs(10),
+            SignedDuration::from_secs(60),
+            SignedDuration::from_secs(30)
+        )
+    );
+    let reserve = connections::descriptors::Reserve {
+        datasource: "sqlite://sutra.db",
+        pool_size: 10,
+        system_pool: false,
+        outbox_batch: 100,
+        brokers: 0,
+    };
+    let derived = Descriptors::of_this_process(reserve.descriptors()).derived_cap();
+    assert_eq!(Ok(http.max_connections), derived);
+}
+
+#[test]
+fn a_zero_http_timeout_is_refused_naming_its_key() {
+    let error = refusal(&[("SUTRA_HTTP_IDLE_TIMEOUT", "PT0S")]);
+    assert!(
+        error.contains("`sutra.http.idle-timeout` = `PT0S` (from $SUTRA_HTTP_IDLE_TIMEOUT)")
+            && error.contains("greater than zero"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_connection_cap_beyond_the_file_limit_is_refused_naming_what_fits() {
+    // More than any Linux file-descriptor limit can be.
+    let error = refusal(&[("SUTRA_HTTP_MAX_CONNECTIONS", "4294967295")]);
+    assert!(
+        error.contains("`sutra.http.max-connections` = `4294967295`")
+            && error.contains("RLIMIT_NOFILE")
+            && error.contains("set at most"),
+        "{error}"
+    );
+    let error = refusal(&[("SUTRA_HTTP_MAX_CONNECTIONS", "0")]);
+    assert!(error.contains("greater than 0"), "{error}");
+}
