@@ -10,8 +10,8 @@
 
 use jiff::{SignedDuration, Timestamp};
 use sutra_store::{DeliveryId, Result};
-use sutra_store_sql::{ANCESTORS_MAX, DeliveryStatements};
 use sutra_store_sql::rows::DeliveryRow;
+use sutra_store_sql::{ANCESTORS_MAX, DeliveryStatements};
 
 use crate::codec::{db, duration_micros, micros};
 use crate::statements::Scoped;

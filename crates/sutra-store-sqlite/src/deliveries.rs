@@ -10,8 +10,8 @@
 use jiff::{SignedDuration, Timestamp};
 use sqlx::types::Json;
 use sutra_store::{DeliveryId, Result};
-use sutra_store_sql::{ANCESTORS_MAX, DeliveryStatements};
 use sutra_store_sql::rows::DeliveryRow;
+use sutra_store_sql::{ANCESTORS_MAX, DeliveryStatements};
 
 use crate::codec::{db, later, micros};
 use crate::statements::Session;
@@ -108,6 +108,9 @@ impl DeliveryStatements for Session {
         .bind(tenant)
         .bind(instance)
         .bind(ANCESTORS_MAX);
-        query.fetch_optional(self.connection().await?).await.map_err(db)
+        query
+            .fetch_optional(self.connection().await?)
+            .await
+            .map_err(db)
     }
 }

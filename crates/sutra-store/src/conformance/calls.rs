@@ -430,11 +430,19 @@ pub async fn a_cancelled_ancestor_is_found_however_far_up_and_in_its_tenant_only
         Some(root.clone())
     );
     assert_eq!(
-        store.cancelled_ancestor(&key(&child_id, TENANT)).await.unwrap(),
+        store
+            .cancelled_ancestor(&key(&child_id, TENANT))
+            .await
+            .unwrap(),
         Some(root.clone())
     );
-    assert_eq!(store.cancelled_ancestor(&key(&root, TENANT)).await.unwrap(), None);
-    ends(store, &child_id, Status::Cancelled, None).await.unwrap();
+    assert_eq!(
+        store.cancelled_ancestor(&key(&root, TENANT)).await.unwrap(),
+        None
+    );
+    ends(store, &child_id, Status::Cancelled, None)
+        .await
+        .unwrap();
     assert_eq!(
         store.cancelled_ancestor(&grandchild).await.unwrap(),
         Some(child_id),
