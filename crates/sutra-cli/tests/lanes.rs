@@ -279,11 +279,7 @@ async fn metrics_are_open_and_name_every_lane() {
     let (status, body) = server.send("counters", "c-1", json!({"id": "m"})).await;
     assert_eq!(status, 202, "{body}");
     assert_eq!(
-        metric(
-            &server,
-            r#"sutra_steps_total{flow="counter",outcome="committed"}"#
-        )
-        .await,
+        metric(&server, r#"sutra_steps_total{outcome="committed"}"#).await,
         1.0
     );
     for lane in 0..3 {

@@ -69,6 +69,9 @@ pub struct EngineConfig {
     /// The brokers this replica has a URL for (`sutra.transports.{amqp,nats}.url`): a
     /// deployment declaring a channel on another broker is refused here.
     pub brokers: Vec<Transport>,
+    /// Whether the metrics name what tenants chose — flows, task topics, singleton channels —
+    /// with a `tenant` label, or fold them away (`sutra.metrics.tenant-labels`, decision 0076).
+    pub metric_tenant_labels: bool,
 }
 
 impl Default for EngineConfig {
@@ -100,6 +103,7 @@ impl Default for EngineConfig {
             call_max_children: sutra_core::step::CALL_CHILDREN_DEFAULT,
             task_max_lock: SignedDuration::from_hours(24),
             brokers: Vec::new(),
+            metric_tenant_labels: false,
         }
     }
 }

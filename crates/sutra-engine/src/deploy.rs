@@ -100,11 +100,12 @@ impl Deployments {
 
     /// Adds stored `versions` to the live set: every lane flips to it before intake routes by it,
     /// so that no step sees half a deployment (SPEC §6), and the singleton channels the versions
-    /// declare are contended for from now on. The one activation path, for deployments made here
-    /// and those made through other replicas; callers hold `deploying`, so that two activations
-    /// never interleave.
+    /// declare are contended for from now on, and their flows' step series exported at zero. The
+    /// one activation path, for deployments made here and those made through other replicas;
+    /// callers hold `deploying`, so that two activations never interleave.
     async fn activate(&self, versions: Vec<(DeploymentRecord, Deployment)>) -> Result<(), Error> {
         contend_for_singleton_channels(self.leadership.as_ref(), &versions);
+        self.shared.metrics.deployed(&versions);
         let live = Arc::new(self.live.get().with(versions));
         self.lanes.activate(&live).await;
         self.live.set(live);

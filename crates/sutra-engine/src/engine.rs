@@ -2,7 +2,7 @@
 //! executor, the role loops and the background loops — and hands each call to the part that
 //! does it. It holds no protocol of its own.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use jiff::{SignedDuration, Timestamp};
@@ -48,8 +48,6 @@ pub struct Engine {
     /// The loops every replica runs: deployment convergence, the outbox worker, and (on a store
     /// replicas share) the listener for ends of instances held here.
     background: Mutex<Vec<JoinHandle<()>>>,
-    /// The topics the last gauges reported available tasks for.
-    topics_reported: Mutex<BTreeSet<String>>,
 }
 
 impl Engine {
@@ -69,8 +67,9 @@ impl Engine {
         let loaded = deploy::loadable(store.deployments(None).await?);
         let leadership = leadership::for_store(&store, &config, &clock);
         deploy::contend_for_singleton_channels(leadership.as_ref(), &loaded);
-        let live = Arc::new(Current::new(Arc::new(Live::default().with(loaded))));
         let shared = Arc::new(Shared::new(store, config, clock.clone()));
+        shared.metrics.deployed(&loaded);
+        let live = Arc::new(Current::new(Arc::new(Live::default().with(loaded))));
         let lanes = Arc::new(Lanes::spawn(&shared, &live.get()));
         let deployments = Arc::new(Deployments::new(
             Arc::clone(&shared),
@@ -107,7 +106,6 @@ impl Engine {
             polls_end: watch::Sender::new(false),
             polls: tasks::Polls::default(),
             background: Mutex::new(background),
-            topics_reported: Mutex::new(BTreeSet::new()),
         }))
     }
 
@@ -151,20 +149,21 @@ impl Engine {
         for (lane, depth) in self.lane_queue_depths().into_iter().enumerate() {
             metrics::lane_queue_depth(lane, depth);
         }
-        for (role, term) in self.leadership.roles() {
-            metrics::lease_leader(
-                &role,
-                term.is_some_and(|term| term.current(&self.shared.clock)),
-            );
-        }
-        metrics::claims_in_flight(self.claims_in_flight());
+        let leading: Vec<metrics::Led> = (self.leadership.roles().into_iter())
+            .map(|(role, term)| metrics::Led {
+                channel: leadership::channel_role_tenant(&role).is_some(),
+                leading: term.is_some_and(|term| term.current(&self.shared.clock)),
+                role,
+            })
+            .collect();
+        self.shared.metrics.lease_leaders(&leading);
+        metrics::claims_in_flight(self.claims_in_flight(None));
         metrics::polls_waiting(self.shared.waiting.count());
         // Not counted in time, the store's gauges keep their last values, and the gauges of this
         // process — leadership above all — are read whatever the store does; readiness says
         // the store is away.
         if let Some(backlog) = self.scraped_backlog().await {
-            let gone = self.topics_gone(&backlog);
-            metrics::backlog(&backlog, &gone);
+            self.shared.metrics.backlog(&backlog);
         }
     }
 
@@ -174,9 +173,10 @@ impl Engine {
         &self.shared.pulse
     }
 
-    /// Steps in progress on this replica: its lanes on a request.
-    pub fn claims_in_flight(&self) -> usize {
-        self.lanes.busy()
+    /// Steps in progress on this replica: its lanes on a request, or only those holding one of
+    /// `tenant`'s instances.
+    pub fn claims_in_flight(&self, tenant: Option<&str>) -> usize {
+        self.lanes.busy(tenant)
     }
 
     /// The backlog a scrape reports: as the database counted it less than a sample interval
@@ -185,25 +185,10 @@ impl Engine {
         self.shared.recent_backlog().await
     }
 
-    /// What waits for the fleet, counted in the database (SPEC §8).
-    pub async fn backlog(&self) -> Result<Backlog, Error> {
-        Ok(self.shared.store.backlog().await?)
-    }
-
-    /// The topics reported with available tasks before and none now; remembers the ones now.
-    fn topics_gone(&self, backlog: &Backlog) -> Vec<String> {
-        let now: BTreeSet<String> = backlog
-            .tasks_available
-            .iter()
-            .map(|(topic, _)| topic.clone())
-            .collect();
-        let mut reported = self
-            .topics_reported
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let gone = reported.difference(&now).cloned().collect();
-        *reported = now;
-        gone
+    /// What waits, counted in the database now (SPEC §8): `tenant`'s, or the fleet's when
+    /// `None`.
+    pub async fn backlog(&self, tenant: Option<&str>) -> Result<Backlog, Error> {
+        Ok(self.shared.store.backlog(tenant).await?)
     }
 
     /// Checks, stores and activates a deployment for `tenant`: version n+1 becomes active on every

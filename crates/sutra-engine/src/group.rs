@@ -46,7 +46,7 @@ enum Ran {
 }
 
 impl Member {
-    fn tenant(&self) -> &str {
+    pub(crate) fn tenant(&self) -> &str {
         match self {
             Member::Step(request, _) => &request.key.tenant,
             Member::Complete(completion, _) => &completion.tenant,

@@ -16,10 +16,10 @@
 //! describes). Lane loops never put work on the queue; only callers' tasks do, which makes a
 //! deadlock between lanes impossible by construction.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt;
 use sutra_store::{Clock, LockedTask};
@@ -93,11 +93,13 @@ impl Lanes {
         self.lanes.iter().enumerate().filter_map(stuck).collect()
     }
 
-    /// How many lanes are on a group now: each holds at least one claim.
-    pub(crate) fn busy(&self) -> usize {
+    /// How many lanes are on a group now — each holds at least one claim — or, for `tenant`,
+    /// on a group with one of its instances.
+    pub(crate) fn busy(&self, tenant: Option<&str>) -> usize {
         self.lanes
             .iter()
             .filter(|lane| lane.busy_for().is_some())
+            .filter(|lane| tenant.is_none_or(|tenant| lane.holds(tenant)))
             .count()
     }
 
@@ -117,26 +119,63 @@ impl Lanes {
 }
 
 struct Lane {
-    /// When the group in hand started, as milliseconds since the epoch; 0 when idle. Readiness
-    /// reads it: a lane stuck on one group is wedged, and a wedged replica must not take traffic.
-    busy_since: Arc<AtomicU64>,
-    /// The engine's, which `busy_since` is read from.
+    in_hand: Arc<InHand>,
+    /// The engine's, which `in_hand.since` is read from.
     clock: Clock,
     thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// What a lane is on, as others read it.
+#[derive(Default)]
+struct InHand {
+    /// When the group in hand started, as milliseconds since the epoch; 0 when idle. Readiness
+    /// reads it: a lane stuck on one group is wedged, and a wedged replica must not take traffic.
+    since: AtomicU64,
+    /// The tenants of the group in hand, for a tenant's claims in flight (decision 0076).
+    tenants: Mutex<BTreeSet<String>>,
+}
+
+impl InHand {
+    /// A group of `members` started now; its tenants are set first, so that a lane read as busy
+    /// always names them.
+    fn start(&self, members: &[Member], clock: &Clock) {
+        let mut tenants = self.tenants();
+        for member in members {
+            // Most groups are one tenant's: its name is copied once.
+            if !tenants.contains(member.tenant()) {
+                tenants.insert(member.tenant().to_owned());
+            }
+        }
+        drop(tenants);
+        self.since
+            .store(epoch_millis(clock).max(1), Ordering::Relaxed);
+    }
+
+    fn end(&self) {
+        self.since.store(0, Ordering::Relaxed);
+        self.tenants().clear();
+    }
+
+    fn tenants(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        // The set is replaced or cleared whole before the lock is let go.
+        self.tenants
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 impl Lane {
     fn spawn(index: usize, shared: Arc<Shared>, queue: Arc<Queue>) -> Lane {
         let handle = tokio::runtime::Handle::current();
-        let busy_since = Arc::new(AtomicU64::new(0));
+        let in_hand = Arc::new(InHand::default());
         let clock = shared.clock.clone();
-        let progress = Arc::clone(&busy_since);
+        let progress = Arc::clone(&in_hand);
         let thread = std::thread::Builder::new()
             .name(format!("sutra-lane-{index}"))
             .spawn(move || handle.block_on(lane_loop(index, shared, queue, progress)))
             .expect("the operating system starts a lane thread");
         Lane {
-            busy_since,
+            in_hand,
             clock,
             thread: std::sync::Mutex::new(Some(thread)),
         }
@@ -144,9 +183,14 @@ impl Lane {
 
     /// How long the lane has been on its current group; `None` when idle.
     fn busy_for(&self) -> Option<std::time::Duration> {
-        let since = self.busy_since.load(Ordering::Relaxed);
+        let since = self.in_hand.since.load(Ordering::Relaxed);
         let now = epoch_millis(&self.clock);
         (since != 0).then(|| std::time::Duration::from_millis(now.saturating_sub(since)))
+    }
+
+    /// Whether the group in hand acts for `tenant`.
+    fn holds(&self, tenant: &str) -> bool {
+        self.in_hand.tenants().contains(tenant)
     }
 
     async fn join(&self) {
@@ -157,15 +201,10 @@ impl Lane {
     }
 }
 
-async fn lane_loop(
-    index: usize,
-    shared: Arc<Shared>,
-    queue: Arc<Queue>,
-    busy_since: Arc<AtomicU64>,
-) {
+async fn lane_loop(index: usize, shared: Arc<Shared>, queue: Arc<Queue>, in_hand: Arc<InHand>) {
     let owner = shared.lane_owner(index);
     while let Some(taken) = queue.take(index, &shared).await {
-        busy_since.store(epoch_millis(&shared.clock).max(1), Ordering::Relaxed);
+        in_hand.start(&taken.members, &shared.clock);
         let Taken {
             members,
             holds,
@@ -181,7 +220,7 @@ async fn lane_loop(
         let _ = AssertUnwindSafe(group::run(&stepper, members))
             .catch_unwind()
             .await;
-        busy_since.store(0, Ordering::Relaxed);
+        in_hand.end();
         queue.release(index, &holds);
     }
 }

@@ -40,6 +40,13 @@ pub fn channel_role(tenant: &str, channel: &str) -> String {
     format!("channel:{tenant}:{channel}")
 }
 
+/// The tenant of a [`channel_role`]; `None` for a role of the fleet's. A tenant's name has no
+/// `:`, so the first one after the prefix ends it.
+pub fn channel_role_tenant(role: &str) -> Option<&str> {
+    let (tenant, _channel) = role.strip_prefix("channel:")?.split_once(':')?;
+    Some(tenant)
+}
+
 /// How long giving the leases up at shutdown may take. A database out of reach cannot be told;
 /// the leases then expire after their TTL, as if the replica had died.
 const RELEASE_PATIENCE: Duration = Duration::from_secs(5);

@@ -5,11 +5,19 @@
 //! agree with. Counters and the histograms are recorded where the event happens, and registered
 //! at zero with the recorder ([`register`]); the gauges that mirror in-memory state (lane queue
 //! depth, lease leadership) are refreshed by `Engine::publish_gauges` when `/metrics` is scraped.
+//!
+//! The series that would name what a tenant chose — a step's flow, a task's topic, a singleton
+//! channel's lease — go through an [`Exporter`], which folds those names away unless
+//! `sutra.metrics.tenant-labels` asks for them (docs/decisions/0076).
 
+use std::collections::BTreeSet;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use metrics::{counter, gauge, histogram};
-use sutra_core::snapshot::Status;
+use sutra_core::model::Deployment;
+use sutra_core::snapshot::{InstanceInfo, Status};
+use sutra_store::DeploymentRecord;
 
 pub const STEPS: &str = "sutra_steps_total";
 pub const STEP_DURATION: &str = "sutra_step_duration_seconds";
@@ -47,10 +55,6 @@ pub const SERIES: &[&str] = &[
     DELIVERY_FAILURES,
     SCHEDULE_TICKS,
 ];
-
-/// The series of [`SERIES`] that appear with their first value: their label (a step's `flow`, a
-/// task's `topic`) is not a fixed set. Every other one is exported from the first scrape.
-pub const WITH_FIRST_VALUE: &[&str] = &[STEPS, TASKS_AVAILABLE];
 
 /// Registers at zero the counters and histograms whose labels are a fixed set, so that an alert
 /// on one has a value to read on a healthy replica before its first event. The gauges need no
@@ -174,11 +178,173 @@ impl BouncePath {
 
 /// The `outcome` of a step that committed; every other outcome says why it did not.
 pub(crate) const COMMITTED: &str = "committed";
+/// A step whose claim was lost before its commit.
+pub(crate) const STALE: &str = "stale";
+/// A step its instance's state did not allow.
+pub(crate) const REJECTED: &str = "rejected";
+/// A step whose instance's deployment version is not loaded here.
+pub(crate) const UNPINNED: &str = "unpinned";
+/// A step that panicked.
+pub(crate) const PANICKED: &str = "panicked";
+/// A step that failed for any other reason.
+pub(crate) const FAILED: &str = "failed";
 
-/// One step's end, `took` after it started: `outcome` is [`COMMITTED`], or why it did not commit.
-pub(crate) fn step(flow: &str, outcome: &'static str, took: Duration) {
-    counter!(STEPS, "flow" => flow.to_owned(), "outcome" => outcome).increment(1);
-    histogram!(STEP_DURATION).record(took.as_secs_f64());
+/// Every `outcome` of [`STEPS`], each registered at zero for every series of steps.
+const OUTCOMES: [&str; 6] = [COMMITTED, STALE, REJECTED, UNPINNED, PANICKED, FAILED];
+
+/// The `role` under which the singleton channels' leases are folded: how many this replica
+/// leads.
+const CHANNEL_ROLES: &str = "channel";
+
+/// Whether the series name what tenants chose (`sutra.metrics.tenant-labels`, decision 0076).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Labels {
+    /// No flow, topic or channel, and no tenant: each series folded over them, so that
+    /// `/metrics`, open to whoever reaches it, shows nothing a tenant named.
+    Folded,
+    /// `tenant`, and the flow, topic or channel it named: the operator asked for them, and
+    /// `/metrics` then takes the operator's token where tokens are configured.
+    PerTenant,
+}
+
+/// A lease role, and whether this replica leads it now.
+pub(crate) struct Led {
+    pub role: String,
+    /// Whether it is a singleton channel's role, which names a tenant's channel.
+    pub channel: bool,
+    pub leading: bool,
+}
+
+/// Records the series that would name what tenants chose, as [`Labels`] says.
+pub(crate) struct Exporter {
+    labels: Labels,
+    /// The (tenant, topic) pairs the last gauges reported available tasks for.
+    topics_reported: Mutex<BTreeSet<(String, String)>>,
+}
+
+impl Exporter {
+    /// Labelled per tenant when `tenant_labels`, else folded.
+    pub(crate) fn new(tenant_labels: bool) -> Exporter {
+        Exporter {
+            labels: if tenant_labels {
+                Labels::PerTenant
+            } else {
+                Labels::Folded
+            },
+            topics_reported: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// One step's end, `took` after it started: `outcome` is [`COMMITTED`], or why it did not
+    /// commit.
+    pub(crate) fn step(&self, instance: &InstanceInfo, outcome: &'static str, took: Duration) {
+        let steps = match self.labels {
+            Labels::Folded => counter!(STEPS, "outcome" => outcome),
+            Labels::PerTenant => counter!(
+                STEPS,
+                "tenant" => instance.tenant.clone(),
+                "flow" => instance.flow.clone(),
+                "outcome" => outcome
+            ),
+        };
+        steps.increment(1);
+        histogram!(STEP_DURATION).record(took.as_secs_f64());
+    }
+
+    /// Registers at zero the step series of what is deployed, once `versions` are loaded, so
+    /// that a flow's series has a value to read before its first step (as Prometheus clients
+    /// export the label values they know): per tenant and flow, or folded once for all.
+    pub(crate) fn deployed(&self, versions: &[(DeploymentRecord, Deployment)]) {
+        match self.labels {
+            Labels::Folded => {
+                for outcome in OUTCOMES {
+                    counter!(STEPS, "outcome" => outcome).increment(0);
+                }
+            }
+            Labels::PerTenant => {
+                for (record, deployment) in versions {
+                    for flow in deployment.flows.keys() {
+                        for outcome in OUTCOMES {
+                            counter!(
+                                STEPS,
+                                "tenant" => record.tenant.clone(),
+                                "flow" => flow.clone(),
+                                "outcome" => outcome
+                            )
+                            .increment(0);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The scaling signal (SPEC §8), as the database counts it. Per tenant, a topic reported
+    /// before that has no available task now is set to 0 rather than left at its last value.
+    pub(crate) fn backlog(&self, backlog: &sutra_store::Backlog) {
+        gauge!(INBOX_BACKLOG).set(backlog.inbox as f64);
+        gauge!(OUTBOX_BACKLOG).set(backlog.outbox as f64);
+        gauge!(TASKS_LOCKED).set(backlog.tasks_locked as f64);
+        match self.labels {
+            Labels::Folded => gauge!(TASKS_AVAILABLE).set(backlog.available() as f64),
+            Labels::PerTenant => self.tasks_available(backlog),
+        }
+        for status in [
+            Status::Suspended,
+            Status::Completed,
+            Status::Cancelled,
+            Status::Failed,
+        ] {
+            let count = backlog
+                .instances
+                .iter()
+                .find(|(counted, _)| *counted == status)
+                .map_or(0, |(_, n)| *n);
+            gauge!(INSTANCES, "status" => status.as_str()).set(count as f64);
+        }
+    }
+
+    /// The available tasks by tenant and topic, the pairs reported before and gone now at 0.
+    fn tasks_available(&self, backlog: &sutra_store::Backlog) {
+        let now: BTreeSet<(String, String)> = backlog
+            .tasks_available
+            .iter()
+            .map(|available| (available.tenant.clone(), available.topic.clone()))
+            .collect();
+        let mut reported = self
+            .topics_reported
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        for (tenant, topic) in reported.difference(&now) {
+            gauge!(TASKS_AVAILABLE, "tenant" => tenant.clone(), "topic" => topic.clone()).set(0.0);
+        }
+        for available in &backlog.tasks_available {
+            gauge!(
+                TASKS_AVAILABLE,
+                "tenant" => available.tenant.clone(),
+                "topic" => available.topic.clone()
+            )
+            .set(available.tasks as f64);
+        }
+        *reported = now;
+    }
+
+    /// Which roles this replica leads (1) or not (0). Folded, the singleton channels' roles —
+    /// `channel:{tenant}:{channel}` — are one series, `role="channel"`, counting those it leads.
+    pub(crate) fn lease_leaders(&self, roles: &[Led]) {
+        let mut channels_led = 0;
+        for led in roles {
+            if led.channel && self.labels == Labels::Folded {
+                channels_led += u32::from(led.leading);
+            } else {
+                let leading = if led.leading { 1.0 } else { 0.0 };
+                gauge!(LEASE_LEADER, "role" => led.role.clone()).set(leading);
+            }
+        }
+        if self.labels == Labels::Folded {
+            gauge!(LEASE_LEADER, "role" => CHANNEL_ROLES).set(f64::from(channels_led));
+        }
+    }
 }
 
 /// One group commit's size: how many steps shared its transaction (decision 0024). Groups of one
@@ -199,33 +365,6 @@ pub(crate) fn lane_queue_depth(lane: usize, depth: usize) {
     gauge!(LANE_QUEUE_DEPTH, "lane" => lane.to_string()).set(depth as f64);
 }
 
-/// The scaling signal (SPEC §8), as the database counts it; `gone` are topics reported before
-/// that have no available task now, set to 0 rather than left at their last value.
-pub(crate) fn backlog(backlog: &sutra_store::Backlog, gone: &[String]) {
-    gauge!(INBOX_BACKLOG).set(backlog.inbox as f64);
-    gauge!(OUTBOX_BACKLOG).set(backlog.outbox as f64);
-    gauge!(TASKS_LOCKED).set(backlog.tasks_locked as f64);
-    for (topic, available) in &backlog.tasks_available {
-        gauge!(TASKS_AVAILABLE, "topic" => topic.clone()).set(*available as f64);
-    }
-    for topic in gone {
-        gauge!(TASKS_AVAILABLE, "topic" => topic.clone()).set(0.0);
-    }
-    for status in [
-        Status::Suspended,
-        Status::Completed,
-        Status::Cancelled,
-        Status::Failed,
-    ] {
-        let count = backlog
-            .instances
-            .iter()
-            .find(|(counted, _)| *counted == status)
-            .map_or(0, |(_, n)| *n);
-        gauge!(INSTANCES, "status" => status.as_str()).set(count as f64);
-    }
-}
-
 /// Steps in progress on this replica: its lanes on a request (SPEC §8: a busy fleet with an
 /// empty backlog must not scale to zero).
 pub(crate) fn claims_in_flight(busy: usize) {
@@ -236,8 +375,4 @@ pub(crate) fn claims_in_flight(busy: usize) {
 /// arming a task hands it to at once (decision 0039).
 pub(crate) fn polls_waiting(waiting: usize) {
     gauge!(POLLS_WAITING).set(waiting as f64);
-}
-
-pub(crate) fn lease_leader(role: &str, leading: bool) {
-    gauge!(LEASE_LEADER, "role" => role.to_owned()).set(if leading { 1.0 } else { 0.0 });
 }

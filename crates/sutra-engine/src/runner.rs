@@ -97,7 +97,7 @@ impl Stepper<'_> {
             && !matches!(error, Error::Store(sutra_store::Error::Waited { .. }))
         {
             self.shared.step_ended(
-                &info.flow,
+                info,
                 outcome_label(error),
                 self.shared.clock.elapsed(started),
             );
@@ -291,19 +291,19 @@ impl Stepper<'_> {
         self.write(group, step, pending, ctx).await
     }
 
-    /// [`Stepper::advance`], counting a step that did not commit under its flow.
+    /// [`Stepper::advance`], counting a step that did not commit under its instance's flow.
     async fn advance_metered(
         &self,
         group: &mut dyn Group,
         claimed: Claimed,
         resumption: Resumption,
     ) -> Result<Written, Error> {
-        let flow = claimed.snapshot.instance.flow.clone();
+        let instance = claimed.snapshot.instance.clone();
         let started = self.shared.clock.instant();
         let advanced = self.advance(group, claimed, resumption).await;
         if let Err(error) = &advanced {
             self.shared.step_ended(
-                &flow,
+                &instance,
                 outcome_label(error),
                 self.shared.clock.elapsed(started),
             );
@@ -459,11 +459,11 @@ pub(crate) fn fails_clean(error: &Error) -> bool {
 /// The `outcome` label of a step that ran and did not commit.
 pub(crate) fn outcome_label(error: &Error) -> &'static str {
     match error {
-        Error::Stale(_) => "stale",
-        Error::InvalidState(_) => "rejected",
-        Error::Unpinned(_) => "unpinned",
-        Error::Panicked => "panicked",
-        _ => "failed",
+        Error::Stale(_) => metrics::STALE,
+        Error::InvalidState(_) => metrics::REJECTED,
+        Error::Unpinned(_) => metrics::UNPINNED,
+        Error::Panicked => metrics::PANICKED,
+        _ => metrics::FAILED,
     }
 }
 

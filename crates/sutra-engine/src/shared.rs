@@ -5,6 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use sutra_core::snapshot::InstanceInfo;
 use sutra_store::{Backlog, Clock, Owner, Store};
 use tokio::sync::Notify;
 use tracing::debug;
@@ -40,6 +41,8 @@ pub(crate) struct Shared {
     pub waiting: Waiting,
     /// What this replica's steps did over the last minutes (decision 0061).
     pub pulse: Pulse,
+    /// The series that would name what tenants chose, labelled as configured (decision 0076).
+    pub metrics: metrics::Exporter,
     /// The last backlog counted, and when (see [`Shared::recent_backlog`]).
     counted: Mutex<Option<(Instant, Backlog)>>,
 }
@@ -48,6 +51,7 @@ impl Shared {
     pub fn new(store: Arc<dyn Store>, config: EngineConfig, clock: Clock) -> Shared {
         Shared {
             store,
+            metrics: metrics::Exporter::new(config.metric_tenant_labels),
             config,
             settle: SettleRegistry::default(),
             deliveries_due: Notify::new(),
@@ -61,11 +65,13 @@ impl Shared {
         }
     }
 
-    /// One step's end, `took` after it started: `outcome` is `committed`, or why it did not
-    /// commit. Counted in the process's metrics under its flow, and in this replica's pulse.
-    pub fn step_ended(&self, flow: &str, outcome: &'static str, took: Duration) {
-        metrics::step(flow, outcome, took);
-        self.pulse.step(outcome == metrics::COMMITTED, took);
+    /// One step of `instance`'s ended, `took` after it started: `outcome` is `committed`, or
+    /// why it did not commit. Counted in the process's metrics, and in this replica's pulse
+    /// for the replica and for the instance's tenant.
+    pub fn step_ended(&self, instance: &InstanceInfo, outcome: &'static str, took: Duration) {
+        self.metrics.step(instance, outcome, took);
+        self.pulse
+            .step(&instance.tenant, outcome == metrics::COMMITTED, took);
     }
 
     /// What waits for the fleet, as the database counts it now, kept for the scrapes that follow
@@ -77,7 +83,7 @@ impl Shared {
         let began = self.clock.instant();
         match self
             .clock
-            .timeout(BACKLOG_PATIENCE, self.store.backlog())
+            .timeout(BACKLOG_PATIENCE, self.store.backlog(None))
             .await
         {
             Ok(Ok(backlog)) => {

@@ -57,9 +57,9 @@ impl Written {
         let instance = step.snapshot.instance.id.clone();
         handoff::hand_over(shared, &step, &mut taken, handoffs);
         let took = shared.clock.elapsed(started);
-        shared.step_ended(&step.snapshot.instance.flow, metrics::COMMITTED, took);
+        shared.step_ended(&step.snapshot.instance, metrics::COMMITTED, took);
         if (step.history.iter()).any(|event| event.kind == HistoryKind::Failed) {
-            shared.pulse.instance_failed();
+            shared.pulse.instance_failed(&step.snapshot.instance.tenant);
         }
         if let Some(reply) = &step.reply {
             shared.settle.settle(&instance, reply);

@@ -2,7 +2,7 @@
 //! steps did since the last — committed, and the instances they failed, with their latency — and
 //! of the backlog the database counts then; an interval without a step has no latency, and no
 //! more than fifteen minutes are kept. A scrape reads the backlog the sampler counted last
-//! (decision 0065).
+//! (decision 0065). A tenant's samples hold its own steps and no backlog (decision 0076).
 
 mod common;
 
@@ -12,7 +12,7 @@ use serde_json::json;
 use sutra_engine::EngineConfig;
 use sutra_engine::pulse::{Depth, SAMPLE_INTERVAL, SAMPLES_KEPT, Sample};
 
-use common::{Harness, eventually};
+use common::{Harness, TENANT, eventually};
 
 const FLOWS: &str = r#"
 name: orders
@@ -39,7 +39,7 @@ flows:
 /// The samples, once there are `count`.
 async fn samples(harness: &Harness, count: usize) -> Vec<Sample> {
     eventually(&format!("{count} samples"), || async {
-        let samples = harness.engine.pulse().samples();
+        let samples = harness.engine.pulse().samples(None);
         (samples.len() >= count).then_some(samples)
     })
     .await
@@ -71,6 +71,19 @@ async fn each_interval_is_sampled_with_its_steps_failures_latency_and_backlog() 
     assert_eq!((backlog.tasks_available, backlog.inbox), (2, 0));
     assert_eq!(busy.seconds, SAMPLE_INTERVAL.as_secs_f64());
     assert_eq!(busy.at, harness.engine.clock().now());
+    let pulse = harness.engine.pulse();
+    let [own] = &pulse.samples(Some(TENANT))[..] else {
+        unreachable!("one sample")
+    };
+    assert_eq!(
+        (own.steps, own.instances_failed, own.latency, own.backlog),
+        (3, 1, busy.latency, None),
+        "the tenant's own steps, and no backlog"
+    );
+    let [other] = &pulse.samples(Some("initech"))[..] else {
+        unreachable!("one sample")
+    };
+    assert_eq!((other.steps, other.latency, other.at), (0, None, busy.at));
 
     harness.advance(SAMPLE_INTERVAL);
     let idle = &samples(&harness, 2).await[1];
@@ -92,14 +105,14 @@ async fn fifteen_minutes_of_samples_are_kept() {
             let last = harness
                 .engine
                 .pulse()
-                .samples()
+                .samples(None)
                 .last()
                 .map(|sample| sample.at);
             (last == Some(harness.engine.clock().now())).then_some(())
         })
         .await;
     }
-    let kept = harness.engine.pulse().samples();
+    let kept = harness.engine.pulse().samples(None);
     assert_eq!(kept.len(), SAMPLES_KEPT);
     let oldest = started + Duration::from_secs(30);
     assert_eq!(kept[0].at, oldest, "the first two were dropped");
@@ -125,7 +138,7 @@ async fn a_scrape_between_samples_reads_the_last_count_and_a_sample_counts_again
         1,
         "within the interval, the last count"
     );
-    let now = harness.engine.backlog().await.unwrap();
+    let now = harness.engine.backlog(None).await.unwrap();
     assert_eq!(Depth::of(&now).tasks_available, 2, "counted when asked");
 
     harness.advance(SAMPLE_INTERVAL);

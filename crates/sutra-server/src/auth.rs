@@ -3,9 +3,11 @@
 //!
 //! Authentication and the role check happen here, once, before any handler runs, so a handler
 //! cannot forget them; handlers only read the caller's tenant, and pass it to the engine and the
-//! store on every call. Without configured tokens (which only a loopback listener allows) every
-//! request acts for tenant `default` with every role, as a single-user embedded engine should.
-//! The presented token is never logged or echoed: refusals say what was missing, not what came.
+//! store on every call. The operator views read a [`Viewer`] instead: one tenant's figures for a
+//! tenant's administrator, the fleet's for the operator (decision 0076). Without configured
+//! tokens (which only a loopback listener allows) every request acts for tenant `default` with
+//! every role, the operator's included, as a single-user embedded engine should. The presented
+//! token is never logged or echoed: refusals say what was missing, not what came.
 
 use std::sync::Arc;
 
@@ -29,41 +31,85 @@ pub struct Caller {
     pub tenant: String,
 }
 
-/// Admits requests whose token grants `role`.
+/// Whose figures an operator view shows — the scaling signal, the pulse, the leases — to the
+/// request that asks (decision 0076).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Viewer {
+    /// Every tenant's: the operator's token, or a server without tokens.
+    Fleet,
+    /// This tenant's alone: its administrator's token.
+    Tenant(String),
+}
+
+impl Viewer {
+    /// The tenant whose figures alone are shown; `None` for the fleet's.
+    pub fn tenant(&self) -> Option<&str> {
+        match self {
+            Viewer::Fleet => None,
+            Viewer::Tenant(tenant) => Some(tenant),
+        }
+    }
+}
+
+/// Who an admitted request acts for: a tenant (none for the operator, who acts for no tenant),
+/// and whose figures it sees.
+struct Admitted {
+    caller: Option<Caller>,
+    viewer: Viewer,
+}
+
+/// Admits requests whose token grants one of the roles `admits`.
 #[derive(Clone)]
 pub struct Gate {
     tokens: Option<Arc<Keyring>>,
-    role: Role,
+    admits: &'static [Role],
 }
 
 impl Gate {
-    pub fn new(tokens: Option<Arc<Keyring>>, role: Role) -> Gate {
-        Gate { tokens, role }
+    pub fn new(tokens: Option<Arc<Keyring>>, admits: &'static [Role]) -> Gate {
+        Gate { tokens, admits }
     }
 
-    fn admit(&self, headers: &HeaderMap) -> Result<Caller, Refusal> {
+    fn admit(&self, headers: &HeaderMap) -> Result<Admitted, Refusal> {
         let Some(keyring) = &self.tokens else {
-            return Ok(Caller {
-                tenant: DEFAULT_TENANT.to_owned(),
+            return Ok(Admitted {
+                caller: Some(Caller {
+                    tenant: DEFAULT_TENANT.to_owned(),
+                }),
+                viewer: Viewer::Fleet,
             });
         };
         let tokens = keyring.current();
         let presented = bearer(headers)?;
         let grant = tokens.verify(presented).ok_or(Refusal::UnknownToken)?;
-        if !grant.roles.contains(&self.role) {
-            return Err(Refusal::forbidden(self.role, grant));
+        if !self.admits.iter().any(|role| grant.roles.contains(role)) {
+            return Err(Refusal::forbidden(self.admits, grant));
         }
-        Ok(Caller {
-            tenant: grant.tenant.clone(),
+        Ok(match &grant.tenant {
+            Some(tenant) => Admitted {
+                caller: Some(Caller {
+                    tenant: tenant.clone(),
+                }),
+                viewer: Viewer::Tenant(tenant.clone()),
+            },
+            None => Admitted {
+                caller: None,
+                viewer: Viewer::Fleet,
+            },
         })
     }
 }
 
-/// The middleware: puts the [`Caller`] in the request's extensions, or answers 401 or 403.
+/// The middleware: puts the [`Caller`] (when the request acts for a tenant) and the [`Viewer`]
+/// in the request's extensions, or answers 401 or 403.
 pub async fn admit(State(gate): State<Gate>, mut request: Request, next: Next) -> Response {
     match gate.admit(request.headers()) {
-        Ok(caller) => {
-            request.extensions_mut().insert(caller);
+        Ok(Admitted { caller, viewer }) => {
+            let extensions = request.extensions_mut();
+            if let Some(caller) = caller {
+                extensions.insert(caller);
+            }
+            extensions.insert(viewer);
             next.run(request).await
         }
         Err(refusal) => refusal.into_response(),
@@ -81,14 +127,21 @@ enum Refusal {
 }
 
 impl Refusal {
-    fn forbidden(needed: Role, grant: &Grant) -> Refusal {
+    fn forbidden(admits: &[Role], grant: &Grant) -> Refusal {
+        let needed: Vec<String> = admits
+            .iter()
+            .map(|role| format!("`{}`", role.as_str()))
+            .collect();
+        let needed = needed.join(" or ");
         let held: Vec<&str> = grant.roles.iter().map(|role| role.as_str()).collect();
-        debug!(tenant = %grant.tenant, needed = needed.as_str(), "request refused: forbidden");
+        let held = held.join(", ");
+        let holder = match &grant.tenant {
+            Some(tenant) => format!("tenant `{tenant}`"),
+            None => "no tenant".to_owned(),
+        };
+        debug!(%holder, %needed, "request refused: forbidden");
         Refusal::Forbidden(format!(
-            "this call needs the `{}` role; the token (tenant `{}`) has {}",
-            needed.as_str(),
-            grant.tenant,
-            held.join(", ")
+            "this call needs the {needed} role; the token ({holder}) has {held}"
         ))
     }
 }

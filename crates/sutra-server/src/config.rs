@@ -85,6 +85,9 @@ const KEYS: &[(&str, Option<&str>)] = &[
     ("sutra.transports.nats.url", None),
     ("sutra.auth.tokens", None),
     ("sutra.auth.tokens-file", None),
+    // Whether the metrics name what tenants chose — flows, task topics, singleton channels —
+    // with a `tenant` label; `/metrics` then takes the operator's token (decision 0076).
+    ("sutra.metrics.tenant-labels", Some("false")),
 ];
 
 /// What `sutra serve` runs with. `Debug` shows the datasource URLs without their passwords.
@@ -300,6 +303,7 @@ impl Sources {
             retire_interval: self.parsed("sutra.deployments.retire-interval", duration)?,
             schedules_poll: self.parsed("sutra.schedules.poll", duration)?,
             brokers: brokers.configured(),
+            metric_tenant_labels: self.parsed("sutra.metrics.tenant-labels", boolean)?,
             ..EngineConfig::default()
         };
         engine.validate().map_err(|refusal| {

@@ -406,7 +406,11 @@ async fn reload_tokens(keyring: Arc<Keyring>, clock: Clock) {
 /// Says whom requests may act for; never a token.
 fn announce_tokens(settings: &Settings) {
     match &settings.auth_tokens {
-        Some(tokens) => info!(tenants = ?tokens.tenants(), "API tokens required"),
+        Some(tokens) => info!(
+            tenants = ?tokens.tenants(),
+            operator = tokens.operator(),
+            "API tokens required"
+        ),
         None => info!("no API tokens: every request acts for tenant `default` with every role"),
     }
 }

@@ -1,4 +1,6 @@
-//! The process's Prometheus recorder and the open `GET /metrics` route (SPEC §8).
+//! The process's Prometheus recorder and the `GET /metrics` route (SPEC §8): open, unless its
+//! series name what tenants chose (`sutra.metrics.tenant-labels`, decision 0076), when it takes
+//! the operator's token where tokens are configured.
 //!
 //! The recorder is global to the process (the `metrics` facade has one slot), so it is installed
 //! once, on first use, and shared by every server the process runs — tests run several in one
@@ -12,6 +14,7 @@ use axum::response::IntoResponse;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::http::Api;
+use crate::openapi::{Forbidden, Unauthenticated};
 
 /// Group sizes (decision 0024): up to `sutra.engine.group.max`, whose default is 64.
 const GROUP_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
@@ -53,11 +56,15 @@ pub fn install() {
 ///
 /// Prometheus text format (SPEC §8). The gauges are refreshed first — the in-memory ones, and
 /// the backlog as the database counted it within the last 10 s (counted now if not); the rest
-/// was recorded as it happened.
+/// was recorded as it happened. By default no series names what a tenant chose — flows, task
+/// topics, singleton channels are folded — and the route is open. With
+/// `sutra.metrics.tenant-labels: true` they carry `tenant` and those names, and a server with
+/// tokens asks for one with the `operator` role (decision 0076).
 #[utoipa::path(
     get,
     path = "/metrics",
     operation_id = "metrics",
+    security((), ("bearer" = [])),
     responses(
         (
             status = 200,
@@ -65,6 +72,8 @@ pub fn install() {
             body = String,
             content_type = "text/plain; version=0.0.4",
         ),
+        (status = 401, response = Unauthenticated),
+        (status = 403, response = Forbidden),
     ),
 )]
 pub(crate) async fn render(State(api): State<Api>) -> impl IntoResponse {

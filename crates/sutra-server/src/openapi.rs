@@ -155,6 +155,9 @@ const PROBLEM_JSON: &str = "application/problem+json";
 /// The tag of the routes no gate guards.
 const OPEN: &str = "open";
 
+/// The tag of the operator views, which a tenant's administrator and the operator both read.
+pub const VIEWS: &str = "views";
+
 /// The document of the whole API from the parts of its route groups: the parts' paths and
 /// schemas, the shared refusals, the security scheme, and the `%00` refusal every route can
 /// answer. Rendered once, pretty-printed: it is what `docs/openapi.json` holds.
@@ -187,8 +190,9 @@ pub fn document(parts: impl IntoIterator<Item = OpenApi>) -> Document {
                 .scheme(HttpAuthScheme::Bearer)
                 .description(Some(
                     "An API token from `sutra.auth.tokens`, bound to one tenant and a set of \
-                     roles. A server without tokens (loopback only) takes every request \
-                     without one, for tenant `default` with every role.",
+                     roles, or the operator's, bound to no tenant. A server without tokens \
+                     (loopback only) takes every request without one, for tenant `default` \
+                     with every role, the operator's included.",
                 ))
                 .build(),
         ),
@@ -216,7 +220,8 @@ No string of a request, in its URL or its body, may hold the character U+0000 (`
 no store can keep: such a request is refused, `SUTRA.API.REQUEST.INVALID` (a message's, \
 `SUTRA.INTAKE.VALIDATION`).";
 
-/// One tag per role a gate admits, and one for the open routes.
+/// One tag per tenant role a gate admits, one for the operator views, and one for the open
+/// routes.
 fn tags() -> Vec<utoipa::openapi::Tag> {
     let tag = |name: &str, description: &str| {
         TagBuilder::new()
@@ -235,17 +240,28 @@ fn tags() -> Vec<utoipa::openapi::Tag> {
         ),
         tag(
             Role::Admin.as_str(),
-            "Deployments, instances and the fleet; a token with the `admin` role.",
+            "Deployments, instances and schedules; a token with the `admin` role.",
         ),
-        tag(OPEN, "Probes, metrics and this document: no token."),
+        tag(
+            VIEWS,
+            "The operator views — the scaling signal, the last fifteen minutes, the leases: a \
+             token with the `operator` role sees every tenant's figures, one with the `admin` \
+             role its own tenant's alone.",
+        ),
+        tag(
+            OPEN,
+            "Probes, metrics and this document: no token (`/metrics` takes the operator's \
+             when `sutra.metrics.tenant-labels` is on).",
+        ),
     ]
 }
 
-/// Marks every operation of a group that the gate admitting `role` guards: its tag, the bearer
-/// token it takes (or none, on a server without tokens), and the gate's two refusals.
-pub fn gated(part: &mut OpenApi, role: Role) {
+/// Marks every operation of a group that a gate guards: its tag (the role it admits, or
+/// [`VIEWS`]), the bearer token it takes (or none, on a server without tokens), and the gate's
+/// two refusals.
+pub fn gated(part: &mut OpenApi, tag: &str) {
     for operation in operations(part) {
-        operation.tags = Some(vec![role.as_str().to_owned()]);
+        operation.tags = Some(vec![tag.to_owned()]);
         // The empty requirement: a server without tokens asks for none.
         operation.security = Some(vec![
             SecurityRequirement::new(BEARER, Vec::<String>::new()),

@@ -15,12 +15,17 @@
 //!     tokens:
 //!       - { tenant: acme, roles: [admin], token-file: /run/secrets/acme-admin }
 //!       - { tenant: acme, roles: [worker, sender], token-sha256: 5e88…d1 }
+//!       - { roles: [operator], token-file: /run/secrets/operator }
 //! ```
 //!
 //! In one environment variable (`SUTRA_AUTH_TOKENS`), entries separated by `;`, each
 //! `TENANT:ROLE[,ROLE…]:SECRET` where SECRET is the token itself, `sha256:HEX` or `file:PATH`:
 //! `acme:admin:file:/run/secrets/acme-admin; acme:worker,sender:sha256:5e88…d1`. The list form
 //! is accepted there too, as JSON.
+//!
+//! The `operator` role belongs to no tenant (decision 0076): its entry names none (`:operator:…`
+//! in the compact form) and no other role, and its token reads the fleet's operator views —
+//! every tenant's counts — and nothing of any tenant's rows.
 //!
 //! Or from a file (`sutra.auth.tokens-file`) holding either form: the [`Keyring`] then reads it
 //! again when it changes and on SIGHUP, and replaces the tokens in force whole — a token removed
@@ -38,22 +43,25 @@ use sha2::{Digest, Sha256};
 use sutra_core::check::{TENANT_NAME_HINT, is_tenant_name};
 
 /// Who may call what: `sender` sends on channels, `worker` works tasks, `admin` deploys and
-/// administers instances. Roles do not imply one another.
+/// administers its tenant's instances and sees its tenant's figures, `operator` sees the
+/// fleet's figures and acts for no tenant. Roles do not imply one another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Role {
     Admin,
     Worker,
     Sender,
+    Operator,
 }
 
 impl Role {
-    pub const ALL: [Role; 3] = [Role::Admin, Role::Worker, Role::Sender];
+    pub const ALL: [Role; 4] = [Role::Admin, Role::Worker, Role::Sender, Role::Operator];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Admin => "admin",
             Role::Worker => "worker",
             Role::Sender => "sender",
+            Role::Operator => "operator",
         }
     }
 
@@ -61,14 +69,14 @@ impl Role {
         Role::ALL
             .into_iter()
             .find(|role| role.as_str() == text)
-            .ok_or_else(|| format!("unknown role `{text}`; use admin, worker or sender"))
+            .ok_or_else(|| format!("unknown role `{text}`; use admin, worker, sender or operator"))
     }
 }
 
-/// What a token grants: a tenant to act for, and roles to act in.
+/// What a token grants: a tenant to act for (none for the operator's), and roles to act in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
-    pub tenant: String,
+    pub tenant: Option<String>,
     pub roles: BTreeSet<Role>,
 }
 
@@ -124,8 +132,15 @@ impl Tokens {
     pub fn tenants(&self) -> BTreeSet<&str> {
         self.entries
             .iter()
-            .map(|(_, grant)| grant.tenant.as_str())
+            .filter_map(|(_, grant)| grant.tenant.as_deref())
             .collect()
+    }
+
+    /// Whether an `operator` token is among them, for the startup log.
+    pub fn operator(&self) -> bool {
+        self.entries
+            .iter()
+            .any(|(_, grant)| grant.roles.contains(&Role::Operator))
     }
 }
 
@@ -228,7 +243,8 @@ impl Secret {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct Entry {
-    tenant: String,
+    /// `None` for the operator's token, which belongs to no tenant.
+    tenant: Option<String>,
     roles: Vec<String>,
     token: Option<String>,
     token_file: Option<String>,
@@ -237,20 +253,25 @@ struct Entry {
 
 impl Entry {
     fn resolve(&self) -> Result<(Secret, Grant), String> {
-        if !is_tenant_name(&self.tenant) {
+        if let Some(tenant) = &self.tenant
+            && !is_tenant_name(tenant)
+        {
             return Err(format!(
-                "`{}` is not a valid tenant name: {TENANT_NAME_HINT}",
-                self.tenant
+                "`{tenant}` is not a valid tenant name: {TENANT_NAME_HINT}"
             ));
         }
         if self.roles.is_empty() {
-            return Err("`roles` is empty; give at least one of admin, worker, sender".into());
+            return Err(
+                "`roles` is empty; give at least one of admin, worker, sender, or operator alone"
+                    .into(),
+            );
         }
-        let roles = self
+        let roles: BTreeSet<Role> = self
             .roles
             .iter()
             .map(|role| Role::parse(role))
             .collect::<Result<_, _>>()?;
+        belongs(self.tenant.is_some(), &roles)?;
         let grant = Grant {
             tenant: self.tenant.clone(),
             roles,
@@ -275,7 +296,30 @@ impl Entry {
 
     /// The message for entry `n` (counted from 1, as people count), naming it by its tenant.
     fn blame(&self, n: usize, why: &str) -> String {
-        format!("entry {} (tenant `{}`): {why}", n + 1, self.tenant)
+        match &self.tenant {
+            Some(tenant) => format!("entry {} (tenant `{tenant}`): {why}", n + 1),
+            None => format!("entry {} (no tenant): {why}", n + 1),
+        }
+    }
+}
+
+/// The operator's role belongs to no tenant, and every other role acts for one: a token holds
+/// either the operator's role alone without a tenant, or tenant roles with their tenant.
+fn belongs(has_tenant: bool, roles: &BTreeSet<Role>) -> Result<(), String> {
+    let operator = roles.contains(&Role::Operator);
+    match (operator, has_tenant) {
+        (true, true) => Err(
+            "the `operator` role belongs to no tenant: give it an entry of its own without              `tenant`"
+                .into(),
+        ),
+        (true, false) if roles.len() > 1 => Err(
+            "the `operator` role acts for no tenant, and the other roles act for one: give the              operator a token of its own"
+                .into(),
+        ),
+        (false, false) => Err(
+            "`tenant` is missing: every role but `operator` acts for a tenant".into(),
+        ),
+        _ => Ok(()),
     }
 }
 
@@ -336,15 +380,17 @@ fn compact(text: &str) -> Result<Vec<Entry>, String> {
         .collect()
 }
 
-/// `TENANT:ROLE[,ROLE…]:SECRET`, SECRET being a token, `sha256:HEX` or `file:PATH`.
+/// `TENANT:ROLE[,ROLE…]:SECRET`, SECRET being a token, `sha256:HEX` or `file:PATH`; TENANT
+/// empty for the operator's token.
 fn compact_entry(text: &str) -> Result<Entry, String> {
     let mut fields = text.splitn(3, ':');
     let (Some(tenant), Some(roles), Some(secret)) = (fields.next(), fields.next(), fields.next())
     else {
         return Err("write it as TENANT:ROLE[,ROLE…]:TOKEN (or :sha256:HEX, or :file:PATH)".into());
     };
+    let tenant = tenant.trim();
     let mut entry = Entry {
-        tenant: tenant.trim().to_owned(),
+        tenant: (!tenant.is_empty()).then(|| tenant.to_owned()),
         roles: roles
             .split(',')
             .map(|role| role.trim().to_owned())
@@ -384,6 +430,7 @@ mod tests {
 
     const ACME: &str = "acme-admin-0123456789abcdef";
     const GLOBEX: &str = "globex-worker-0123456789abcdef";
+    const OPERATOR: &str = "operator-0123456789abcdef";
 
     fn roles(grant: &Grant) -> Vec<&str> {
         grant.roles.iter().map(|role| role.as_str()).collect()
@@ -397,10 +444,13 @@ mod tests {
         let acme = tokens.verify(ACME).unwrap();
         let globex = tokens.verify(GLOBEX).unwrap();
 
-        assert_eq!((acme.tenant.as_str(), roles(acme)), ("acme", vec!["admin"]));
         assert_eq!(
-            (globex.tenant.as_str(), roles(globex)),
-            ("globex", vec!["worker", "sender"])
+            (acme.tenant.as_deref(), roles(acme)),
+            (Some("acme"), vec!["admin"])
+        );
+        assert_eq!(
+            (globex.tenant.as_deref(), roles(globex)),
+            (Some("globex"), vec!["worker", "sender"])
         );
         assert_eq!(tokens.verify("acme-admin-0123456789abcdeF"), None);
         assert_eq!(tokens.verify(""), None);
@@ -419,8 +469,57 @@ mod tests {
         let tokens = Tokens::parse(&list.to_string()).unwrap();
         std::fs::remove_file(&file).unwrap();
 
-        assert_eq!(tokens.verify(ACME).unwrap().tenant, "acme");
-        assert_eq!(tokens.verify(GLOBEX).unwrap().tenant, "globex");
+        assert_eq!(tokens.verify(ACME).unwrap().tenant.as_deref(), Some("acme"));
+        assert_eq!(
+            tokens.verify(GLOBEX).unwrap().tenant.as_deref(),
+            Some("globex")
+        );
+    }
+
+    #[test]
+    fn the_operators_token_names_no_tenant_in_either_form() {
+        let compact = Tokens::parse(&format!("acme:admin:{ACME}; :operator:{OPERATOR}")).unwrap();
+        let list = serde_json::json!([{"roles": ["operator"], "token": OPERATOR}]);
+        let listed = Tokens::parse(&list.to_string()).unwrap();
+        for tokens in [compact, listed] {
+            let operator = tokens.verify(OPERATOR).unwrap();
+            assert_eq!(
+                (operator.tenant.as_deref(), roles(operator)),
+                (None, vec!["operator"])
+            );
+            assert!(tokens.operator());
+        }
+        assert!(
+            !Tokens::parse(&format!("acme:admin:{ACME}"))
+                .unwrap()
+                .operator()
+        );
+    }
+
+    #[test]
+    fn the_operators_role_is_refused_with_a_tenant_or_beside_a_tenants_role() {
+        let cases = [
+            (
+                format!("acme:operator:{OPERATOR}"),
+                "entry 1 (tenant `acme`): the `operator` role belongs to no tenant",
+            ),
+            (
+                format!(":operator,admin:{OPERATOR}"),
+                "entry 1 (no tenant): the `operator` role acts for no tenant",
+            ),
+            (
+                format!(":admin:{ACME}"),
+                "entry 1 (no tenant): `tenant` is missing",
+            ),
+        ];
+        for (value, expected) in cases {
+            let error = Tokens::parse(&value).unwrap_err();
+            assert!(error.contains(expected), "{value}: {error}");
+            assert!(
+                !error.contains(OPERATOR) && !error.contains(ACME),
+                "{error}"
+            );
+        }
     }
 
     #[test]

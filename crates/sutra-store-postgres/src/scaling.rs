@@ -1,11 +1,13 @@
 //! The scaling signal's counts on PostgreSQL: the shared statements of
 //! `sutra_store_sql::scaling`, each served by an index (`tasks_available`, `tasks_locked`,
-//! `outbox_pending`, `instances_live`) — except the terminal statuses' instance counts, which
-//! grow without bound and are estimated at volume (docs/decisions/0057-counts-at-volume.md).
+//! `outbox_pending`, `instances_live`) — except the fleet's terminal statuses' instance counts,
+//! which grow without bound and are estimated at volume
+//! (docs/decisions/0057-counts-at-volume.md). A tenant's are counted exactly: asked for by its
+//! administrator, not by every scrape, and bounded by its own history (decision 0076).
 
 use sutra_store::Result;
 use sutra_store_sql::ScalingStatements;
-use sutra_store_sql::scaling::{INSTANCES, WAITING};
+use sutra_store_sql::scaling::{instances, tasks_available, waiting};
 
 use crate::codec::db;
 use crate::statements::Scoped;
@@ -16,15 +18,6 @@ const ESTIMATE_FROM: i64 = 100_000;
 
 /// About this many of the table's pages are sampled for the terminal statuses' shares.
 const SAMPLED_PAGES: f64 = 100.0;
-
-/// Available tasks by topic (`sutra_store_sql::scaling::TASKS_AVAILABLE`'s counts), grouped
-/// first in the order of `tasks_available` (tenant, topic, …), which streams the count off the
-/// index-only scan where a `GROUP BY topic` alone hashes or sorts every entry: a third less
-/// time at 100,000 available tasks.
-const TASKS_AVAILABLE: &str = "SELECT topic, CAST(SUM(n) AS bigint) FROM (
-        SELECT tenant, topic, COUNT(*) AS n FROM tasks WHERE state = 'available'
-        GROUP BY tenant, topic) AS counted
-    GROUP BY topic ORDER BY topic";
 
 /// The table's rows and pages as the last `VACUUM` or `ANALYZE` (auto or not) counted them.
 const SIZE: &str = "SELECT reltuples::bigint, relpages::bigint FROM pg_class
@@ -42,33 +35,39 @@ const TERMINAL_SAMPLE: &str = "SELECT COUNT(*) FILTER (WHERE status = 'completed
     FROM instances TABLESAMPLE SYSTEM ($1::real)";
 
 impl ScalingStatements for Scoped {
-    async fn waiting(&mut self) -> Result<(i64, i64, i64)> {
-        sqlx::query_as(WAITING)
+    async fn waiting(&mut self, tenant: Option<&str>) -> Result<(i64, i64, i64)> {
+        waiting(tenant)
+            .build_query_as()
             .fetch_one(self.connection())
             .await
             .map_err(db)
     }
 
-    async fn tasks_available(&mut self) -> Result<Vec<(String, i64)>> {
-        sqlx::query_as(TASKS_AVAILABLE)
+    async fn tasks_available(
+        &mut self,
+        tenant: Option<&str>,
+    ) -> Result<Vec<(String, String, i64)>> {
+        tasks_available(tenant)
+            .build_query_as()
             .fetch_all(self.connection())
             .await
             .map_err(db)
     }
 
-    /// Exact below [`ESTIMATE_FROM`] instances. Above, the live statuses are exact and the
-    /// terminal ones an estimate: the table's rows (`reltuples`) less the live ones, split
-    /// between `completed` and `cancelled` as a sample of the table's pages has them.
-    async fn instances_by_status(&mut self) -> Result<Vec<(String, i64)>> {
+    /// A tenant's, and the fleet's below [`ESTIMATE_FROM`] instances: exact. The fleet's above
+    /// it: the live statuses exact and the terminal ones an estimate — the table's rows
+    /// (`reltuples`) less the live ones, split between `completed` and `cancelled` as a sample
+    /// of the table's pages has them.
+    async fn instances_by_status(&mut self, tenant: Option<&str>) -> Result<Vec<(String, i64)>> {
+        if tenant.is_some() {
+            return self.exact_instances_by_status(tenant).await;
+        }
         let (rows, pages): (i64, i64) = sqlx::query_as(SIZE)
             .fetch_one(self.connection())
             .await
             .map_err(db)?;
         if rows < ESTIMATE_FROM {
-            return sqlx::query_as(INSTANCES)
-                .fetch_all(self.connection())
-                .await
-                .map_err(db);
+            return self.exact_instances_by_status(None).await;
         }
         let mut counts: Vec<(String, i64)> = sqlx::query_as(LIVE)
             .fetch_all(self.connection())
@@ -92,6 +91,20 @@ impl ScalingStatements for Scoped {
                 .map(|(status, n)| (status.to_owned(), n)),
         );
         Ok(counts)
+    }
+}
+
+impl Scoped {
+    /// Every status counted exactly, of `tenant` (every tenant's when `None`).
+    async fn exact_instances_by_status(
+        &mut self,
+        tenant: Option<&str>,
+    ) -> Result<Vec<(String, i64)>> {
+        instances(tenant)
+            .build_query_as()
+            .fetch_all(self.connection())
+            .await
+            .map_err(db)
     }
 }
 

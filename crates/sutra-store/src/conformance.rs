@@ -22,6 +22,7 @@ mod leases;
 mod outbox;
 mod purge;
 mod reads;
+mod scaling;
 mod schedules;
 mod steps;
 mod tasks;
@@ -37,6 +38,7 @@ pub use leases::*;
 pub use outbox::*;
 pub use purge::*;
 pub use reads::*;
+pub use scaling::*;
 pub use schedules::*;
 pub use steps::*;
 pub use tasks::*;
@@ -157,6 +159,7 @@ macro_rules! conformance_tests {
             a_paused_schedule_is_not_due_and_resumes,
             pausing_an_unknown_schedule_answers_none,
             schedules_are_tenant_scoped,
+            a_tenants_backlog_counts_none_of_another_tenants_rows,
         );
     };
     (@each $fresh:expr; $($invariant:ident),+ $(,)?) => {

@@ -55,7 +55,7 @@ pub use leases::{Lease, Leases};
 pub use outbox::{Outbox, OutboxId, OutboxRecord, OutboxRetry, OutboxRow, SendError, Sender};
 pub use purge::{Purge, Purged};
 pub use reads::{InstanceFilter, InstanceRecord, Reads};
-pub use scaling::{Backlog, Scaling};
+pub use scaling::{Available, Backlog, Scaling};
 pub use schedules::{Advance, NewSchedule, ScheduleKey, ScheduleRecord, Schedules};
 pub use steps::{
     Arm, Committed, EndNotice, NewChild, OutboxEntry, Report, StepCommit, Steps, TakenBy,

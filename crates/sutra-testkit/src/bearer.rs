@@ -30,6 +30,17 @@ impl Bearer {
         answer(self.request(reqwest::Method::GET, path)).await
     }
 
+    /// A GET whose answer is text, such as `/metrics`: its status and body.
+    pub async fn text(&self, path: &str) -> (u16, String) {
+        let response = self
+            .request(reqwest::Method::GET, path)
+            .send()
+            .await
+            .expect("the server answers");
+        let status = response.status().as_u16();
+        (status, response.text().await.expect("a text body"))
+    }
+
     /// A POST without a body, such as cancel or restore.
     pub async fn post(&self, path: &str) -> (u16, Value) {
         answer(self.request(reqwest::Method::POST, path)).await

@@ -20,11 +20,13 @@ pub struct Readiness {
 }
 
 /// `GET /v1/scaling`: the scaling signal (SPEC §8) for tools that do not read Prometheus — what
-/// waits for the fleet, counted in the database, and the steps in progress on the replica that
-/// answered.
+/// waits, counted in the database, and the steps in progress on the replica that answered: the
+/// fleet's, or one tenant's alone when its administrator asks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Scaling {
+    /// Whose figures these are: the tenant's, for its administrator; null for every tenant's.
+    pub tenant: Option<String>,
     /// Messages kept for a `receive` that has not parked yet.
     pub inbox_backlog: u64,
     /// Outbox rows neither sent nor poisoned.
@@ -35,7 +37,7 @@ pub struct Scaling {
     pub tasks_locked: u64,
     /// Instances by status.
     pub instances: std::collections::BTreeMap<String, u64>,
-    /// Steps in progress on the replica that answered.
+    /// Steps in progress on the replica that answered (for a tenant, those of its instances).
     pub claims_in_flight: u64,
     #[serde(flatten)]
     #[cfg_attr(feature = "openapi", schema(ignore))]

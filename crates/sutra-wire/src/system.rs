@@ -1,6 +1,7 @@
 //! `GET /v1/system/history`: what the answering replica's steps did over the last fifteen
 //! minutes, one sample every ten seconds, with the fleet's backlog beside them — what the
-//! console's System page draws (docs/decisions/0061).
+//! console's System page draws (docs/decisions/0061). A tenant's administrator sees its own
+//! tenant's steps alone, without the backlog (decision 0076).
 
 use serde::{Deserialize, Serialize};
 
@@ -11,6 +12,9 @@ use serde::{Deserialize, Serialize};
 pub struct SystemHistory {
     /// The replica that answered: the steps, their latency and the failures are its own.
     pub replica: String,
+    /// Whose steps these are: the tenant's, for its administrator (and then no sample has a
+    /// backlog); null for every tenant's.
+    pub tenant: Option<String>,
     /// When it started sampling (RFC 3339): it has no sample from before.
     pub since: String,
     /// How often a sample is taken (ISO 8601 duration).
@@ -43,7 +47,8 @@ pub struct SystemSample {
     /// The 99th percentile step latency in seconds, estimated likewise.
     pub latency_p99: Option<f64>,
     /// Messages kept for a `receive` that has not parked yet, fleet-wide, counted in the
-    /// database at `at`; null when it could not be counted in time (so are the next two).
+    /// database at `at`; null when it could not be counted in time, and in a tenant's samples
+    /// (so are the next two).
     pub inbox_backlog: Option<u64>,
     /// Outbox rows neither sent nor poisoned, fleet-wide.
     pub outbox_backlog: Option<u64>,

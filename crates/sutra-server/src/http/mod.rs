@@ -4,6 +4,9 @@
 //! replica's last fifteen minutes, for the console) and [`probes`] — over what
 //! they share: [`extract`] (bodies, query strings and paths) and [`paging`].
 //!
+//! The operator views — the scaling signal, the last fifteen minutes, the leases — show the
+//! fleet's figures to the operator and a tenant's own to its administrator (decision 0076).
+//!
 //! Handlers are thin: decode, call the engine, encode. Every refusal is a [`Problem`] with a
 //! stable code; nothing here decides what a code means.
 
@@ -35,6 +38,10 @@ use crate::openapi;
 use crate::problem::Problem;
 use crate::tokens::{Keyring, Role};
 
+/// The roles the operator views admit: a tenant's administrator sees its tenant's figures, the
+/// operator the fleet's.
+const VIEWERS: &[Role] = &[Role::Admin, Role::Operator];
+
 #[derive(Clone)]
 pub struct Api {
     pub engine: Arc<Engine>,
@@ -45,38 +52,60 @@ pub struct Api {
     pub consumers: Arc<Health>,
 }
 
-/// The routes in three groups, each behind a gate admitting the role it needs (SPEC §4); a
-/// route added to a group takes that group's role. Each group is described as it is built, and
+/// The routes in four groups, each behind a gate admitting the roles it needs (SPEC §4); a
+/// route added to a group takes that group's roles. Each group is described as it is built, and
 /// the parts make the API's OpenAPI document, served at `GET /openapi.json`.
 pub fn router(api: Api) -> Router {
-    let gated = |routes: OpenApiRouter<Api>, role| {
-        let (routes, mut part) = routes.split_for_parts();
-        openapi::gated(&mut part, role);
-        let gate = Gate::new(api.tokens.clone(), role);
-        let routes = routes.route_layer(axum::middleware::from_fn_with_state(gate, admit));
-        (routes, part)
+    let gate = |admits| {
+        let gate = Gate::new(api.tokens.clone(), admits);
+        axum::middleware::from_fn_with_state(gate, admit)
     };
-    let (senders, senders_part) = gated(intake::routes(), Role::Sender);
-    let (workers, workers_part) = gated(tasks::routes(), Role::Worker);
+    let gated = |routes: OpenApiRouter<Api>, tag, admits| {
+        let (routes, mut part) = routes.split_for_parts();
+        openapi::gated(&mut part, tag);
+        (routes.route_layer(gate(admits)), part)
+    };
+    let (senders, senders_part) = gated(intake::routes(), Role::Sender.as_str(), &[Role::Sender]);
+    let (workers, workers_part) = gated(tasks::routes(), Role::Worker.as_str(), &[Role::Worker]);
     let admins = deployments::routes()
         .merge(instances::routes())
         .merge(operations::routes())
+        .merge(schedules::routes());
+    let (admins, admins_part) = gated(admins, Role::Admin.as_str(), &[Role::Admin]);
+    let views = operations::views()
         .merge(leases::routes())
-        .merge(schedules::routes())
         .merge(system::routes());
-    let (admins, admins_part) = gated(admins, Role::Admin);
-    // Open, tokens or not: probes, metrics and the document carry no credentials and show no
-    // tenant's rows.
-    let (open, mut open_part) = probes::routes()
+    let (views, views_part) = gated(views, openapi::VIEWS, VIEWERS);
+    // Open, tokens or not: probes and the document carry no credentials and show no tenant's
+    // rows; so does `/metrics`, unless its series name what tenants chose, when it is the
+    // operator's alone.
+    let (metrics, mut metrics_part) = OpenApiRouter::new()
         .routes(routes!(crate::metrics::render))
+        .split_for_parts();
+    let metrics = if api.engine.config().metric_tenant_labels {
+        metrics.route_layer(gate(&[Role::Operator]))
+    } else {
+        metrics
+    };
+    let (open, mut open_part) = probes::routes()
         .routes(routes!(openapi::serve))
         .split_for_parts();
+    openapi::open(&mut metrics_part);
     openapi::open(&mut open_part);
-    let document = openapi::document([senders_part, workers_part, admins_part, open_part]);
+    let document = openapi::document([
+        senders_part,
+        workers_part,
+        admins_part,
+        views_part,
+        metrics_part,
+        open_part,
+    ]);
     Router::new()
         .merge(admins)
+        .merge(views)
         .merge(senders)
         .merge(workers)
+        .merge(metrics)
         .merge(open.layer(Extension(document)))
         .fallback(unrouted)
         .layer(axum::middleware::from_fn(refuse_nul_in_url))

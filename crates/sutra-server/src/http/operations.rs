@@ -1,5 +1,6 @@
 //! The fleet's operations on many instances at once (SPEC §7.2, §8): bulk repair, and the
-//! scaling signal an autoscaler reads.
+//! scaling signal an autoscaler reads — the fleet's for the operator, a tenant's own for its
+//! administrator (decision 0076).
 
 use axum::Json;
 use axum::body::Body;
@@ -13,14 +14,17 @@ use utoipa_axum::routes;
 use super::Api;
 use super::extract::{Result, invalid, parse};
 use super::paging::{instant, page_limit, parse_status};
-use crate::auth::Caller;
+use crate::auth::{Caller, Viewer};
 use crate::openapi::{BadRequest, Conflict, PayloadTooLarge, ServerFailures};
 use crate::problem::Problem;
 
 pub(super) fn routes() -> OpenApiRouter<Api> {
-    OpenApiRouter::new()
-        .routes(routes!(bulk))
-        .routes(routes!(scaling))
+    OpenApiRouter::new().routes(routes!(bulk))
+}
+
+/// The operator views among them: the scaling signal.
+pub(super) fn views() -> OpenApiRouter<Api> {
+    OpenApiRouter::new().routes(routes!(scaling))
 }
 
 /// Repairs instances in bulk
@@ -141,8 +145,10 @@ fn bulk_result(
 
 /// Reads the scaling signal
 ///
-/// What waits for the fleet, counted in the database, and the steps in progress on the replica
-/// that answered (SPEC §8).
+/// What waits, counted in the database when asked, and the steps in progress on the replica
+/// that answered (SPEC §8): every tenant's for a token with the `operator` role (or on a server
+/// without tokens), the caller's tenant's alone for one with the `admin` role — its counts, its
+/// task topics, its steps in progress, nothing of another tenant's (decision 0076).
 #[utoipa::path(
     get,
     path = "/v1/scaling",
@@ -152,23 +158,28 @@ fn bulk_result(
         ServerFailures,
     ),
 )]
-async fn scaling(State(api): State<Api>) -> Result<Json<sutra_wire::Scaling>> {
+async fn scaling(
+    State(api): State<Api>,
+    Extension(viewer): Extension<Viewer>,
+) -> Result<Json<sutra_wire::Scaling>> {
+    let tenant = viewer.tenant();
     let backlog = api
         .engine
-        .backlog()
+        .backlog(tenant)
         .await
         .map_err(|e| Problem::engine(e, codes::RESUME_CLAIM_HELD))?;
     Ok(Json(sutra_wire::Scaling {
+        tenant: tenant.map(str::to_owned),
         inbox_backlog: backlog.inbox,
         outbox_backlog: backlog.outbox,
-        tasks_available: backlog.tasks_available.into_iter().collect(),
+        tasks_available: backlog.available_by_topic(),
         tasks_locked: backlog.tasks_locked,
         instances: backlog
             .instances
             .into_iter()
             .map(|(status, n)| (status.as_str().to_owned(), n))
             .collect(),
-        claims_in_flight: api.engine.claims_in_flight() as u64,
+        claims_in_flight: api.engine.claims_in_flight(tenant) as u64,
         extra: Extra::new(),
     }))
 }

@@ -1,12 +1,13 @@
 //! `GET /v1/system/history` (docs/decisions/0061): the answering replica's pulse — its steps,
 //! their latency and its failures over the last fifteen minutes, with the fleet's backlog beside
-//! them — as the console's System page draws it. Counts, as `GET /v1/scaling` and `/metrics`
-//! carry, never a tenant's rows; behind the administrator's gate like the scaling signal.
+//! them — as the console's System page draws it. Counts, never a tenant's rows; an operator view
+//! like the scaling signal: the operator sees the replica's, a tenant's administrator its
+//! tenant's steps alone (decision 0076).
 
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use jiff::SignedDuration;
 use sutra_engine::pulse::{SAMPLE_INTERVAL, SAMPLES_KEPT, Sample};
 use sutra_wire::{Extra, SystemHistory, SystemSample};
@@ -14,6 +15,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::Api;
+use crate::auth::Viewer;
 
 pub(super) fn routes() -> OpenApiRouter<Api> {
     OpenApiRouter::new().routes(routes!(history))
@@ -24,7 +26,9 @@ pub(super) fn routes() -> OpenApiRouter<Api> {
 /// One sample every ten seconds, oldest first, kept in the answering replica's memory: its
 /// committed steps, its steps that did not commit, the instances its steps failed, its step
 /// latency (p50 and p99), and the fleet's backlog as the database counted it then. A replica that
-/// started less than fifteen minutes ago has fewer samples (decision 0061).
+/// started less than fifteen minutes ago has fewer samples (decision 0061). A token with the
+/// `admin` role sees its tenant's steps alone and no backlog; one with the `operator` role (or a
+/// server without tokens) every tenant's (decision 0076).
 #[utoipa::path(
     get,
     path = "/v1/system/history",
@@ -33,16 +37,21 @@ pub(super) fn routes() -> OpenApiRouter<Api> {
         (status = 200, description = "The samples", body = SystemHistory),
     ),
 )]
-async fn history(State(api): State<Api>) -> Json<SystemHistory> {
+async fn history(
+    State(api): State<Api>,
+    Extension(viewer): Extension<Viewer>,
+) -> Json<SystemHistory> {
     let pulse = api.engine.pulse();
+    let tenant = viewer.tenant();
     // SAMPLES_KEPT is 90: it fits a u32.
     let window = SAMPLE_INTERVAL * SAMPLES_KEPT as u32;
     Json(SystemHistory {
         replica: api.engine.config().replica_id.clone(),
+        tenant: tenant.map(str::to_owned),
         since: pulse.since().to_string(),
         interval: iso(SAMPLE_INTERVAL),
         window: iso(window),
-        samples: pulse.samples().iter().map(sample).collect(),
+        samples: pulse.samples(tenant).iter().map(sample).collect(),
         extra: Extra::new(),
     })
 }

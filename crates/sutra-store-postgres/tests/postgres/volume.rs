@@ -53,7 +53,7 @@ async fn past_a_hundred_thousand_instances_the_terminal_counts_are_estimated() {
             .await
             .unwrap();
 
-    let counts = store.backlog().await.unwrap().instances;
+    let counts = store.backlog(None).await.unwrap().instances;
 
     assert_eq!(count(&counts, Status::Suspended), 300);
     assert_eq!(count(&counts, Status::Failed), 20);
