@@ -1,6 +1,8 @@
 // The System page: the replicas and their leases, and the last fifteen minutes of the replica
 // that answers — steps per second, backlog, step latency, failures per minute — drawn as inline
-// SVG from GET /v1/system/history (decision 0061).
+// SVG from GET /v1/system/history (decision 0061). A tenant's administrator is answered its own
+// tenant's steps alone, without the fleet's backlog, which the page then shows as counted now
+// (decision 0076).
 
 import { h, s, replace, when } from './dom.js';
 import { api } from './api.js';
@@ -114,15 +116,19 @@ function charts(history) {
   const frame = { times, end: times.at(-1) ?? Date.parse(history.since), windowMs: seconds(history.window) * 1000 };
   const of = (field, scale = (v) => v) => samples.map((x) => (x[field] === null ? null : scale(x[field])));
   const ms = (seconds) => seconds * 1000;
+  // The backlog is sampled for the fleet only: a tenant's samples have none to draw.
+  const backlog = history.tenant
+    ? null
+    : chart({ ...frame, name: 'backlog', heading: 'Backlog', unit: 'fleet-wide', series: [
+      { name: 'inbox', label: 'inbox', kind: 'line-a', values: of('inbox_backlog') },
+      { name: 'outbox', label: 'outbox', kind: 'line-b', values: of('outbox_backlog') },
+      { name: 'tasks', label: 'tasks available', kind: 'line-c', values: of('tasks_available') },
+    ] });
   return h('div', { class: 'charts' },
     chart({ ...frame, name: 'steps', heading: 'Steps per second', unit: 'committed steps/s', series: [
       { name: 'steps', label: 'steps/s', kind: 'line-a', values: samples.map((x) => rate(x.steps, x)) },
     ] }),
-    chart({ ...frame, name: 'backlog', heading: 'Backlog', unit: 'fleet-wide', series: [
-      { name: 'inbox', label: 'inbox', kind: 'line-a', values: of('inbox_backlog') },
-      { name: 'outbox', label: 'outbox', kind: 'line-b', values: of('outbox_backlog') },
-      { name: 'tasks', label: 'tasks available', kind: 'line-c', values: of('tasks_available') },
-    ] }),
+    backlog,
     chart({ ...frame, name: 'latency', heading: 'Step latency', unit: 'ms', series: [
       { name: 'p50', label: 'p50', kind: 'line-a', values: of('latency_p50', ms) },
       { name: 'p99', label: 'p99', kind: 'line-b', values: of('latency_p99', ms) },
@@ -133,16 +139,35 @@ function charts(history) {
     ] }));
 }
 
-// Whose figures these are: a replica answers with its own steps, and a fleet behind a balancer
-// may answer each refresh from another.
+// Whose figures these are: a replica answers with its own steps (a tenant's alone, for its
+// administrator), and a fleet behind a balancer may answer each refresh from another.
 function about(history) {
   const kept = history.samples.length;
+  const whose = history.tenant
+    ? [': tenant ', h('code', { 'data-tenant': history.tenant }, history.tenant), '\'s steps, latency and failures on it, ']
+    : [': its own steps, latency and failures, and the fleet\'s backlog as the database counts it, '];
   return h('p', { class: 'about' },
     'Replica ', h('code', { 'data-replica': history.replica }, history.replica),
-    ': its own steps, latency and failures, and the fleet\'s backlog as the database counts it, ',
+    ...whose,
     `a sample every ${seconds(history.interval)} s since `, when(history.since),
     kept ? ` (${kept} sample${kept === 1 ? '' : 's'}).` : '. No sample yet: the first is taken one interval after the replica started.',
     ' Another replica keeps its own.');
+}
+
+// What the scaling signal says now: for a tenant, its own backlog too, which its samples lack.
+function facts(scaling) {
+  const available = Object.values(scaling.tasks_available).reduce((sum, n) => sum + n, 0);
+  const backlog = scaling.tenant
+    ? [
+      h('dt', {}, 'Messages waiting for a receive now'), h('dd', {}, scaling.inbox_backlog),
+      h('dt', {}, 'Outbox rows waiting to be sent now'), h('dd', {}, scaling.outbox_backlog),
+      h('dt', {}, 'Tasks waiting for a worker now'), h('dd', {}, available),
+    ]
+    : [];
+  return h('dl', { class: 'facts' },
+    h('dt', {}, 'Steps in progress here now'), h('dd', {}, scaling.claims_in_flight),
+    h('dt', {}, 'Tasks locked by workers now'), h('dd', {}, scaling.tasks_locked),
+    ...backlog);
 }
 
 export async function system(main) {
@@ -162,14 +187,7 @@ export async function system(main) {
   const tick = async () => {
     try {
       const [history, scaling] = await Promise.all([api('/v1/system/history'), api('/v1/scaling')]);
-      replace(
-        live,
-        about(history),
-        charts(history),
-        h('dl', { class: 'facts' },
-          h('dt', {}, 'Steps in progress here now'), h('dd', {}, scaling.claims_in_flight),
-          h('dt', {}, 'Tasks locked by workers now'), h('dd', {}, scaling.tasks_locked)),
-      );
+      replace(live, about(history), charts(history), facts(scaling));
     } catch (error) {
       replace(live, problemBox(error));
     }

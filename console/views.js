@@ -68,7 +68,7 @@ export async function instances(main, _params, query) {
   const counts = scaling
     ? h(
         'ul',
-        { class: 'counts', 'aria-label': 'Instances by status, every tenant' },
+        { class: 'counts', 'aria-label': `Instances by status, ${scaling.tenant ? `tenant ${scaling.tenant}` : 'every tenant'}` },
         ['running', ...STATUSES].map((st) =>
           h('li', {}, h('a', { href: `/instances?status=${st}`, class: `count count-${st}` }, h('span', { class: 'n' }, scaling.instances[st] ?? 0), ' ', st)),
         ),

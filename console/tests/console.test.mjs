@@ -504,6 +504,15 @@ test('with API tokens the console asks for one, reads nothing without it, and se
     await page.getByLabel('API token').fill(ADMIN_TOKEN);
     await page.getByRole('button', { name: 'Sign in' }).click();
     await page.getByRole('heading', { level: 1, name: 'Instances' }).waitFor();
+    // An administrator's views are its tenant's (decision 0076): the counts say whose, and the
+    // System page charts the tenant's own steps, its backlog shown as counted now, not charted.
+    await page.getByRole('list', { name: 'Instances by status, tenant acme' }).waitFor();
+    await page.getByRole('link', { name: 'System' }).click();
+    await page.locator('.about [data-tenant="acme"]').waitFor();
+    assert.equal(await page.locator('figure[data-chart="steps"]').count(), 1, 'its steps are charted');
+    assert.equal(await page.locator('figure[data-chart="backlog"]').count(), 0, 'no fleet backlog');
+    await page.getByText('Tasks waiting for a worker now').waitFor();
+    await assertAccessible(page, "a tenant's System page");
     await page.getByRole('link', { name: 'Deployments' }).click();
     await page.getByRole('link', { name: 'billing v1' }).waitFor();
     const reads = page.requests.filter((r) => new URL(r.url()).pathname.startsWith('/v1/'));
