@@ -40,6 +40,12 @@ const ALLOWED: &[(&str, &str)] = &[
         "`written_at`: when a history line was written, for the checker to put every replica's \
          lines on one time line; only `sutra serve` processes, on the system clock, write them",
     ),
+    (
+        "sutra-server/src/connections",
+        "the HTTP connections' header, idle and body timeouts (decision 0075) guard sockets \
+         against real clients on the wall clock; no step, claim or delivery reads them, and a \
+         test's manual clock must not stop them",
+    ),
 ];
 
 #[test]
