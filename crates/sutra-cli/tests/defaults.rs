@@ -45,30 +45,6 @@ fn quoted(cell: &str) -> Vec<String> {
         .collect()
 }
 
-/// The `field=value` pairs of a log line, its colours removed.
-fn fields(line: &str) -> Vec<(String, String)> {
-    let plain = without_colours(line);
-    plain
-        .split_whitespace()
-        .filter_map(|word| word.split_once('='))
-        .map(|(field, value)| (field.to_owned(), value.to_owned()))
-        .collect()
-}
-
-/// `line` without its ANSI escape sequences (`ESC [ … letter`).
-fn without_colours(line: &str) -> String {
-    let mut plain = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            chars.by_ref().find(char::is_ascii_alphabetic);
-        } else {
-            plain.push(c);
-        }
-    }
-    plain
-}
-
 /// Two settings agree: the same duration, however written, or the same word.
 fn same(documented: &str, running: &str) -> bool {
     match (
@@ -86,7 +62,7 @@ fn a_bare_sutra_serve_runs_with_the_documented_defaults() {
     let scratch = Scratch::new("defaults");
     // Nothing but the store and a free port, which the defaults at issue do not depend on.
     let mut server = Server::start(&serve!(scratch.database()).env("SUTRA_LOG", "info"));
-    let serving = fields(&server.wait_for_stderr(" serving "));
+    let serving = server.log_fields(" serving ");
 
     for (key, field) in SHOWN {
         let default = documented

@@ -69,25 +69,11 @@ fn request(server: &Server, head: &str, body: &str) -> String {
 
 /// The value the `serving` line gives `field`.
 fn serving(server: &mut Server, field: &str) -> String {
-    let line = without_colours(&server.wait_for_stderr(" serving "));
-    line.split_whitespace()
-        .find_map(|word| word.strip_prefix(&format!("{field}=")))
-        .unwrap_or_else(|| panic!("no {field} in the serving line: {line}"))
-        .to_owned()
-}
-
-/// `line` without its ANSI escape sequences (`ESC [ … letter`).
-fn without_colours(line: &str) -> String {
-    let mut plain = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            chars.by_ref().find(char::is_ascii_alphabetic);
-        } else {
-            plain.push(c);
-        }
-    }
-    plain
+    let fields = server.log_fields(" serving ");
+    let value = fields.iter().find(|(name, _)| name == field);
+    value
+        .map(|(_, value)| value.clone())
+        .unwrap_or_else(|| panic!("no {field} in the serving line: {fields:?}"))
 }
 
 #[test]

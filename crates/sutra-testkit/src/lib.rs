@@ -323,6 +323,17 @@ impl Server {
         signal(self.pid(), "CONT");
     }
 
+    /// The `field=value` pairs of the first stderr line containing `needle` (such as the
+    /// `serving` line's settings), its colours removed.
+    pub fn log_fields(&mut self, needle: &str) -> Vec<(String, String)> {
+        let plain = without_colours(&self.wait_for_stderr(needle));
+        plain
+            .split_whitespace()
+            .filter_map(|word| word.split_once('='))
+            .map(|(field, value)| (field.to_owned(), value.to_owned()))
+            .collect()
+    }
+
     /// Waits for a stderr line containing `needle` and returns it. Fails the test if the process
     /// exits first or the wait outlasts [`PATIENCE`].
     pub fn wait_for_stderr(&mut self, needle: &str) -> String {
@@ -643,4 +654,18 @@ pub fn assert_audit_sequence_is_whole(history: &[Value]) {
         .collect();
     let expected: Vec<u64> = (1..=seqs.len() as u64).collect();
     assert_eq!(seqs, expected, "audit sequence has a gap or a duplicate");
+}
+
+/// `line` without its ANSI escape sequences (`ESC [ … letter`).
+fn without_colours(line: &str) -> String {
+    let mut plain = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            chars.by_ref().find(char::is_ascii_alphabetic);
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
 }
