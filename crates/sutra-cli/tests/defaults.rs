@@ -62,7 +62,7 @@ fn a_bare_sutra_serve_runs_with_the_documented_defaults() {
     let scratch = Scratch::new("defaults");
     // Nothing but the store and a free port, which the defaults at issue do not depend on.
     let mut server = Server::start(&serve!(scratch.database()).env("SUTRA_LOG", "info"));
-    let serving = server.log_fields(" serving ");
+    let serving = sutra_testkit::log_fields(&server.wait_for_stderr(" serving "));
 
     for (key, field) in SHOWN {
         let default = documented

@@ -69,7 +69,7 @@ fn request(server: &Server, head: &str, body: &str) -> String {
 
 /// The value the `serving` line gives `field`.
 fn serving(server: &mut Server, field: &str) -> String {
-    let fields = server.log_fields(" serving ");
+    let fields = sutra_testkit::log_fields(&server.wait_for_stderr(" serving "));
     let value = fields.iter().find(|(name, _)| name == field);
     value
         .map(|(_, value)| value.clone())

@@ -8,8 +8,9 @@
 //! link is a path rustdoc resolves (a lower floor's docs may name a higher floor in words, not by
 //! path). A group `crate::{a, b::c}` is an edge to each of its top names, and a name the crate
 //! root re-exports (`crate::Engine`) stands for the module it comes from (`pub use engine::Engine`
-//! in lib.rs). The whole file is read, its `#[cfg(test)] mod tests` included: a unit test stands
-//! on its module's floor like the module. Modules name each other only as `crate::…` (the
+//! in lib.rs). The whole file is read, its `#[cfg(test)] mod tests` included (inline, or in
+//! `src/{module}/tests.rs` with the module's other files there): a unit test stands on its
+//! module's floor like the module. Modules name each other only as `crate::…` (the
 //! project's style; a top-level module's `super::` would be the crate root and is not read).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -139,9 +140,22 @@ fn source_modules(src: &Path) -> BTreeMap<String, String> {
         .filter(|path| path.extension().is_some_and(|ext| ext == "rs"))
         .filter_map(|path| {
             let module = path.file_stem()?.to_str()?.to_owned();
-            let text = std::fs::read_to_string(&path).expect("a module reads");
+            let mut text = std::fs::read_to_string(&path).expect("a module reads");
+            text.push_str(&submodules(&src.join(&module)));
             (module != "lib").then_some((module, text))
         })
+        .collect()
+}
+
+/// The text of a module's own submodules (`src/{module}/*.rs`, such as its unit tests split off
+/// into `tests.rs`), which stand on the module's floor.
+fn submodules(dir: &Path) -> String {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return String::new();
+    };
+    let files = entries.map(|entry| entry.expect("a module's folder lists").path());
+    let rust = files.filter(|path| path.extension().is_some_and(|ext| ext == "rs"));
+    rust.map(|path| std::fs::read_to_string(path).expect("a submodule reads"))
         .collect()
 }
 

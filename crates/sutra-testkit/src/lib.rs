@@ -10,12 +10,14 @@
 mod authority;
 mod bearer;
 pub mod brokers;
+mod log_lines;
 pub mod postgres;
 pub mod proxy;
 mod receiver;
 
 pub use authority::{Authority, Issued};
 pub use bearer::Bearer;
+pub use log_lines::log_fields;
 pub use receiver::{Received, Receiver};
 
 use std::io::{BufRead, BufReader};
@@ -321,17 +323,6 @@ impl Server {
     /// SIGCONT: a frozen process carries on where it stopped, unaware that time passed.
     pub fn thaw(&self) {
         signal(self.pid(), "CONT");
-    }
-
-    /// The `field=value` pairs of the first stderr line containing `needle` (such as the
-    /// `serving` line's settings), its colours removed.
-    pub fn log_fields(&mut self, needle: &str) -> Vec<(String, String)> {
-        let plain = without_colours(&self.wait_for_stderr(needle));
-        plain
-            .split_whitespace()
-            .filter_map(|word| word.split_once('='))
-            .map(|(field, value)| (field.to_owned(), value.to_owned()))
-            .collect()
     }
 
     /// Waits for a stderr line containing `needle` and returns it. Fails the test if the process
@@ -654,18 +645,4 @@ pub fn assert_audit_sequence_is_whole(history: &[Value]) {
         .collect();
     let expected: Vec<u64> = (1..=seqs.len() as u64).collect();
     assert_eq!(seqs, expected, "audit sequence has a gap or a duplicate");
-}
-
-/// `line` without its ANSI escape sequences (`ESC [ … letter`).
-fn without_colours(line: &str) -> String {
-    let mut plain = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            chars.by_ref().find(char::is_ascii_alphabetic);
-        } else {
-            plain.push(c);
-        }
-    }
-    plain
 }
