@@ -232,17 +232,22 @@ fn an_answer_keeps_members_a_newer_server_adds() {
 #[test]
 fn the_scaling_signal_names_each_count() {
     let scaling: sutra_wire::Scaling = round_trip(json!({
-        "inbox_backlog": 1, "outbox_backlog": 2,
+        "tenant": "acme", "inbox_backlog": 1, "outbox_backlog": 2,
         "tasks_available": {"debit": 3}, "tasks_locked": 4,
         "instances": {"suspended": 5, "failed": 6}, "claims_in_flight": 7,
     }));
     assert_eq!(scaling.tasks_available["debit"], 3);
+    assert_eq!(
+        scaling.tenant.as_deref(),
+        Some("acme"),
+        "an administrator's own figures"
+    );
 }
 
 #[test]
 fn the_system_history_names_each_figure_and_leaves_what_was_not_counted_null() {
     let history: SystemHistory = round_trip(json!({
-        "replica": "sutra-7c1e", "since": "2026-12-06T02:00:00Z",
+        "replica": "sutra-7c1e", "since": "2026-12-06T02:00:00Z", "tenant": null,
         "interval": "PT10S", "window": "PT15M",
         "samples": [
             {
