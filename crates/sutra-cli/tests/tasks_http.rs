@@ -629,37 +629,6 @@ async fn an_oversized_batch_is_refused() {
     );
 }
 
-/// A lock longer than `sutra.tasks.max-lock` is refused, by a poll, a completion's `take` and an
-/// extension alike, and locks nothing: a dead worker's task must be available again within the
-/// ceiling, not in a century (issue 48: `P3650000D` was granted).
-#[tokio::test]
-async fn a_lock_past_the_ceiling_is_refused_and_locks_nothing() {
-    let scratch = Scratch::new("tasks-max-lock");
-    let server = serve!(scratch.database())
-        .env("SUTRA_TASKS_MAX_LOCK", "PT1H")
-        .deployed(FLOWS)
-        .await;
-    start_transfer(&server, "t-lock").await;
-    let century = json!({"worker": "w1", "topics": ["debit"], "lock": "P36500D"});
-    let refused = server.post_json("/v1/tasks/poll", &century).await;
-    assert_problem(&refused, 400, "SUTRA.API.REQUEST.INVALID");
-    let detail = refused.1["detail"].as_str().unwrap_or_default();
-    assert!(detail.contains("sutra.tasks.max-lock"), "{detail}");
-
-    let task = poll_one(&server, "w1", "debit", json!({"lock": "PT1H"})).await;
-    let extension = json!({"lock_token": task["lock_token"], "lock": "PT2H"});
-    let id = task["id"].as_str().expect("a task id");
-    let refused = server
-        .post_json(&format!("/v1/tasks/{id}/extend"), &extension)
-        .await;
-    assert_problem(&refused, 400, "SUTRA.API.REQUEST.INVALID");
-    let take = json!({"worker": "w1", "topics": ["credit"], "lock": "PT2H"});
-    let batch = json!([{"id": id, "lock_token": task["lock_token"], "output": {}, "take": take}]);
-    let refused = complete_batch(&server, batch).await;
-    assert_problem(&refused, 400, "SUTRA.API.REQUEST.INVALID");
-    assert_untouched(&server, &task).await;
-}
-
 #[tokio::test]
 async fn malformed_task_requests_are_refused_naming_the_field() {
     let scratch = Scratch::new("tasks-malformed");

@@ -63,9 +63,6 @@ pub struct EngineConfig {
     /// Children an instance waits for at once, at most (`sutra.call.max-children`): one more
     /// call fails with `SUTRA.RUNTIME.CALL.CHILDREN_EXCEEDED`.
     pub call_max_children: u32,
-    /// The longest lock a worker may ask for (`sutra.tasks.max-lock`): a poll, a completion's
-    /// `take` or an extension asking for longer is refused.
-    pub task_max_lock: SignedDuration,
     /// The brokers this replica has a URL for (`sutra.transports.{amqp,nats}.url`): a
     /// deployment declaring a channel on another broker is refused here.
     pub brokers: Vec<Transport>,
@@ -101,7 +98,6 @@ impl Default for EngineConfig {
             for_each_max_items: sutra_core::step::FOR_EACH_ITEMS_DEFAULT,
             call_max_depth: sutra_core::step::CALL_DEPTH_DEFAULT,
             call_max_children: sutra_core::step::CALL_CHILDREN_DEFAULT,
-            task_max_lock: SignedDuration::from_hours(24),
             brokers: Vec::new(),
             metric_tenant_labels: false,
         }
@@ -148,7 +144,6 @@ impl EngineConfig {
             ("sutra.history.purge-interval", self.purge_interval),
             ("sutra.deployments.retire-interval", self.retire_interval),
             ("sutra.schedules.poll", self.schedules_poll),
-            ("sutra.tasks.max-lock", self.task_max_lock),
         ] {
             positive(key, duration)?;
         }

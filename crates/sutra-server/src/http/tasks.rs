@@ -10,7 +10,6 @@ use axum::Json;
 use axum::body::Body;
 use axum::extract::{Extension, State};
 use futures_util::future::join_all;
-use jiff::SignedDuration;
 use serde::Deserialize;
 use sutra_core::step::TaskError;
 use sutra_core::{codes, request};
@@ -87,14 +86,13 @@ async fn poll(
         body.wait.as_deref(),
     )
     .map_err(invalid)?;
-    let lock = bounded_lock(&api, "lock", terms.lock)?;
     let request = PollRequest {
         poll: TaskPoll {
             tenant: caller.tenant,
             worker: body.worker,
             topics: body.topics,
             max: body.max,
-            lock,
+            lock: terms.lock,
         },
         wait: terms.wait,
     };
@@ -167,7 +165,7 @@ async fn complete_batch(
     request::batch(items.len(), BATCH_MAX).map_err(invalid)?;
     let takes = items
         .iter()
-        .map(|item| item.take.as_ref().map(|t| take(&api, t)).transpose())
+        .map(|item| item.take.as_ref().map(take).transpose())
         .collect::<Result<Vec<_>>>()?;
     let completions = items
         .into_iter()
@@ -193,27 +191,9 @@ async fn complete_item(
     render::item_result(item.id, completed)
 }
 
-/// A lock a worker asks for, within `sutra.tasks.max-lock`: a dead worker's task is available
-/// again within that bound, not in a century (issue 48).
-fn bounded_lock(
-    api: &Api,
-    field: &str,
-    lock: Option<SignedDuration>,
-) -> Result<Option<SignedDuration>> {
-    let max = api.engine.config().task_max_lock;
-    match lock {
-        Some(lock) if lock > max => Err(invalid(format!(
-            "`{field}`: a lock of {lock:#} is longer than `sutra.tasks.max-lock` ({max:#}) \
-             allows; ask for a shorter one and extend it while the work goes on"
-        ))),
-        lock => Ok(lock),
-    }
-}
-
 /// An item's ask for the worker's next task, checked as a poll's worker, topics and lock are.
-fn take(api: &Api, take: &sutra_wire::Take) -> Result<Take> {
+fn take(take: &sutra_wire::Take) -> Result<Take> {
     let lock = request::take(&take.worker, &take.topics, take.lock.as_deref()).map_err(invalid)?;
-    let lock = bounded_lock(api, "take.lock", lock)?;
     Ok(Take {
         worker: take.worker.clone(),
         topics: take.topics.clone(),
@@ -329,7 +309,6 @@ async fn extend(
 ) -> Result<Json<LockExtended>> {
     let body: ExtendBody = parse(&api, body).await?;
     let lock = request::extension(&body.lock).map_err(invalid)?;
-    let lock = bounded_lock(&api, "lock", Some(lock))?.unwrap_or(lock);
     let until = api
         .engine
         .extend_task(&caller.tenant, &id, &body.lock_token, lock)
