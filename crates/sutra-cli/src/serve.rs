@@ -48,6 +48,8 @@ pub fn run(args: &Args) -> ExitCode {
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        // Intake evaluates a channel's `correlate` on these threads.
+        .thread_stack_size(sutra_core::expr::EVALUATION_STACK_BYTES)
         .build()
     {
         Ok(runtime) => runtime,

@@ -112,6 +112,12 @@ codes! {
     EXPRESSION_ERROR = ("SUTRA.RUNTIME.EXPRESSION.ERROR", 422, false,
         "Expression failed",
         "An expression failed on this instance's data (a missing field, a wrong type). Fix the flow or the data, deploy, migrate and restore the instance.");
+    EXPRESSION_BUDGET = ("SUTRA.RUNTIME.EXPRESSION.BUDGET", 422, false,
+        "Expression over budget",
+        "The step's expressions did more work than `sutra.expressions.max-cost` (default 1,000,000 units, about a value cell each) allows, or one produced a value larger than `sutra.expressions.max-value-bytes` (default 1 MiB of JSON). Loop over less (a `for-each` of smaller pieces, or a lookup by key instead of a comprehension), or raise the limit; then restore the instance.");
+    VARS_TOO_LARGE = ("SUTRA.RUNTIME.VARS.TOO_LARGE", 422, false,
+        "Variables too large",
+        "A node would grow the instance's variables past `sutra.instance.max-vars-bytes` (default 4 MiB of JSON); nothing of the node was assigned. Keep large data outside the instance (store it and keep its reference), or raise the limit; then restore the instance.");
     NODE_UNKNOWN = ("SUTRA.RUNTIME.NODE.UNKNOWN", 500, false,
         "Instance is at an unknown node",
         "The instance is at a node its flow version does not have (a migration that did not map it?). Migrate it onto a version that has the node, mapping the node if needed, then restore it.");

@@ -20,7 +20,8 @@
 //! of it, parks, endings and failures. What each node kind does when a token reaches it is in
 //! `exec/nodes.rs`, what a park's answer does in `exec/answers.rs`, races in `exec/race.rs`, loops
 //! in `exec/for_each.rs`, a waiting node's deadline and reminders in `exec/boundary.rs`, calls in
-//! `exec/call.rs`, error scopes in `exec/scope.rs` and compensation in `exec/compensation.rs`.
+//! `exec/call.rs`, error scopes in `exec/scope.rs`, compensation in `exec/compensation.rs`, and
+//! the variables and the budgets expressions spend in `exec/vars.rs`.
 
 mod answers;
 mod boundary;
@@ -31,15 +32,18 @@ mod migration;
 mod nodes;
 mod race;
 mod scope;
+mod vars;
 
 pub use migration::migrate;
 
 use answers::Answer;
 
+use std::cell::Cell;
+
 use serde_json::{Value, json};
 
 use crate::codes;
-use crate::expr::{Bindings, EvalError};
+use crate::expr::{EvalError, EvalFault};
 use crate::model::{After, Flow, Node, NodeIndex};
 use crate::snapshot::{
     Failure, Park, ParkId, ParkKind, Role, Snapshot, Status, Token, TokenId, TokenState,
@@ -149,7 +153,11 @@ impl Fault {
 
 impl From<EvalError> for Fault {
     fn from(error: EvalError) -> Fault {
-        Fault::new(codes::EXPRESSION_ERROR.code, error.to_string())
+        let code = match error.fault {
+            EvalFault::Failed => codes::EXPRESSION_ERROR.code,
+            EvalFault::OverBudget => codes::EXPRESSION_BUDGET.code,
+        };
+        Fault::new(code, error.to_string())
     }
 }
 
@@ -178,6 +186,10 @@ struct Run<'a> {
     calls: u32,
     /// The children the instance waited for when the step began, counted at its first call.
     children_before: Option<u32>,
+    /// Units the step's expressions may still spend.
+    spend: Cell<u64>,
+    /// The variables' size in bytes of JSON, kept current as they are written (`exec/vars.rs`).
+    vars_bytes: usize,
     effects: Vec<Effect>,
     history: Vec<HistoryEvent>,
     reply: Option<Reply>,
@@ -203,6 +215,8 @@ impl<'a> Run<'a> {
             visits: 0,
             calls: 0,
             children_before: None,
+            spend: Cell::new(ctx.expression_cost_max),
+            vars_bytes: vars::vars_bytes(&before.vars),
             effects: Vec::new(),
             history: Vec::new(),
             reply: None,
@@ -235,7 +249,7 @@ impl<'a> Run<'a> {
             return Err(self.invalid("start"));
         }
         self.snap.status = Status::Suspended;
-        self.snap.vars.insert("input".into(), message.data.clone());
+        self.put_var("input", message.data.clone());
         let mut detail = json!({
             "message": message.id,
             "channel": self.flow.start_channel(),
@@ -566,18 +580,6 @@ impl<'a> Run<'a> {
         let id = TokenId(self.snap.next_token);
         self.snap.next_token += 1;
         id
-    }
-
-    /// The names an expression over the instance sees.
-    fn bindings(&self) -> Bindings<'_> {
-        let bindings = Bindings::new()
-            .object("vars", &self.snap.vars)
-            .json("instance", &self.instance)
-            .timestamp("now", self.ctx.now);
-        match &self.msg {
-            Some(msg) => bindings.json("msg", msg),
-            None => bindings,
-        }
     }
 
     /// Appends a history event about `token` at its node. Returns its seq.

@@ -13,18 +13,31 @@
 //! `exists`, `exists_one`), and the evaluator has no budget, so each comprehension nested in
 //! another multiplies the work by its list's length — six nested over ten-element lists is a
 //! million evaluations, twelve (well within the bracket limit) would never end. Comprehensions
-//! may nest [`EXPRESSION_LOOPS_DEPTH_MAX`] deep (decision 0042).
+//! may nest [`EXPRESSION_LOOPS_DEPTH_MAX`] deep (decision 0042). Two deep over long lists is
+//! still too much, and no bound at check time sees a list's length: what an evaluation does is
+//! metered as it runs ([`budget`], decision 0074), and so is the size of what it produces.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, LazyLock};
 
-use cel::common::ast::{EntryExpr, Expr as Ast};
+use cel::common::ast::{EntryExpr, Expr as Ast, IdedExpr};
 use serde_json::{Map, Value};
 
-/// CEL's standard library, built once: `cel::Context::default()` builds it afresh, a tenth of
-/// the engine's CPU when every guard, key and template evaluation paid for it.
-static STDLIB: LazyLock<Arc<cel::Env>> = LazyLock::new(|| Arc::new(cel::Env::stdlib()));
+mod budget;
+mod reads;
+
+use reads::{Reads, find_reads};
+
+/// CEL's standard library and the budget's meter, built once: `cel::Context::default()` builds
+/// it afresh, a tenth of the engine's CPU when every guard, key and template evaluation paid for
+/// it.
+static STDLIB: LazyLock<Arc<cel::Env>> = LazyLock::new(|| {
+    let mut env = cel::Env::stdlib();
+    budget::declare(&mut env);
+    Arc::new(env)
+});
 
 /// Longest expression source accepted, in bytes.
 pub const EXPRESSION_BYTES_MAX: usize = 4096;
@@ -37,6 +50,17 @@ pub const EXPRESSION_TREE_DEPTH_MAX: usize = 32;
 /// one list with every element of another.
 pub const EXPRESSION_LOOPS_DEPTH_MAX: usize = 2;
 const COMPILE_STACK_BYTES: usize = 64 << 20;
+/// The stack a thread evaluating expressions needs: the evaluator recurses once per level of the
+/// tree, and the budget's charges make two levels of one ([`budget`]). The deepest accepted
+/// expression evaluates within it, even in a debug build; a thread's default (2 MiB) is not
+/// enough there, so the threads running steps and intake are given this.
+pub const EVALUATION_STACK_BYTES: usize = 8 << 20;
+/// Units the expressions of one step may spend, by default (`sutra.expressions.max-cost`): about
+/// a value cell or a loop's iteration each, a million being half a second of one core at most.
+pub const EXPRESSION_COST_DEFAULT: u64 = 1_000_000;
+/// The largest value one expression may produce, by default, in bytes of JSON
+/// (`sutra.expressions.max-value-bytes`).
+pub const EXPRESSION_VALUE_BYTES_DEFAULT: usize = 1 << 20;
 
 /// The names an expression over an instance may use.
 pub const INSTANCE_ROOTS: &[&str] = &["vars", "msg", "instance", "now"];
@@ -47,7 +71,8 @@ pub const MESSAGE_ROOTS: &[&str] = &["data", "id", "type", "source", "subject", 
 #[derive(Clone)]
 pub struct Expr {
     source: Arc<str>,
-    program: Arc<cel::Program>,
+    /// The parsed tree with its budget's charges in it ([`budget::meter`]).
+    tree: Arc<IdedExpr>,
     /// What it reads of each free name ([`Reads`]): an evaluation binds only that.
     reads: Arc<BTreeMap<String, Reads>>,
 }
@@ -140,12 +165,39 @@ fn plain_reason(reason: &str) -> String {
 /// bytes: they become keys of the store's indexes, whose entries PostgreSQL caps near 2.7 kB.
 pub const KEY_BYTES_MAX: usize = 1024;
 
-/// Why an expression failed at run time. Reported as `SUTRA.RUNTIME.EXPRESSION.ERROR`.
+/// Why an expression failed at run time.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("`{expression}`: {message}")]
 pub struct EvalError {
     pub expression: String,
     pub message: String,
+    pub fault: EvalFault,
+}
+
+/// What kind of failure: the instance's data, or the budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvalFault {
+    /// `SUTRA.RUNTIME.EXPRESSION.ERROR`: a missing field, a wrong type.
+    Failed,
+    /// `SUTRA.RUNTIME.EXPRESSION.BUDGET`: too much work, or too large a value.
+    OverBudget,
+}
+
+impl EvalError {
+    pub fn failed(expression: &str, message: impl Into<String>) -> EvalError {
+        EvalError {
+            expression: expression.to_owned(),
+            message: message.into(),
+            fault: EvalFault::Failed,
+        }
+    }
+
+    fn over_budget(expression: &str, message: impl Into<String>) -> EvalError {
+        EvalError {
+            fault: EvalFault::OverBudget,
+            ..EvalError::failed(expression, message)
+        }
+    }
 }
 
 impl Expr {
@@ -186,7 +238,7 @@ impl Expr {
         }
         Ok(Expr {
             source: source.into(),
-            program: Arc::new(program),
+            tree: Arc::new(budget::meter(root)),
             reads: Arc::new(reads),
         })
     }
@@ -196,19 +248,31 @@ impl Expr {
     }
 
     /// Evaluates the expression with the given names bound, and converts the result to JSON.
-    /// CEL timestamps become RFC 3339 strings and durations become seconds.
+    /// CEL timestamps become RFC 3339 strings and durations become nanoseconds. The work is
+    /// charged to the bindings' budget, and the result may be no larger than theirs.
     pub fn eval(&self, bindings: &Bindings) -> Result<Value, EvalError> {
-        let error = |message: String| EvalError {
-            expression: self.source.to_string(),
-            message,
-        };
+        let error = |message: String| EvalError::failed(&self.source, message);
         let mut context = cel::Context::with_env(Arc::clone(&STDLIB));
         for (name, value) in &bindings.values {
             if let Some(reads) = self.reads.get(*name) {
                 context.add_variable_from_value(*name, value.to_cel(reads));
             }
         }
-        let outcome = catch_unwind(AssertUnwindSafe(|| self.program.execute(&context)));
+        let units = bindings.spend.map_or(EXPRESSION_COST_DEFAULT, Cell::get);
+        let (outcome, left, exhausted) = budget::metered(units, || {
+            catch_unwind(AssertUnwindSafe(|| {
+                cel::Value::resolve(&self.tree, &context)
+            }))
+        });
+        if let Some(spend) = bindings.spend {
+            spend.set(left);
+        }
+        if exhausted {
+            return Err(EvalError::over_budget(
+                &self.source,
+                "the expressions of this step did more work than `sutra.expressions.max-cost` allows",
+            ));
+        }
         let value = match outcome {
             Ok(Ok(value)) => value,
             Ok(Err(e)) => return Err(error(describe_execution_error(&e))),
@@ -218,6 +282,15 @@ impl Expr {
                 ));
             }
         };
+        if !budget::json_bytes_within(&value, bindings.value_bytes) {
+            return Err(EvalError::over_budget(
+                &self.source,
+                format!(
+                    "the result is larger than {} bytes (`sutra.expressions.max-value-bytes`)",
+                    bindings.value_bytes
+                ),
+            ));
+        }
         let value = value
             .json()
             .map_err(|e| error(format!("the result cannot be represented as JSON: {e}")))?;
@@ -233,19 +306,16 @@ impl Expr {
     pub fn eval_bool(&self, bindings: &Bindings) -> Result<bool, EvalError> {
         match self.eval(bindings)? {
             Value::Bool(b) => Ok(b),
-            other => Err(EvalError {
-                expression: self.source.to_string(),
-                message: format!("expected a boolean, got {}", json_type_name(&other)),
-            }),
+            other => Err(EvalError::failed(
+                &self.source,
+                format!("expected a boolean, got {}", json_type_name(&other)),
+            )),
         }
     }
 
     /// Evaluates a correlation key: a string, or an integer written in decimal.
     pub fn eval_key(&self, bindings: &Bindings) -> Result<String, EvalError> {
-        let refused = |message: String| EvalError {
-            expression: self.source.to_string(),
-            message,
-        };
+        let refused = |message: String| EvalError::failed(&self.source, message);
         let key = match self.eval(bindings)? {
             Value::String(s) => s,
             Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
@@ -267,10 +337,23 @@ impl Expr {
 }
 
 /// The names bound for one evaluation, borrowed: each expression converts only what it reads of
-/// them ([`Reads`]).
-#[derive(Default)]
+/// them ([`Reads`]); and its budget.
 pub struct Bindings<'a> {
     values: Vec<(&'a str, Binding<'a>)>,
+    /// The units left to the step the evaluation is part of; an evaluation of its own has
+    /// [`EXPRESSION_COST_DEFAULT`].
+    spend: Option<&'a Cell<u64>>,
+    value_bytes: usize,
+}
+
+impl Default for Bindings<'_> {
+    fn default() -> Self {
+        Bindings {
+            values: Vec::new(),
+            spend: None,
+            value_bytes: EXPRESSION_VALUE_BYTES_DEFAULT,
+        }
+    }
 }
 
 enum Binding<'a> {
@@ -282,6 +365,14 @@ enum Binding<'a> {
 impl<'a> Bindings<'a> {
     pub fn new() -> Bindings<'a> {
         Bindings::default()
+    }
+
+    /// Charges the evaluation to `spend`, the units its step has left, and bounds its result at
+    /// `value_bytes` of JSON.
+    pub fn metered(mut self, spend: &'a Cell<u64>, value_bytes: usize) -> Bindings<'a> {
+        self.spend = Some(spend);
+        self.value_bytes = value_bytes;
+        self
     }
 
     /// Binds `name` to a JSON value.
@@ -317,131 +408,6 @@ impl Binding<'_> {
             }
         }
     }
-}
-
-/// What an expression reads of a bound value: the whole of it, or some of its fields, each read
-/// in turn as a whole or in part — `vars.order.total + vars.fee` reads `order.total` and `fee`
-/// of `vars`. Found from the expression's tree when it is compiled (a chain of field selections
-/// from a free name is a path; any other use of the name reads all of it), so that an evaluation
-/// converts only that: every expression of a step sees the instance's whole variables, and
-/// converting them all for each made a step's cost grow with the square of its size (a sequence
-/// of 9,000 `set` nodes took 19 s, issue 18). A field read that is missing stays missing, so
-/// `has()` and "no such key" answer as over the whole value.
-#[derive(Debug, Clone, PartialEq)]
-enum Reads {
-    Whole,
-    Fields(BTreeMap<String, Reads>),
-}
-
-impl Reads {
-    /// Adds the read of `path` below this one.
-    fn add(&mut self, path: &[&str]) {
-        let Reads::Fields(fields) = self else {
-            return;
-        };
-        match path.split_first() {
-            None => *self = Reads::Whole,
-            Some((field, rest)) => fields
-                .entry((*field).to_owned())
-                .or_insert_with(|| Reads::Fields(BTreeMap::new()))
-                .add(rest),
-        }
-    }
-
-    fn of(&self, value: &Value) -> cel::Value {
-        match (self, value) {
-            (Reads::Fields(_), Value::Object(object)) => self.of_object(object),
-            _ => json_to_cel(value),
-        }
-    }
-
-    fn of_object(&self, object: &Map<String, Value>) -> cel::Value {
-        let Reads::Fields(fields) = self else {
-            return object_to_cel(object.iter());
-        };
-        let read = fields
-            .iter()
-            .filter_map(|(field, reads)| object.get_key_value(field).map(|(k, v)| (k, reads, v)));
-        let entries = read
-            .map(|(k, reads, v)| (cel::objects::Key::String(Arc::new(k.clone())), reads.of(v)))
-            .collect();
-        cel::Value::Map(cel::objects::Map {
-            map: Arc::new(entries),
-        })
-    }
-}
-
-/// Records in `reads` what `expr` reads of each free name: each identifier not bound by an
-/// enclosing comprehension (`all`, `exists`, `map`, `filter`; those in `bound`). Only called on
-/// trees whose depth has been bounded.
-fn find_reads(expr: &Ast, bound: &mut Vec<String>, reads: &mut BTreeMap<String, Reads>) {
-    match expr {
-        Ast::Ident(name) if !bound.contains(name) => {
-            reads.insert(name.clone(), Reads::Whole);
-        }
-        Ast::Select(_) => {
-            let mut path = Vec::new();
-            let mut base = expr;
-            while let Ast::Select(select) = base {
-                path.push(select.field.as_str());
-                base = &select.operand.expr;
-            }
-            match base {
-                Ast::Ident(name) if !bound.contains(name) => {
-                    path.reverse();
-                    reads
-                        .entry(name.clone())
-                        .or_insert_with(|| Reads::Fields(BTreeMap::new()))
-                        .add(&path);
-                }
-                other => find_reads(other, bound, reads),
-            }
-        }
-        Ast::Comprehension(c) => {
-            find_reads(&c.iter_range.expr, bound, reads);
-            find_reads(&c.accu_init.expr, bound, reads);
-            let scope = bound.len();
-            bound.push(c.iter_var.clone());
-            bound.extend(c.iter_var2.clone());
-            bound.push(c.accu_var.clone());
-            for inner in [&c.loop_cond, &c.loop_step, &c.result] {
-                find_reads(&inner.expr, bound, reads);
-            }
-            bound.truncate(scope);
-        }
-        other => children(other)
-            .into_iter()
-            .for_each(|child| find_reads(child, bound, reads)),
-    }
-}
-
-fn json_to_cel(value: &Value) -> cel::Value {
-    match value {
-        Value::Null => cel::Value::Null,
-        Value::Bool(b) => cel::Value::Bool(*b),
-        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
-            (Some(i), _) => cel::Value::Int(i),
-            (None, Some(u)) => cel::Value::UInt(u),
-            _ => cel::Value::Float(n.as_f64().unwrap_or(f64::NAN)),
-        },
-        Value::String(s) => cel::Value::String(Arc::new(s.clone())),
-        Value::Array(items) => cel::Value::List(Arc::new(items.iter().map(json_to_cel).collect())),
-        Value::Object(map) => object_to_cel(map.iter()),
-    }
-}
-
-fn object_to_cel<'v>(entries: impl Iterator<Item = (&'v String, &'v Value)>) -> cel::Value {
-    let entries = entries
-        .map(|(k, v)| {
-            (
-                cel::objects::Key::String(Arc::new(k.clone())),
-                json_to_cel(v),
-            )
-        })
-        .collect();
-    cel::Value::Map(cel::objects::Map {
-        map: Arc::new(entries),
-    })
 }
 
 fn describe_execution_error(error: &cel::ExecutionError) -> String {
@@ -626,3 +592,6 @@ pub fn classify_leaf(text: &str) -> Leaf<'_> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod budget_tests;

@@ -23,6 +23,10 @@ pub const CALL_DEPTH_DEFAULT: u32 = 16;
 /// How many children an instance may wait for at once, unless configured
 /// (`sutra.call.max-children`): as many as one `for-each` may have items.
 pub const CALL_CHILDREN_DEFAULT: u32 = FOR_EACH_ITEMS_DEFAULT;
+/// The largest an instance's variables may grow, in bytes of JSON, unless configured
+/// (`sutra.instance.max-vars-bytes`) before the step growing them fails with
+/// `SUTRA.RUNTIME.VARS.TOO_LARGE`.
+pub const VARS_BYTES_DEFAULT: usize = 4 << 20;
 
 /// An inbound message, as CloudEvents describes it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -143,6 +147,12 @@ pub struct StepContext {
     pub items_max: u32,
     pub call_depth_max: u32,
     pub call_children_max: u32,
+    /// Units the step's expressions may spend together (`sutra.expressions.max-cost`).
+    pub expression_cost_max: u64,
+    /// The largest value one expression may produce, in bytes of JSON.
+    pub expression_value_bytes_max: usize,
+    /// The largest the instance's variables may grow, in bytes of JSON.
+    pub vars_bytes_max: usize,
     /// Randomness for the ids of the instances the step calls, drawn by the engine per step, so
     /// that the step stays a function of its inputs.
     pub id_seed: u128,
@@ -156,6 +166,9 @@ impl StepContext {
             items_max: FOR_EACH_ITEMS_DEFAULT,
             call_depth_max: CALL_DEPTH_DEFAULT,
             call_children_max: CALL_CHILDREN_DEFAULT,
+            expression_cost_max: crate::expr::EXPRESSION_COST_DEFAULT,
+            expression_value_bytes_max: crate::expr::EXPRESSION_VALUE_BYTES_DEFAULT,
+            vars_bytes_max: VARS_BYTES_DEFAULT,
             id_seed: 0,
         }
     }

@@ -18,6 +18,24 @@ pub fn holds_nul(value: &Value) -> bool {
     }
 }
 
+/// The length of `value` written as JSON, counted without writing it.
+pub fn json_bytes(value: &Value) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    // Writing JSON to a sink that cannot fail does not fail.
+    let _ = serde_json::to_writer(&mut counter, value);
+    counter.0
+}
+
 /// The JSON pointers of every string (or key) in `value` holding NUL, for a refusal that names
 /// them; none, at the cost of [`holds_nul`] alone, for a value without it.
 pub fn nul_pointers(value: &Value) -> Vec<String> {

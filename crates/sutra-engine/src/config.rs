@@ -63,6 +63,16 @@ pub struct EngineConfig {
     /// Children an instance waits for at once, at most (`sutra.call.max-children`): one more
     /// call fails with `SUTRA.RUNTIME.CALL.CHILDREN_EXCEEDED`.
     pub call_max_children: u32,
+    /// Units a step's expressions may spend together (`sutra.expressions.max-cost`, decision
+    /// 0074): past it the instance fails with `SUTRA.RUNTIME.EXPRESSION.BUDGET`.
+    pub expression_max_cost: u64,
+    /// The largest value one expression may produce, in bytes of JSON
+    /// (`sutra.expressions.max-value-bytes`): past it, the same.
+    pub expression_max_value_bytes: usize,
+    /// The largest an instance's variables may grow, in bytes of JSON
+    /// (`sutra.instance.max-vars-bytes`): past it the node growing them fails with
+    /// `SUTRA.RUNTIME.VARS.TOO_LARGE`.
+    pub instance_max_vars_bytes: usize,
     /// The brokers this replica has a URL for (`sutra.transports.{amqp,nats}.url`): a
     /// deployment declaring a channel on another broker is refused here.
     pub brokers: Vec<Transport>,
@@ -98,6 +108,9 @@ impl Default for EngineConfig {
             for_each_max_items: sutra_core::step::FOR_EACH_ITEMS_DEFAULT,
             call_max_depth: sutra_core::step::CALL_DEPTH_DEFAULT,
             call_max_children: sutra_core::step::CALL_CHILDREN_DEFAULT,
+            expression_max_cost: sutra_core::expr::EXPRESSION_COST_DEFAULT,
+            expression_max_value_bytes: sutra_core::expr::EXPRESSION_VALUE_BYTES_DEFAULT,
+            instance_max_vars_bytes: sutra_core::step::VARS_BYTES_DEFAULT,
             brokers: Vec::new(),
             metric_tenant_labels: false,
         }
@@ -130,6 +143,15 @@ impl EngineConfig {
         at_least_one("sutra.for-each.max-items", self.for_each_max_items)?;
         at_least_one("sutra.call.max-depth", self.call_max_depth)?;
         at_least_one("sutra.call.max-children", self.call_max_children)?;
+        at_least_one("sutra.expressions.max-cost", self.expression_max_cost)?;
+        at_least_one(
+            "sutra.expressions.max-value-bytes",
+            self.expression_max_value_bytes,
+        )?;
+        at_least_one(
+            "sutra.instance.max-vars-bytes",
+            self.instance_max_vars_bytes,
+        )?;
         at_least_one(
             "sutra.deliveries.max-attempts",
             self.deliveries_max_attempts,
@@ -320,7 +342,16 @@ mod tests {
 
     #[test]
     fn a_count_of_zero_is_refused() {
-        let zeroed: [(Change, &str); 8] = [
+        let zeroed: [(Change, &str); 11] = [
+            (|c| c.expression_max_cost = 0, "sutra.expressions.max-cost"),
+            (
+                |c| c.expression_max_value_bytes = 0,
+                "sutra.expressions.max-value-bytes",
+            ),
+            (
+                |c| c.instance_max_vars_bytes = 0,
+                "sutra.instance.max-vars-bytes",
+            ),
             (|c| c.for_each_max_items = 0, "sutra.for-each.max-items"),
             (|c| c.call_max_depth = 0, "sutra.call.max-depth"),
             (|c| c.call_max_children = 0, "sutra.call.max-children"),

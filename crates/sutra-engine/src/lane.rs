@@ -172,6 +172,7 @@ impl Lane {
         let progress = Arc::clone(&in_hand);
         let thread = std::thread::Builder::new()
             .name(format!("sutra-lane-{index}"))
+            .stack_size(sutra_core::expr::EVALUATION_STACK_BYTES)
             .spawn(move || handle.block_on(lane_loop(index, shared, queue, progress)))
             .expect("the operating system starts a lane thread");
         Lane {

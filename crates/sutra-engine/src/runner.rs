@@ -45,6 +45,9 @@ impl Stepper<'_> {
             items_max: config.for_each_max_items,
             call_depth_max: config.call_max_depth,
             call_children_max: config.call_max_children,
+            expression_cost_max: config.expression_max_cost,
+            expression_value_bytes_max: config.expression_max_value_bytes,
+            vars_bytes_max: config.instance_max_vars_bytes,
             // 122 random bits, of which a child id takes 74 (`exec/call.rs` `child_id`).
             id_seed: uuid::Uuid::new_v4().as_u128(),
             ..StepContext::at(self.shared.clock.now())

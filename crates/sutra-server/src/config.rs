@@ -78,6 +78,11 @@ const KEYS: &[(&str, Option<&str>)] = &[
     ("sutra.call.max-depth", Some("16")),
     // Children an instance waits for at once (issue 48).
     ("sutra.call.max-children", Some("10000")),
+    // What a step's expressions may spend, the largest value one may produce, and the largest
+    // an instance's variables may grow (decision 0074).
+    ("sutra.expressions.max-cost", Some("1000000")),
+    ("sutra.expressions.max-value-bytes", Some("1048576")),
+    ("sutra.instance.max-vars-bytes", Some("4194304")),
     ("sutra.transports.amqp.url", None),
     ("sutra.transports.http.ca-file", None),
     ("sutra.transports.nats.url", None),
@@ -291,6 +296,9 @@ impl Sources {
             for_each_max_items: self.parsed("sutra.for-each.max-items", number)?,
             call_max_depth: self.parsed("sutra.call.max-depth", number)?,
             call_max_children: self.parsed("sutra.call.max-children", number)?,
+            expression_max_cost: self.parsed("sutra.expressions.max-cost", number)?,
+            expression_max_value_bytes: self.parsed("sutra.expressions.max-value-bytes", number)?,
+            instance_max_vars_bytes: self.parsed("sutra.instance.max-vars-bytes", number)?,
             outbox_batch: self.parsed("sutra.outbox.batch", number)?,
             outbox_backoff: self.parsed("sutra.outbox.backoff", duration)?,
             lease_ttl: self.parsed("sutra.lease.ttl", duration)?,

@@ -53,7 +53,7 @@ impl Run<'_> {
                     token,
                     json!({"park": park, "message": message.id}),
                 );
-                self.set_output(node, message.data.clone());
+                self.set_output(node, message.data.clone())?;
                 self.msg = Some(message.to_json());
                 self.proceed(token, node.after)
             }
@@ -73,7 +73,7 @@ impl Run<'_> {
             }
             Answer::Output(output) => {
                 self.record_at(HistoryKind::TaskCompleted, token, json!({"park": park}));
-                self.set_output(node, output);
+                self.set_output(node, output)?;
                 self.completed(token, node);
                 self.proceed(token, node.after)
             }
@@ -119,13 +119,14 @@ impl Run<'_> {
             return Err(Fault::new(code, message));
         };
         let error = json!({"code": code, "message": message});
-        self.snap.vars.insert("error".into(), error);
+        self.put_var("error", error);
         self.goto(token, target)
     }
 
-    pub(super) fn set_output(&mut self, node: &Node, value: Value) {
-        if let Some(name) = &node.output {
-            self.snap.vars.insert(name.clone(), value);
+    pub(super) fn set_output(&mut self, node: &Node, value: Value) -> Result<(), Fault> {
+        match &node.output {
+            Some(name) => self.put_answer(name, value),
+            None => Ok(()),
         }
     }
 }

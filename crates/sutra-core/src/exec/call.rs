@@ -141,7 +141,7 @@ impl Run<'_> {
         self.record_child_end(token, park, &child, &outcome);
         match child_error(&child, outcome) {
             Ok(reply) => {
-                self.set_output(node, reply);
+                self.set_output(node, reply)?;
                 self.completed(token, node);
                 self.proceed(token, node.after)
             }
@@ -150,7 +150,7 @@ impl Run<'_> {
                     return Err(fault);
                 };
                 let error = json!({"code": fault.code, "message": fault.detail, "instance": child});
-                self.snap.vars.insert("error".into(), error);
+                self.put_var("error", error);
                 self.goto(token, target)
             }
         }

@@ -239,7 +239,7 @@ impl Run<'_> {
         self.withdraw_bodies(looping.id);
         self.resolve_satellites(looping.id);
         let failure = json!({"code": fault.code, "message": fault.detail, "index": index});
-        self.snap.vars.insert("error".into(), failure);
+        self.put_var("error", failure);
         self.goto(looping, target)
     }
 
@@ -263,7 +263,7 @@ impl Run<'_> {
         self.resolve_satellites(looping.id);
         let detail = json!({"items": results.len()});
         self.record_at(HistoryKind::LoopEnded, looping, detail);
-        self.set_output(node, Value::Array(results));
+        self.set_output(node, Value::Array(results))?;
         self.completed(looping, node);
         self.proceed(looping, node.after)
     }

@@ -142,17 +142,22 @@ impl Run<'_> {
         // changed in place, not copied, so that a node costs what it assigns.
         let mut replaced = Vec::with_capacity(assignments.len());
         for (name, template) in assignments {
-            match template.render(&self.bindings()) {
-                Ok(value) => replaced.push((name, self.snap.vars.insert(name.clone(), value))),
-                Err(error) => {
-                    for (name, before) in replaced.into_iter().rev() {
-                        match before {
-                            Some(value) => self.snap.vars.insert(name.clone(), value),
-                            None => self.snap.vars.remove(name),
-                        };
-                    }
-                    return Err(error.into());
+            let rendered = template.render(&self.bindings());
+            let assigned = rendered.map_err(Fault::from).and_then(|value| {
+                replaced.push((name, self.put_var(name, value)));
+                self.vars_within_bound()
+            });
+            if let Err(fault) = assigned {
+                for (name, before) in replaced.into_iter().rev() {
+                    match before {
+                        Some(value) => self.put_var(name, value),
+                        None => {
+                            self.remove_var(name);
+                            None
+                        }
+                    };
                 }
+                return Err(fault);
             }
         }
         let names: Vec<&str> = assignments.iter().map(|(name, _)| name.as_str()).collect();
@@ -256,8 +261,5 @@ fn parse_until(expr: &Expr, value: &Value) -> Result<Timestamp, EvalError> {
             crate::expr::json_type_name(other)
         ),
     };
-    Err(EvalError {
-        expression: expr.source().to_owned(),
-        message,
-    })
+    Err(EvalError::failed(expr.source(), message))
 }

@@ -83,7 +83,7 @@ impl Run<'_> {
                 let detail = json!({"park": park, "message": message.id, "arm": index});
                 self.record_at(HistoryKind::MessageReceived, host, detail);
                 if let Some(name) = &arm.output {
-                    self.snap.vars.insert(name.clone(), message.data.clone());
+                    self.put_answer(name, message.data.clone())?;
                 }
                 self.msg = Some(message.to_json());
             }

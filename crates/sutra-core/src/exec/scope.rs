@@ -50,7 +50,7 @@ impl Run<'_> {
         let mut host = self.snap.tokens.remove(at);
         host.state = TokenState::Ready;
         let error = json!({"code": fault.code, "message": fault.detail, "node": node});
-        self.snap.vars.insert("error".into(), error);
+        self.put_var("error", error);
         let detail = json!({"node": node, "code": fault.code, "message": fault.detail});
         self.record_at(HistoryKind::ErrorCaught, &host, detail);
         let outcome = self.goto(&mut host, target);

@@ -178,11 +178,11 @@ fn nested_loops_are_refused_before_they_multiply_the_work() {
 }
 
 #[test]
-fn the_deepest_accepted_expression_evaluates_on_a_small_stack() {
+fn the_deepest_accepted_expression_evaluates_on_the_stack_given_to_evaluation() {
     let chain = "1".to_string() + &" + 1".repeat(EXPRESSION_TREE_DEPTH_MAX - 2);
     let expr = Expr::compile(&chain, INSTANCE_ROOTS).unwrap();
     let value = std::thread::Builder::new()
-        .stack_size(2 << 20)
+        .stack_size(EVALUATION_STACK_BYTES)
         .spawn(move || expr.eval(&Bindings::new()).unwrap())
         .unwrap()
         .join()
