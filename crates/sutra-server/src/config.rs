@@ -78,6 +78,9 @@ const KEYS: &[(&str, Option<&str>)] = &[
     ("sutra.call.max-depth", Some("16")),
     // Children an instance waits for at once (issue 48).
     ("sutra.call.max-children", Some("10000")),
+    // The longest lock a task is granted: a longer one asked for is granted up to it (issue 48,
+    // decision 0078).
+    ("sutra.tasks.max-lock", Some("PT1H")),
     ("sutra.transports.amqp.url", None),
     ("sutra.transports.http.ca-file", None),
     ("sutra.transports.nats.url", None),
@@ -291,6 +294,7 @@ impl Sources {
             for_each_max_items: self.parsed("sutra.for-each.max-items", number)?,
             call_max_depth: self.parsed("sutra.call.max-depth", number)?,
             call_max_children: self.parsed("sutra.call.max-children", number)?,
+            task_max_lock: self.parsed("sutra.tasks.max-lock", duration)?,
             outbox_batch: self.parsed("sutra.outbox.batch", number)?,
             outbox_backoff: self.parsed("sutra.outbox.backoff", duration)?,
             lease_ttl: self.parsed("sutra.lease.ttl", duration)?,
