@@ -73,6 +73,10 @@ pub struct EngineConfig {
     /// (`sutra.instance.max-vars-bytes`): past it the node growing them fails with
     /// `SUTRA.RUNTIME.VARS.TOO_LARGE`.
     pub instance_max_vars_bytes: usize,
+    /// The longest lock a task is granted (`sutra.tasks.max-lock`, decision 0078): a longer one
+    /// asked for — by a poll, a completion's `take`, an extension or the task node's own `lock`
+    /// — is granted up to it, never refused ([`EngineConfig::granted_lock`]).
+    pub task_max_lock: SignedDuration,
     /// The brokers this replica has a URL for (`sutra.transports.{amqp,nats}.url`): a
     /// deployment declaring a channel on another broker is refused here.
     pub brokers: Vec<Transport>,
@@ -111,6 +115,7 @@ impl Default for EngineConfig {
             expression_max_cost: sutra_core::expr::EXPRESSION_COST_DEFAULT,
             expression_max_value_bytes: sutra_core::expr::EXPRESSION_VALUE_BYTES_DEFAULT,
             instance_max_vars_bytes: sutra_core::step::VARS_BYTES_DEFAULT,
+            task_max_lock: SignedDuration::from_hours(1),
             brokers: Vec::new(),
             metric_tenant_labels: false,
         }
@@ -166,6 +171,7 @@ impl EngineConfig {
             ("sutra.history.purge-interval", self.purge_interval),
             ("sutra.deployments.retire-interval", self.retire_interval),
             ("sutra.schedules.poll", self.schedules_poll),
+            ("sutra.tasks.max-lock", self.task_max_lock),
         ] {
             positive(key, duration)?;
         }
@@ -182,6 +188,16 @@ impl EngineConfig {
         self.deliveries_backoff
             .saturating_mul(1 << doublings)
             .min(self.claim_timeout)
+    }
+
+    /// The lock a task is granted when `asked` is asked for it: at most `sutra.tasks.max-lock`,
+    /// so that a dead worker's task is available again within the ceiling (decision 0078). A
+    /// longer lock is granted up to the ceiling rather than refused, as the OpenAPI document
+    /// takes any positive duration (decision 0062); the answer's `lock_expires_at` tells the
+    /// worker the lock it got. Every lock is set through here: a poll's, a completion's `take`,
+    /// an extension, and a task node's own `lock` as its task is armed.
+    pub fn granted_lock(&self, asked: SignedDuration) -> SignedDuration {
+        asked.min(self.task_max_lock)
     }
 
     fn group_window_is_short(&self) -> Result<(), Refusal> {
@@ -371,7 +387,7 @@ mod tests {
 
     #[test]
     fn a_duration_of_zero_is_refused() {
-        let zeroed: [(Change, &str); 8] = [
+        let zeroed: [(Change, &str); 9] = [
             (
                 |c| c.deliveries_backoff = SignedDuration::ZERO,
                 "sutra.deliveries.backoff",
@@ -398,9 +414,31 @@ mod tests {
                 |c| c.retire_interval = SignedDuration::ZERO,
                 "sutra.deployments.retire-interval",
             ),
+            (
+                |c| c.task_max_lock = SignedDuration::ZERO,
+                "sutra.tasks.max-lock",
+            ),
         ];
         for (change, key) in zeroed {
             assert_eq!(refused(change), key);
         }
+    }
+
+    #[test]
+    fn a_lock_past_the_ceiling_is_granted_up_to_it_and_a_shorter_one_as_asked() {
+        let config = EngineConfig {
+            task_max_lock: SignedDuration::from_secs(2),
+            ..EngineConfig::default()
+        };
+        let ceiling = SignedDuration::from_secs(2);
+        let century = SignedDuration::from_hours(3_650_000 * 24);
+        assert_eq!(config.granted_lock(century), ceiling);
+        assert_eq!(config.granted_lock(ceiling), ceiling);
+        let shorter = SignedDuration::from_millis(1500);
+        assert_eq!(config.granted_lock(shorter), shorter);
+        assert_eq!(
+            EngineConfig::default().task_max_lock,
+            SignedDuration::from_hours(1)
+        );
     }
 }

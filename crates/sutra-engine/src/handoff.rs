@@ -12,6 +12,7 @@ use sutra_core::step::{Effect, Step};
 use sutra_store::{LockedTask, TakenBy};
 use tracing::warn;
 
+use crate::config::EngineConfig;
 use crate::history_log;
 use crate::shared::Shared;
 use crate::waiting::{Reservation, Waiting};
@@ -36,7 +37,8 @@ pub(crate) fn arms_a_task(effect: &Effect) -> bool {
 /// Who the tasks a step arms are locked for as they are armed, each lock the taker's or the
 /// task's own: the completing worker that asked, for the first task of its topics — one task,
 /// for the slot its completion frees (decision 0038) — then the polls waiting on this replica,
-/// oldest first (decision 0039). The rest are armed available, for the polls to come.
+/// oldest first (decision 0039). The rest are armed available, for the polls to come. Each lock
+/// is granted up to `sutra.tasks.max-lock` (decision 0078).
 #[derive(Default)]
 pub(crate) struct Takers {
     pub take: Option<ParkId>,
@@ -44,7 +46,12 @@ pub(crate) struct Takers {
     pub locks: Vec<(ParkId, TakenBy)>,
 }
 
-pub(crate) fn takers(step: &Step, take: Option<&Take>, waiting: &Waiting) -> Takers {
+pub(crate) fn takers(
+    step: &Step,
+    take: Option<&Take>,
+    waiting: &Waiting,
+    config: &EngineConfig,
+) -> Takers {
     let tenant = &step.snapshot.instance.tenant;
     let mut takers = Takers::default();
     for effect in &step.effects {
@@ -54,15 +61,16 @@ pub(crate) fn takers(step: &Step, take: Option<&Take>, waiting: &Waiting) -> Tak
         let ParkKind::Task { topic, lock, .. } = &park.kind else {
             continue;
         };
+        let lock = config.granted_lock(*lock);
         let asked = take.filter(|take| takers.take.is_none() && take.topics.contains(topic));
         if let Some(take) = asked {
             takers.take = Some(park.id);
             let by = TakenBy {
                 worker: take.worker.clone(),
-                lock: take.lock.unwrap_or(*lock),
+                lock: config.granted_lock(take.lock.unwrap_or(lock)),
             };
             takers.locks.push((park.id, by));
-        } else if let Some(reservation) = waiting.reserve(tenant, topic, *lock) {
+        } else if let Some(reservation) = waiting.reserve(tenant, topic, lock) {
             takers.locks.push((park.id, reservation.taken_by.clone()));
             takers.handoffs.push((park.id, reservation));
         }

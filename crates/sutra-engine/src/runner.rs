@@ -387,14 +387,15 @@ impl Stepper<'_> {
             };
             self.shared.settle.register(&key)
         });
-        let me = &self.shared.config.replica_id;
-        let takers = takers(&step, pending.take.as_ref(), &self.shared.waiting);
+        let config = &self.shared.config;
+        let me = &config.replica_id;
+        let takers = takers(&step, pending.take.as_ref(), &self.shared.waiting, config);
         fault::point("before-commit");
-        let mut rows = to_commit(&step, &pending, me, &takers.locks);
+        let mut rows = to_commit(&step, &pending, config, &takers.locks);
         let mut result = group.commit_step(&rows).await;
         if let Err(sutra_store::Error::AliasTaken { channel, key }) = &result {
             step = fail_on_taken_alias(step, channel, key, ctx);
-            rows = to_commit(&step, &pending, me, &takers.locks);
+            rows = to_commit(&step, &pending, config, &takers.locks);
             result = group.commit_step(&rows).await;
         }
         let record = history_log::enabled().then(|| {

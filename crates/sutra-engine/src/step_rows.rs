@@ -11,6 +11,7 @@ use sutra_store::{
     StepCommit, TakenBy,
 };
 
+use crate::config::EngineConfig;
 use crate::handoff::Take;
 use crate::request::Consumed;
 use crate::{arms, settle};
@@ -72,13 +73,16 @@ pub(crate) fn fail_on_taken_alias(step: Step, channel: &str, key: &str, ctx: Ste
     }
 }
 
-/// The rows of `step`, committed by replica `me`, its tasks locked as `locks` say.
+/// The rows of `step`, committed by the replica `config` runs, its tasks locked as `locks` say
+/// and each task's own lock granted up to `sutra.tasks.max-lock` (decision 0078): a poll that
+/// asks for no lock takes the task's, so the ceiling is in the row.
 pub(crate) fn to_commit(
     step: &Step,
     pending: &PendingCommit,
-    me: &str,
+    config: &EngineConfig,
     locks: &[(ParkId, TakenBy)],
 ) -> StepCommit {
+    let me = config.replica_id.as_str();
     let mut arms = Vec::new();
     let mut disarms: Vec<Disarm> = answered_released(step, pending).into_iter().collect();
     let mut outbox = Vec::new();
@@ -111,7 +115,14 @@ pub(crate) fn to_commit(
         }
     }
     for arm in &mut arms {
-        if let Arm::Task { park, taken_by, .. } = arm {
+        if let Arm::Task {
+            park,
+            taken_by,
+            lock,
+            ..
+        } = arm
+        {
+            *lock = config.granted_lock(*lock);
             *taken_by = locks
                 .iter()
                 .find(|(locked, _)| locked == park)

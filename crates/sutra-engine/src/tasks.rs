@@ -273,6 +273,9 @@ pub(crate) async fn poll(
 ) -> Result<Vec<LockedTask>, Error> {
     let mut poll = request.poll;
     poll.max = poll.max.clamp(1, MAX_TASKS);
+    // Granted up to `sutra.tasks.max-lock` before the poll waits, so that a task handed to it as
+    // the task is armed is held no longer either.
+    poll.lock = poll.lock.map(|lock| shared.config.granted_lock(lock));
     let wait = request.wait.clamp(SignedDuration::ZERO, MAX_WAIT);
     let deadline = shared.clock.instant() + wait.unsigned_abs();
     loop {
@@ -377,6 +380,8 @@ pub(crate) async fn release(
     Ok(())
 }
 
+/// Moves a held lock's deadline to `lock` from now, granted up to `sutra.tasks.max-lock`;
+/// returns the deadline it got.
 pub(crate) async fn extend(
     shared: &Shared,
     tenant: &str,
@@ -384,6 +389,7 @@ pub(crate) async fn extend(
     lock_token: &str,
     lock: SignedDuration,
 ) -> Result<Timestamp, Error> {
+    let lock = shared.config.granted_lock(lock);
     shared
         .store
         .extend_task(tenant, id, lock_token, lock)

@@ -115,7 +115,9 @@ pub fn lock() -> RefOr<Schema> {
     or_null(
         text(
             "How long each task stays locked, an ISO-8601 duration longer than zero such as \
-             `PT1M`; the task's own `lock` when absent.",
+             `PT1M`; the task's own `lock` when absent. A lock longer than the server's \
+             ceiling (`sutra.tasks.max-lock`) is granted up to the ceiling, not refused: the \
+             answer's `lock_expires_at` says when it ends.",
         )
         .pattern(Some(lock_pattern())),
     )
@@ -123,9 +125,13 @@ pub fn lock() -> RefOr<Schema> {
 
 /// An extension's `lock`.
 pub fn extension() -> RefOr<Schema> {
-    text("The lock's new length from now, an ISO-8601 duration longer than zero such as `PT1M`.")
-        .pattern(Some(lock_pattern()))
-        .into()
+    text(
+        "The lock's new length from now, an ISO-8601 duration longer than zero such as `PT1M`. \
+         A lock longer than the server's ceiling (`sutra.tasks.max-lock`) is granted up to the \
+         ceiling, not refused: the answer's `lock_expires_at` says when it ends.",
+    )
+    .pattern(Some(lock_pattern()))
+    .into()
 }
 
 /// A poll's `wait`.

@@ -164,6 +164,8 @@ pub struct LockedTask {
     pub attempt: u32,
     /// Proves this worker holds the lock; every complete, fail and extend must carry it.
     pub lock_token: String,
+    /// When the lock ends: the lock asked for (else the task's own) from when it was taken, at
+    /// most the server's ceiling (`sutra.tasks.max-lock`).
     pub lock_expires_at: String,
     #[serde(flatten)]
     #[cfg_attr(feature = "openapi", schema(ignore))]
@@ -187,6 +189,8 @@ pub struct TaskState {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LockExtended {
     pub id: String,
+    /// When the lock now ends: the lock asked for from now, at most the server's ceiling
+    /// (`sutra.tasks.max-lock`).
     pub lock_expires_at: String,
     #[serde(flatten)]
     #[cfg_attr(feature = "openapi", schema(ignore))]

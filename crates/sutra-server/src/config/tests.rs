@@ -273,3 +273,27 @@ fn a_connection_cap_beyond_the_file_limit_is_refused_naming_what_fits() {
     let error = refusal(&[("SUTRA_HTTP_MAX_CONNECTIONS", "0")]);
     assert!(error.contains("greater than 0"), "{error}");
 }
+
+#[test]
+fn the_lock_ceiling_defaults_to_an_hour_and_must_be_a_positive_duration() {
+    let settings = Sources::defaults().settings().unwrap();
+    assert_eq!(settings.engine.task_max_lock, SignedDuration::from_hours(1));
+    let settings = Sources::defaults()
+        .flag("sutra.tasks.max-lock", Some("PT2S"))
+        .settings()
+        .unwrap();
+    assert_eq!(settings.engine.task_max_lock, SignedDuration::from_secs(2));
+    for (value, reason) in [
+        ("PT0S", "greater than zero"),
+        ("-PT1M", ""),
+        ("an hour", ""),
+    ] {
+        let error = refusal(&[("SUTRA_TASKS_MAX_LOCK", value)]);
+        assert!(
+            error.contains(&format!(
+                "`sutra.tasks.max-lock` = `{value}` (from $SUTRA_TASKS_MAX_LOCK)"
+            )) && error.contains(reason),
+            "{error}"
+        );
+    }
+}
