@@ -32,6 +32,7 @@
 //! written in the snapshot): its delivery is deferred at the longest backoff, counted and logged
 //! each time, until the row is repaired.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
@@ -107,10 +108,14 @@ impl Dispatcher {
             .due_deliveries(batch, config.claim_timeout)
             .await?;
         let full = due.len() as u32 == batch;
+        let cancelled = self.cancelled_callers(&due).await;
         // Every due row is in flight before the next look, so no row is dispatched twice by
         // this replica; the mark keeps other dispatchers off it for a claim timeout, and one
         // that looks later than that (a step slower than the claim timeout) meets the claim.
-        let dispatched = due.into_iter().map(|delivery| self.dispatch(delivery));
+        let dispatched = due.into_iter().map(|delivery| {
+            let ancestor = cancelled.get(&instance_key(&delivery)).cloned();
+            self.dispatch(delivery, ancestor)
+        });
         futures_util::future::join_all(dispatched).await;
         Ok(if full { Pass::Full } else { Pass::Drained })
     }
@@ -129,12 +134,36 @@ impl Dispatcher {
         }
     }
 
-    /// Hands a delivery to its lane, unless it keeps dying there.
-    async fn dispatch(&self, delivery: Delivery) {
+    /// The called instances of the batch whose start must be a cancel, each with its nearest
+    /// cancelled caller: a subtree whose cancels are still on their way down spawns nothing more
+    /// (issue 48). One look for the batch, not one per start, so that a flow calling at breadth
+    /// pays a statement per batch of starts. A start whose ancestor is cancelled just after this
+    /// look runs, and its children's starts find the ancestor.
+    async fn cancelled_callers(&self, due: &[Delivery]) -> HashMap<InstanceKey, String> {
+        let starts: Vec<InstanceKey> = due
+            .iter()
+            .filter(|delivery| matches!(delivery.kind, DeliveryKind::Start { .. }))
+            .map(instance_key)
+            .collect();
+        if starts.is_empty() {
+            return HashMap::new();
+        }
+        match self.shared.store.cancelled_ancestors(&starts).await {
+            Ok(found) => found.into_iter().collect(),
+            Err(error) => {
+                debug!(starts = starts.len(), %error, "could not look for cancelled callers; starting");
+                HashMap::new()
+            }
+        }
+    }
+
+    /// Hands a delivery to its lane, unless it keeps dying there; a start under a cancelled
+    /// `ancestor` as a cancel.
+    async fn dispatch(&self, delivery: Delivery, ancestor: Option<String>) {
         if self.keeps_dying(&delivery) {
             self.poison(&delivery).await
         } else {
-            self.take(delivery).await
+            self.take(delivery, ancestor).await
         }
     }
 
@@ -167,16 +196,20 @@ impl Dispatcher {
     }
 
     /// Takes one delivery: a step on its instance's lane that consumes the row in its commit.
-    async fn take(&self, delivery: Delivery) {
+    async fn take(&self, delivery: Delivery, ancestor: Option<String>) {
         match delivery.kind {
             DeliveryKind::Timer => fault::point("timer-fire"),
             DeliveryKind::ChildEnded { .. } => fault::point("child-ended"),
             _ => {}
         }
         let key = instance_key(&delivery);
-        let event = match &delivery.kind {
-            DeliveryKind::Start { .. } => self.start_or_cancel(&delivery, &key).await,
-            _ => event_for(&delivery),
+        let event = match ancestor {
+            Some(ancestor) => Event::Cancel {
+                reason: Some(format!(
+                    "the instance {ancestor} that called it, directly or not, was cancelled"
+                )),
+            },
+            None => event_for(&delivery),
         };
         let work = Work::Resume {
             event,
@@ -210,25 +243,6 @@ impl Dispatcher {
                 self.look_again(&delivery).await;
             }
             Err(error) => self.failed(&delivery, &error.to_string()).await,
-        }
-    }
-
-    /// A called instance's start, or its cancel when one of its callers has been cancelled: a
-    /// subtree whose cancels are still on their way down spawns nothing more (issue 48). A
-    /// start whose ancestor is cancelled just after this look runs, and its children's starts
-    /// find the ancestor.
-    async fn start_or_cancel(&self, delivery: &Delivery, key: &InstanceKey) -> Event {
-        match self.shared.store.cancelled_ancestor(key).await {
-            Ok(Some(ancestor)) => Event::Cancel {
-                reason: Some(format!(
-                    "the instance {ancestor} that called it, directly or not, was cancelled"
-                )),
-            },
-            Ok(None) => event_for(delivery),
-            Err(error) => {
-                debug!(instance = %key.id, %error, "could not look for a cancelled caller; starting");
-                event_for(delivery)
-            }
         }
     }
 

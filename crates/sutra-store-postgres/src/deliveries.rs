@@ -9,7 +9,7 @@
 //! `timers`) never hand out one row at once.
 
 use jiff::{SignedDuration, Timestamp};
-use sutra_store::{DeliveryId, Result};
+use sutra_store::{DeliveryId, InstanceKey, Result};
 use sutra_store_sql::rows::DeliveryRow;
 use sutra_store_sql::{ANCESTORS_MAX, DeliveryStatements};
 
@@ -93,20 +93,29 @@ impl DeliveryStatements for Scoped {
             .map_err(db)
     }
 
-    async fn cancelled_ancestor(&mut self, tenant: &str, instance: &str) -> Result<Option<String>> {
-        let query = sqlx::query_scalar(
-            "WITH RECURSIVE up (id, parent, status, depth) AS (
-                 SELECT id, parent, status, 0 FROM instances WHERE tenant = $1 AND id = $2
+    async fn cancelled_ancestors(
+        &mut self,
+        instances: &[InstanceKey],
+    ) -> Result<Vec<(String, String, String)>> {
+        let (tenants, ids): (Vec<&str>, Vec<&str>) = instances
+            .iter()
+            .map(|key| (key.tenant.as_str(), key.id.as_str()))
+            .unzip();
+        let query = sqlx::query_as(
+            "WITH RECURSIVE up (tenant, seed, id, parent, status, depth) AS (
+                 SELECT i.tenant, i.id, i.id, i.parent, i.status, 0
+                 FROM unnest($1::text[], $2::text[]) AS s (tenant, id)
+                 JOIN instances i ON i.tenant = s.tenant AND i.id = s.id
                  UNION ALL
-                 SELECT i.id, i.parent, i.status, up.depth + 1
-                 FROM instances i JOIN up ON i.tenant = $1 AND i.id = up.parent
-                 WHERE up.depth < $3
+                 SELECT up.tenant, up.seed, i.id, i.parent, i.status, up.depth + 1
+                 FROM instances i JOIN up ON i.tenant = up.tenant AND i.id = up.parent
+                 WHERE up.depth < $3 AND (up.depth = 0 OR up.status <> 'cancelled')
              )
-             SELECT id FROM up WHERE depth > 0 AND status = 'cancelled' ORDER BY depth LIMIT 1",
+             SELECT tenant, seed, id FROM up WHERE depth > 0 AND status = 'cancelled'",
         )
-        .bind(tenant)
-        .bind(instance)
+        .bind(tenants)
+        .bind(ids)
         .bind(ANCESTORS_MAX);
-        query.fetch_optional(self.connection()).await.map_err(db)
+        query.fetch_all(self.connection()).await.map_err(db)
     }
 }

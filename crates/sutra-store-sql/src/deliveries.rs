@@ -66,11 +66,22 @@ impl<B: Backend> Deliveries for SqlStore<B> {
         earliest.map(timestamp).transpose()
     }
 
-    async fn cancelled_ancestor(&self, instance: &InstanceKey) -> Result<Option<String>> {
-        self.once(Scope::Tenant(&instance.tenant), async |tx| {
-            tx.cancelled_ancestor(&instance.tenant, &instance.id).await
-        })
-        .await
+    async fn cancelled_ancestors(
+        &self,
+        instances: &[InstanceKey],
+    ) -> Result<Vec<(InstanceKey, String)>> {
+        if instances.is_empty() {
+            return Ok(Vec::new());
+        }
+        let found = self
+            .once(Scope::System, async |tx| {
+                tx.cancelled_ancestors(instances).await
+            })
+            .await?;
+        Ok(found
+            .into_iter()
+            .map(|(tenant, id, ancestor)| (InstanceKey { tenant, id }, ancestor))
+            .collect())
     }
 }
 
@@ -114,13 +125,13 @@ pub trait DeliveryStatements: Statements {
     /// The earliest due time, in microseconds.
     fn next_due(&mut self) -> impl Future<Output = Result<Option<i64>>> + Send;
 
-    /// The nearest ancestor of `instance` whose status is `cancelled`: its callers, followed up
-    /// the `parent` column at most [`ANCESTORS_MAX`] deep.
-    fn cancelled_ancestor(
+    /// Each of `instances` with an ancestor whose status is `cancelled`, as (tenant, id, the
+    /// nearest such ancestor): its callers, followed up the `parent` column in its tenant, at
+    /// most [`ANCESTORS_MAX`] deep and no further than the first cancelled one.
+    fn cancelled_ancestors(
         &mut self,
-        tenant: &str,
-        instance: &str,
-    ) -> impl Future<Output = Result<Option<String>>> + Send;
+        instances: &[InstanceKey],
+    ) -> impl Future<Output = Result<Vec<(String, String, String)>>> + Send;
 }
 
 /// How far up a cancelled ancestor is looked for: past any `sutra.call.max-depth` in use, and a

@@ -9,7 +9,7 @@
 
 use jiff::{SignedDuration, Timestamp};
 use sqlx::types::Json;
-use sutra_store::{DeliveryId, Result};
+use sutra_store::{DeliveryId, InstanceKey, Result};
 use sutra_store_sql::rows::DeliveryRow;
 use sutra_store_sql::{ANCESTORS_MAX, DeliveryStatements};
 
@@ -94,23 +94,29 @@ impl DeliveryStatements for Session {
             .map_err(db)
     }
 
-    async fn cancelled_ancestor(&mut self, tenant: &str, instance: &str) -> Result<Option<String>> {
-        let query = sqlx::query_scalar(
-            "WITH RECURSIVE up (id, parent, status, depth) AS (
-                 SELECT id, parent, status, 0 FROM instances WHERE tenant = ?1 AND id = ?2
+    async fn cancelled_ancestors(
+        &mut self,
+        instances: &[InstanceKey],
+    ) -> Result<Vec<(String, String, String)>> {
+        let seeds: Vec<[&str; 2]> = instances
+            .iter()
+            .map(|key| [key.tenant.as_str(), key.id.as_str()])
+            .collect();
+        let query = sqlx::query_as(
+            "WITH RECURSIVE up (tenant, seed, id, parent, status, depth) AS (
+                 SELECT i.tenant, i.id, i.id, i.parent, i.status, 0
+                 FROM json_each(?1) AS s
+                 JOIN instances i
+                   ON i.tenant = json_extract(s.value, '$[0]') AND i.id = json_extract(s.value, '$[1]')
                  UNION ALL
-                 SELECT i.id, i.parent, i.status, up.depth + 1
-                 FROM instances i JOIN up ON i.tenant = ?1 AND i.id = up.parent
-                 WHERE up.depth < ?3
+                 SELECT up.tenant, up.seed, i.id, i.parent, i.status, up.depth + 1
+                 FROM instances i JOIN up ON i.tenant = up.tenant AND i.id = up.parent
+                 WHERE up.depth < ?2 AND (up.depth = 0 OR up.status <> 'cancelled')
              )
-             SELECT id FROM up WHERE depth > 0 AND status = 'cancelled' ORDER BY depth LIMIT 1",
+             SELECT tenant, seed, id FROM up WHERE depth > 0 AND status = 'cancelled'",
         )
-        .bind(tenant)
-        .bind(instance)
+        .bind(Json(seeds))
         .bind(ANCESTORS_MAX);
-        query
-            .fetch_optional(self.connection().await?)
-            .await
-            .map_err(db)
+        query.fetch_all(self.connection().await?).await.map_err(db)
     }
 }

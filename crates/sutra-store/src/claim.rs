@@ -52,7 +52,7 @@ pub struct SweepOutcome {
     pub poisoned: Vec<InstanceKey>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct InstanceKey {
     pub tenant: String,
     pub id: String,

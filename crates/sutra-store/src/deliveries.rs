@@ -199,11 +199,15 @@ pub trait Deliveries: Send + Sync {
     /// When the earliest pending delivery is due, if any.
     async fn next_due(&self) -> Result<Option<Timestamp>>;
 
-    /// The nearest cancelled ancestor of `instance` (its caller, its caller's caller, …), if
-    /// any. A called instance whose start finds one is cancelled instead of started, so that
-    /// cancelling an instance stops its whole subtree from spawning, however far its cancels
-    /// have come down (issue 48).
-    async fn cancelled_ancestor(&self, instance: &InstanceKey) -> Result<Option<String>>;
+    /// The nearest cancelled ancestor (its caller, its caller's caller, …) of each of
+    /// `instances` that has one, in one look for a dispatcher's whole batch of starts: a called
+    /// instance whose start finds one is cancelled instead of started, so that cancelling an
+    /// instance stops its whole subtree from spawning, however far its cancels have come down
+    /// (issue 48). An ancestor is looked for in its instance's tenant only.
+    async fn cancelled_ancestors(
+        &self,
+        instances: &[InstanceKey],
+    ) -> Result<Vec<(InstanceKey, String)>>;
 }
 
 #[cfg(test)]

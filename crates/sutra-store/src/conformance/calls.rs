@@ -408,8 +408,9 @@ pub async fn the_retirement_gate_keeps_a_version_while_a_created_child_is_on_it<
     );
 }
 
-/// A called instance looks up its callers for a cancelled one before its start runs (issue 48):
-/// found two levels up, the nearest first, and never through another tenant's rows.
+/// A dispatcher looks up the callers of a batch of called instances for a cancelled one before
+/// their starts run (issue 48): found however far up, the nearest first, for each instance of
+/// the batch in one look, and never through another tenant's rows.
 pub async fn a_cancelled_ancestor_is_found_however_far_up_and_in_its_tenant_only<S: Store>(
     store: &S,
 ) {
@@ -421,33 +422,38 @@ pub async fn a_cancelled_ancestor_is_found_however_far_up_and_in_its_tenant_only
         tenant: tenant.to_owned(),
         id: id.to_owned(),
     };
+    let (root_key, child_key) = (key(&root, TENANT), key(&child_id, TENANT));
     let grandchild = key(&grandchild_id, TENANT);
-    assert_eq!(store.cancelled_ancestor(&grandchild).await.unwrap(), None);
+    let elsewhere = key(&grandchild_id, OTHER_TENANT);
+    let batch = [
+        root_key.clone(),
+        child_key.clone(),
+        grandchild.clone(),
+        elsewhere,
+    ];
+    let found = async || {
+        let mut found = store.cancelled_ancestors(&batch).await.unwrap();
+        found.sort();
+        found
+    };
+    assert_eq!(found().await, [], "nothing cancelled");
+    assert_eq!(store.cancelled_ancestors(&[]).await.unwrap(), []);
 
     ends(store, &root, Status::Cancelled, None).await.unwrap();
+    let mut expected = vec![
+        (child_key.clone(), root.clone()),
+        (grandchild.clone(), root.clone()),
+    ];
+    expected.sort();
     assert_eq!(
-        store.cancelled_ancestor(&grandchild).await.unwrap(),
-        Some(root.clone())
-    );
-    assert_eq!(
-        store
-            .cancelled_ancestor(&key(&child_id, TENANT))
-            .await
-            .unwrap(),
-        Some(root.clone())
-    );
-    assert_eq!(
-        store.cancelled_ancestor(&key(&root, TENANT)).await.unwrap(),
-        None
+        found().await,
+        expected,
+        "two levels up; not the root itself"
     );
     ends(store, &child_id, Status::Cancelled, None)
         .await
         .unwrap();
-    assert_eq!(
-        store.cancelled_ancestor(&grandchild).await.unwrap(),
-        Some(child_id),
-        "the nearest"
-    );
-    let elsewhere = key(&grandchild_id, OTHER_TENANT);
-    assert_eq!(store.cancelled_ancestor(&elsewhere).await.unwrap(), None);
+    let mut expected = vec![(child_key, root), (grandchild, child_id)];
+    expected.sort();
+    assert_eq!(found().await, expected, "the nearest");
 }
