@@ -112,6 +112,9 @@ codes! {
     EXPRESSION_ERROR = ("SUTRA.RUNTIME.EXPRESSION.ERROR", 422, false,
         "Expression failed",
         "An expression failed on this instance's data (a missing field, a wrong type). Fix the flow or the data, deploy, migrate and restore the instance.");
+    TENANT_LIVE_INSTANCES = ("SUTRA.TENANT.LIVE_INSTANCES.EXCEEDED", 429, true,
+        "Too many live instances",
+        "The tenant has as many live instances (created or suspended) as `sutra.tenants.max-live-instances` (default 1,000,000) allows, as last counted (every 10 s); nothing was started. Send again once some have ended, cancel what should not run, or raise the limit. A `call` past it goes to the node's `on-error`, or fails the instance, with this code.");
     EXPRESSION_BUDGET = ("SUTRA.RUNTIME.EXPRESSION.BUDGET", 422, false,
         "Expression over budget",
         "The step's expressions did more work than `sutra.expressions.max-cost` (default 1,000,000 units, about a value cell each) allows, or one produced a value larger than `sutra.expressions.max-value-bytes` (default 1 MiB of JSON). Loop over less (a `for-each` of smaller pieces, or a lookup by key instead of a comprehension), or raise the limit; then restore the instance.");

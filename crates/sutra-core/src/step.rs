@@ -147,6 +147,10 @@ pub struct StepContext {
     pub items_max: u32,
     pub call_depth_max: u32,
     pub call_children_max: u32,
+    /// Instances the instance's tenant may still start (`sutra.tenants.max-live-instances`, less
+    /// its live ones as the engine last counted them): a `call` past it fails with
+    /// `SUTRA.TENANT.LIVE_INSTANCES.EXCEEDED`.
+    pub instances_room: u64,
     /// Units the step's expressions may spend together (`sutra.expressions.max-cost`).
     pub expression_cost_max: u64,
     /// The largest value one expression may produce, in bytes of JSON.
@@ -166,6 +170,7 @@ impl StepContext {
             items_max: FOR_EACH_ITEMS_DEFAULT,
             call_depth_max: CALL_DEPTH_DEFAULT,
             call_children_max: CALL_CHILDREN_DEFAULT,
+            instances_room: u64::MAX,
             expression_cost_max: crate::expr::EXPRESSION_COST_DEFAULT,
             expression_value_bytes_max: crate::expr::EXPRESSION_VALUE_BYTES_DEFAULT,
             vars_bytes_max: VARS_BYTES_DEFAULT,

@@ -73,6 +73,9 @@ pub struct EngineConfig {
     /// (`sutra.instance.max-vars-bytes`): past it the node growing them fails with
     /// `SUTRA.RUNTIME.VARS.TOO_LARGE`.
     pub instance_max_vars_bytes: usize,
+    /// Live instances a tenant may have (`sutra.tenants.max-live-instances`): a start past it is
+    /// refused, and a call past it fails, with `SUTRA.TENANT.LIVE_INSTANCES.EXCEEDED`.
+    pub tenant_max_live_instances: u64,
     /// The longest lock a task is granted (`sutra.tasks.max-lock`, decision 0078): a longer one
     /// asked for — by a poll, a completion's `take`, an extension or the task node's own `lock`
     /// — is granted up to it, never refused ([`EngineConfig::granted_lock`]).
@@ -115,6 +118,7 @@ impl Default for EngineConfig {
             expression_max_cost: sutra_core::expr::EXPRESSION_COST_DEFAULT,
             expression_max_value_bytes: sutra_core::expr::EXPRESSION_VALUE_BYTES_DEFAULT,
             instance_max_vars_bytes: sutra_core::step::VARS_BYTES_DEFAULT,
+            tenant_max_live_instances: 1_000_000,
             task_max_lock: SignedDuration::from_hours(1),
             brokers: Vec::new(),
             metric_tenant_labels: false,
@@ -156,6 +160,10 @@ impl EngineConfig {
         at_least_one(
             "sutra.instance.max-vars-bytes",
             self.instance_max_vars_bytes,
+        )?;
+        at_least_one(
+            "sutra.tenants.max-live-instances",
+            self.tenant_max_live_instances,
         )?;
         at_least_one(
             "sutra.deliveries.max-attempts",
@@ -358,7 +366,11 @@ mod tests {
 
     #[test]
     fn a_count_of_zero_is_refused() {
-        let zeroed: [(Change, &str); 11] = [
+        let zeroed: [(Change, &str); 12] = [
+            (
+                |c| c.tenant_max_live_instances = 0,
+                "sutra.tenants.max-live-instances",
+            ),
             (|c| c.expression_max_cost = 0, "sutra.expressions.max-cost"),
             (
                 |c| c.expression_max_value_bytes = 0,

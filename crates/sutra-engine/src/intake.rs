@@ -73,6 +73,11 @@ pub enum IntakeError {
         channel: String,
         key: Option<String>,
     },
+    /// The tenant has as many live instances as `sutra.tenants.max-live-instances` allows.
+    #[error(
+        "tenant `{tenant}` has as many live instances as `sutra.tenants.max-live-instances` allows"
+    )]
+    LiveInstances { tenant: String },
     #[error(transparent)]
     Engine(#[from] Error),
 }
@@ -269,6 +274,12 @@ async fn try_start(
     let Some(request) = start_request(route, arrived) else {
         return Start::NoFlow;
     };
+    if shared.live.room(arrived.tenant) == 0 {
+        return Start::Answered(Err(IntakeError::LiveInstances {
+            tenant: arrived.tenant.to_owned(),
+        }));
+    }
+    shared.live.started(arrived.tenant, 1);
     let id = request.key.id.clone();
     match answer(shared, lanes, channel, request).await {
         // This very start, committed by a group whose COMMIT was answered with a lost

@@ -78,6 +78,7 @@ pub mod leadership;
 pub mod metrics;
 pub mod outbox;
 pub mod pulse;
+mod quota;
 pub mod registry;
 mod request;
 mod retirement;

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use sutra_core::codes::Code;
 use sutra_core::exec;
 use sutra_core::snapshot::{InstanceInfo, Snapshot};
-use sutra_core::step::{Disarm, Event, Message, Rejection, Step, StepContext};
+use sutra_core::step::{Disarm, Effect, Event, Message, Rejection, Step, StepContext};
 use sutra_store::{Claimed, CompletingClaim, DeliveryId, Group, InstanceKey, Owner};
 use tracing::debug;
 
@@ -37,11 +37,12 @@ pub(crate) struct Stepper<'a> {
 }
 
 impl Stepper<'_> {
-    /// What a step is given besides its flow, snapshot and event: the time, and the limits the
-    /// configuration sets.
-    fn ctx(&self) -> StepContext {
+    /// What a step of `tenant`'s instance is given besides its flow, snapshot and event: the
+    /// time, the limits the configuration sets, and the instances the tenant may still start.
+    fn ctx(&self, tenant: &str) -> StepContext {
         let config = &self.shared.config;
         StepContext {
+            instances_room: self.shared.live.room(tenant),
             items_max: config.for_each_max_items,
             call_depth_max: config.call_max_depth,
             call_children_max: config.call_max_children,
@@ -212,7 +213,7 @@ impl Stepper<'_> {
             .pinned(info)
             .ok_or_else(|| Error::Unpinned(describe(info)))?;
         let before = Snapshot::new(info.clone());
-        let ctx = self.ctx();
+        let ctx = self.ctx(&info.tenant);
         let event = Event::Start {
             message: message.clone(),
         };
@@ -270,7 +271,7 @@ impl Stepper<'_> {
                 info.flow
             ))
         })?;
-        let ctx = self.ctx();
+        let ctx = self.ctx(&info.tenant);
         let step =
             exec::migrate(from, to, to_version, &claimed.snapshot, map, ctx).map_err(rejected)?;
         let pending = PendingCommit::of_claim(history_log::MIGRATE, claimed);
@@ -288,7 +289,7 @@ impl Stepper<'_> {
         detail: &str,
     ) -> Result<Written, Error> {
         let claimed = self.claim(group, key).await?;
-        let ctx = self.ctx();
+        let ctx = self.ctx(&key.tenant);
         let step = exec::fail(&claimed.snapshot, code.code, detail, ctx).map_err(rejected)?;
         let pending = PendingCommit::of_claim(history_log::POISON, claimed);
         self.write(group, step, pending, ctx).await
@@ -354,7 +355,7 @@ impl Stepper<'_> {
         let answered = (event.park())
             .and_then(|park| claimed.snapshot.parks().find(|held| held.id == park))
             .map(Disarm::of);
-        let ctx = self.ctx();
+        let ctx = self.ctx(&info.tenant);
         let step = exec::apply(flow, &claimed.snapshot, event, ctx).map_err(rejected)?;
         let pending = PendingCommit {
             kind,
@@ -371,6 +372,15 @@ impl Stepper<'_> {
 
     /// Writes the step into the member. A correlation alias already taken (SPEC §7.2) is
     /// refused before anything is written, and the instance's failure is written instead.
+    /// The instances the step calls are its tenant's live instances from now on, for its quota;
+    /// counted before the commit, so that a commit that fails counts them until the next count.
+    fn count_children(&self, step: &Step) {
+        let calls = step.effects.iter();
+        let calls = calls.filter(|effect| matches!(effect, Effect::Call { .. }));
+        let tenant = &step.snapshot.instance.tenant;
+        self.shared.live.started(tenant, calls.count() as u64);
+    }
+
     async fn write(
         &self,
         group: &mut dyn Group,
@@ -392,6 +402,7 @@ impl Stepper<'_> {
         let takers = takers(&step, pending.take.as_ref(), &self.shared.waiting, config);
         fault::point("before-commit");
         let mut rows = to_commit(&step, &pending, config, &takers.locks);
+        self.count_children(&step);
         let mut result = group.commit_step(&rows).await;
         if let Err(sutra_store::Error::AliasTaken { channel, key }) = &result {
             step = fail_on_taken_alias(step, channel, key, ctx);

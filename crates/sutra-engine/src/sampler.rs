@@ -30,6 +30,7 @@ async fn sample(shared: Arc<Shared>, began: Instant, mut shutdown: watch::Receiv
         let (taken, at) = (clock.instant(), clock.now());
         let counted = shared.pulse.take();
         let backlog = shared.count_backlog().await;
+        shared.count_live().await;
         let seconds = taken.saturating_duration_since(last).as_secs_f64();
         shared
             .pulse

@@ -12,6 +12,7 @@ use tracing::debug;
 
 use crate::config::EngineConfig;
 use crate::pulse::{Pulse, SAMPLE_INTERVAL};
+use crate::quota::LiveInstances;
 use crate::settle::SettleRegistry;
 use crate::waiting::{Availability, Waiting};
 use crate::{metrics, test_switches};
@@ -43,6 +44,8 @@ pub(crate) struct Shared {
     pub pulse: Pulse,
     /// The series that would name what tenants chose, labelled as configured (decision 0076).
     pub metrics: metrics::Exporter,
+    /// Every tenant's live instances as last counted, against its quota.
+    pub live: LiveInstances,
     /// The last backlog counted, and when (see [`Shared::recent_backlog`]).
     counted: Mutex<Option<(Instant, Backlog)>>,
 }
@@ -52,6 +55,7 @@ impl Shared {
         Shared {
             store,
             metrics: metrics::Exporter::new(config.metric_tenant_labels),
+            live: LiveInstances::new(config.tenant_max_live_instances),
             config,
             settle: SettleRegistry::default(),
             deliveries_due: Notify::new(),
@@ -98,6 +102,20 @@ impl Shared {
                 debug!("the backlog count took too long; left out");
                 None
             }
+        }
+    }
+
+    /// Every tenant's live instances, as the database counts them now, for their quotas; left
+    /// as last counted when it cannot, within [`BACKLOG_PATIENCE`].
+    pub async fn count_live(&self) {
+        match self
+            .clock
+            .timeout(BACKLOG_PATIENCE, self.store.live_by_tenant())
+            .await
+        {
+            Ok(Ok(counted)) => self.live.recount(counted),
+            Ok(Err(error)) => debug!(%error, "could not count live instances"),
+            Err(_) => debug!("the count of live instances took too long; left as it was"),
         }
     }
 

@@ -83,6 +83,8 @@ const KEYS: &[(&str, Option<&str>)] = &[
     ("sutra.expressions.max-cost", Some("1000000")),
     ("sutra.expressions.max-value-bytes", Some("1048576")),
     ("sutra.instance.max-vars-bytes", Some("4194304")),
+    // Live instances a tenant may have (issue 48).
+    ("sutra.tenants.max-live-instances", Some("1000000")),
     // The longest lock a task is granted: a longer one asked for is granted up to it (issue 48,
     // decision 0078).
     ("sutra.tasks.max-lock", Some("PT1H")),
@@ -302,6 +304,7 @@ impl Sources {
             expression_max_cost: self.parsed("sutra.expressions.max-cost", number)?,
             expression_max_value_bytes: self.parsed("sutra.expressions.max-value-bytes", number)?,
             instance_max_vars_bytes: self.parsed("sutra.instance.max-vars-bytes", number)?,
+            tenant_max_live_instances: self.parsed("sutra.tenants.max-live-instances", number)?,
             task_max_lock: self.parsed("sutra.tasks.max-lock", duration)?,
             outbox_batch: self.parsed("sutra.outbox.batch", number)?,
             outbox_backoff: self.parsed("sutra.outbox.backoff", duration)?,

@@ -479,6 +479,7 @@ refusals! {
     PayloadTooLarge = 413, "`SUTRA.INTAKE.VALIDATION`: the body is larger than \
         `sutra.intake.max-bytes`.";
     Unprocessable = 422, "The request is well-formed but cannot be applied.";
+    TooMany = 429, "The tenant is at a quota; nothing was done. Send it again later.";
     ServerError = 500, "The server failed: stored data it cannot read, or a step that failed \
         unexpectedly.";
     Unavailable = 503, "The store or the engine is unavailable for now; retry with backoff, \

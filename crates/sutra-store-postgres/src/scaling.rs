@@ -7,7 +7,7 @@
 
 use sutra_store::Result;
 use sutra_store_sql::ScalingStatements;
-use sutra_store_sql::scaling::{instances, tasks_available, waiting};
+use sutra_store_sql::scaling::{LIVE_BY_TENANT, instances, tasks_available, waiting};
 
 use crate::codec::db;
 use crate::statements::Scoped;
@@ -91,6 +91,14 @@ impl ScalingStatements for Scoped {
                 .map(|(status, n)| (status.to_owned(), n)),
         );
         Ok(counts)
+    }
+
+    /// Exact at any volume, through `instances_live`.
+    async fn live_by_tenant(&mut self) -> Result<Vec<(String, i64)>> {
+        sqlx::query_as(LIVE_BY_TENANT)
+            .fetch_all(self.connection())
+            .await
+            .map_err(db)
     }
 }
 

@@ -22,6 +22,10 @@ use crate::store::SqlStore;
 /// compares them), and it counts what the gauges count.
 pub const SCALING_SIGNAL: &str = "SELECT (SELECT COUNT(*) FROM buffered) + (SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL AND NOT poisoned) + (SELECT COUNT(*) FROM tasks WHERE state IN ('available', 'locked'))";
 
+/// Every tenant's live instances, through PostgreSQL's `instances_live` partial index.
+pub const LIVE_BY_TENANT: &str = "SELECT tenant, COUNT(*) FROM instances
+    WHERE status IN ('created', 'suspended') GROUP BY tenant";
+
 /// The inbox's backlog, the outbox's, and the tasks workers hold, of `tenant` (every tenant's
 /// when `None`): what a KEDA `ScaledObject` adds up (with the available tasks) as the work.
 pub fn waiting<DB>(tenant: Option<&str>) -> QueryBuilder<DB>
@@ -116,6 +120,16 @@ impl<B: Backend> Scaling for SqlStore<B> {
                 .collect::<Result<_>>()?,
         })
     }
+
+    async fn live_by_tenant(&self) -> Result<Vec<(String, u64)>> {
+        let counted = self
+            .once(Scope::System, async |tx| tx.live_by_tenant().await)
+            .await?;
+        counted
+            .into_iter()
+            .map(|(tenant, n)| Ok((tenant, unsigned(n, "a count")?)))
+            .collect()
+    }
 }
 
 /// The scaling signal's counts (`scaling`), each the statement of the same name there, of
@@ -135,4 +149,6 @@ pub trait ScalingStatements: Statements {
         &mut self,
         tenant: Option<&str>,
     ) -> impl Future<Output = Result<Vec<(String, i64)>>> + Send;
+    /// [`LIVE_BY_TENANT`].
+    fn live_by_tenant(&mut self) -> impl Future<Output = Result<Vec<(String, i64)>>> + Send;
 }

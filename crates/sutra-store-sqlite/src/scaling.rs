@@ -3,7 +3,7 @@
 
 use sutra_store::Result;
 use sutra_store_sql::ScalingStatements;
-use sutra_store_sql::scaling::{instances, tasks_available, waiting};
+use sutra_store_sql::scaling::{LIVE_BY_TENANT, instances, tasks_available, waiting};
 
 use crate::codec::db;
 use crate::statements::Session;
@@ -27,5 +27,9 @@ impl ScalingStatements for Session {
 
     async fn instances_by_status(&mut self, tenant: Option<&str>) -> Result<Vec<(String, i64)>> {
         self.fetch_all(instances(tenant).build_query_as()).await
+    }
+
+    async fn live_by_tenant(&mut self) -> Result<Vec<(String, i64)>> {
+        self.fetch_all(sqlx::query_as(LIVE_BY_TENANT)).await
     }
 }

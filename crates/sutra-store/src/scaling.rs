@@ -54,4 +54,8 @@ pub trait Scaling: Send + Sync {
     /// What waits: `tenant`'s alone, counted as that tenant (its rows selected by the statements
     /// themselves, and on PostgreSQL by row-level security too), or every tenant's when `None`.
     async fn backlog(&self, tenant: Option<&str>) -> Result<Backlog>;
+
+    /// Every tenant's live instances (`created` or `suspended`), for each tenant that has any:
+    /// what `sutra.tenants.max-live-instances` bounds (issue 48).
+    async fn live_by_tenant(&self) -> Result<Vec<(String, u64)>>;
 }

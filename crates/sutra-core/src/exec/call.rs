@@ -48,11 +48,27 @@ impl Run<'_> {
     }
 
     /// How deep a new child of this instance nests, once it is known to have room: within
-    /// `sutra.call.max-depth` and `sutra.call.max-children`.
+    /// `sutra.call.max-depth`, `sutra.call.max-children` and its tenant's live instances.
     fn call_room(&mut self, flow: &str) -> Result<u32, Fault> {
         let depth = self.call_depth(flow)?;
         self.children_room(flow)?;
+        self.tenant_room(flow)?;
         Ok(depth)
+    }
+
+    /// Whether the tenant may have one more live instance: a child is one, and a tree of calls
+    /// is bounded by its tenant's quota where depth and breadth alone multiply (issue 48).
+    fn tenant_room(&self, flow: &str) -> Result<(), Fault> {
+        if u64::from(self.calls) < self.ctx.instances_room {
+            return Ok(());
+        }
+        Err(Fault::new(
+            codes::TENANT_LIVE_INSTANCES.code,
+            format!(
+                "calling flow `{flow}` would start an instance past the tenant's \
+                 `sutra.tenants.max-live-instances`"
+            ),
+        ))
     }
 
     /// Whether the instance may wait for one more child: the children it waited for when the

@@ -22,7 +22,8 @@ use super::extract::{ApiPath, Result, read_body};
 use crate::auth::Caller;
 use crate::cloudevents;
 use crate::openapi::{
-    BadRequest, CloudEvent, Conflict, NotFound, PayloadTooLarge, Unavailable, Unprocessable,
+    BadRequest, CloudEvent, Conflict, NotFound, PayloadTooLarge, TooMany, Unavailable,
+    Unprocessable,
 };
 use crate::problem::{self, Problem};
 
@@ -68,6 +69,7 @@ pub(super) fn routes() -> OpenApiRouter<Api> {
         (status = 409, response = Conflict),
         (status = 413, response = PayloadTooLarge),
         (status = 422, response = Unprocessable),
+        (status = 429, response = TooMany),
         (
             status = 500,
             description = "`ack: complete`: the instance failed; the problem carries its \
@@ -194,6 +196,11 @@ pub(crate) fn intake_problem(error: IntakeError) -> Problem {
         IntakeError::Engine(EngineError::Stale(detail)) => Problem::new(
             codes::RELAY_STALE,
             format!("{detail}; the wait this message was correlated to has moved on"),
+        ),
+        IntakeError::LiveInstances { .. } => Problem::new(
+            codes::TENANT_LIVE_INSTANCES,
+            "the tenant has as many live instances as `sutra.tenants.max-live-instances` \
+             allows; nothing was started: send again once some have ended",
         ),
         IntakeError::Engine(error) => Problem::engine(error, codes::RESUME_CLAIM_HELD),
     }
