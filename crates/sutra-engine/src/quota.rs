@@ -5,11 +5,11 @@
 //! Counting a tenant's live instances at every start would put a statement on the hot path, and
 //! a counter row would be a hot row every start of the tenant writes. So the count is the
 //! sampler's: every tenant's live instances (`created`, `suspended`) counted by the database
-//! once a [`crate::pulse::SAMPLE_INTERVAL`], plus the instances this replica started since. A
-//! start past the quota is refused (`SUTRA.TENANT.LIVE_INSTANCES.EXCEEDED`, 429, retryable); a
-//! `call` past it goes to its `on-error`. What the count cannot see — other replicas' starts
-//! since the last count — lets a tenant overshoot by at most their start rate times the
-//! interval: the quota bounds a runaway, it is not an exact ledger.
+//! once a sample interval (the pulse's sampler, every 10 s), plus the instances this replica
+//! started since. A start past the quota is refused (`SUTRA.TENANT.LIVE_INSTANCES.EXCEEDED`, 429,
+//! retryable); a `call` past it goes to its `on-error`. What the count cannot see — other
+//! replicas' starts since the last count — lets a tenant overshoot by at most their start rate
+//! times the interval: the quota bounds a runaway, it is not an exact ledger (decision 0079).
 
 use std::collections::HashMap;
 use std::sync::Mutex;

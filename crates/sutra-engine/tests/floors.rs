@@ -27,6 +27,7 @@ const FLOORS: &[&[&str]] = &[
         "history_log",
         "metrics",
         "pulse",
+        "quota",
         "registry",
         "settle",
         "test_switches",
