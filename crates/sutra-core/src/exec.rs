@@ -188,8 +188,9 @@ struct Run<'a> {
     children_before: Option<u32>,
     /// Units the step's expressions may still spend.
     spend: Cell<u64>,
-    /// The variables' size in bytes of JSON, kept current as they are written (`exec/vars.rs`).
-    vars_bytes: usize,
+    /// The variables' size in bytes of JSON once the step first checked it, kept current as they
+    /// are written after (`exec/vars.rs`).
+    vars_bytes: Option<usize>,
     effects: Vec<Effect>,
     history: Vec<HistoryEvent>,
     reply: Option<Reply>,
@@ -216,7 +217,7 @@ impl<'a> Run<'a> {
             calls: 0,
             children_before: None,
             spend: Cell::new(ctx.expression_cost_max),
-            vars_bytes: vars::vars_bytes(&before.vars),
+            vars_bytes: None,
             effects: Vec::new(),
             history: Vec::new(),
             reply: None,

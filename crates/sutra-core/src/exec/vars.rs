@@ -3,8 +3,9 @@
 //! The variables are kept within `sutra.instance.max-vars-bytes` (decision 0074): they
 //! are in every snapshot the instance writes and every expression's reach, and a bound on each
 //! expression's result alone would let a loop of `set`s grow them without end. Their size is
-//! measured once per step and kept current as each variable is written, so that a step costs
-//! what it writes, not what the instance holds, for every check.
+//! measured at a step's first check (a step that assigns nothing measures nothing) and kept
+//! current as each variable is written after it, so that a check costs what the node wrote, not
+//! what the instance holds.
 
 use serde_json::{Map, Value};
 
@@ -29,17 +30,21 @@ impl Run<'_> {
 
     /// Sets variable `name`, keeping the variables' size current. Returns the value it replaced.
     pub(super) fn put_var(&mut self, name: &str, value: Value) -> Option<Value> {
+        let Some(size) = self.vars_bytes else {
+            return self.snap.vars.insert(name.to_owned(), value);
+        };
         let added = entry_bytes(name, &value);
         let replaced = self.snap.vars.insert(name.to_owned(), value);
         let removed = replaced.as_ref().map_or(0, |old| entry_bytes(name, old));
-        self.vars_bytes = (self.vars_bytes + added).saturating_sub(removed);
+        self.vars_bytes = Some((size + added).saturating_sub(removed));
         replaced
     }
 
     /// Removes variable `name`, keeping the variables' size current.
     pub(super) fn remove_var(&mut self, name: &str) {
-        if let Some(old) = self.snap.vars.remove(name) {
-            self.vars_bytes = self.vars_bytes.saturating_sub(entry_bytes(name, &old));
+        let removed = self.snap.vars.remove(name);
+        if let (Some(size), Some(old)) = (self.vars_bytes, removed) {
+            self.vars_bytes = Some(size.saturating_sub(entry_bytes(name, &old)));
         }
     }
 
@@ -51,8 +56,11 @@ impl Run<'_> {
     }
 
     /// Fails the node that grew the variables past `sutra.instance.max-vars-bytes`.
-    pub(super) fn vars_within_bound(&self) -> Result<(), Fault> {
-        if self.vars_bytes <= self.ctx.vars_bytes_max {
+    pub(super) fn vars_within_bound(&mut self) -> Result<(), Fault> {
+        let size = *self
+            .vars_bytes
+            .get_or_insert_with(|| vars_bytes(&self.snap.vars));
+        if size <= self.ctx.vars_bytes_max {
             return Ok(());
         }
         Err(Fault::new(
@@ -60,14 +68,14 @@ impl Run<'_> {
             format!(
                 "the instance's variables would take about {} bytes of JSON; \
                  `sutra.instance.max-vars-bytes` allows {}",
-                self.vars_bytes, self.ctx.vars_bytes_max
+                size, self.ctx.vars_bytes_max
             ),
         ))
     }
 }
 
 /// The variables' size in bytes of JSON: each entry's key and value, with their punctuation.
-pub(super) fn vars_bytes(vars: &Map<String, Value>) -> usize {
+fn vars_bytes(vars: &Map<String, Value>) -> usize {
     2 + vars
         .iter()
         .map(|(name, value)| entry_bytes(name, value))

@@ -44,19 +44,12 @@ const CHARGE: &str = "@charge";
 const WITHIN_BUDGET: &str = "@within_budget";
 /// Bytes of a string or byte string that cost one unit.
 const BYTES_PER_UNIT: usize = 16;
-/// Calls whose work does not grow with their arguments: their arguments are not charged.
-const FLAT_CALLS: &[&str] = &[
-    operators::INDEX,
-    operators::OPT_INDEX,
-    "size",
-    operators::LOGICAL_AND,
-    operators::LOGICAL_OR,
-    operators::LOGICAL_NOT,
-    operators::CONDITIONAL,
-    operators::NOT_STRICTLY_FALSE,
-];
-/// Calls that produce no value of their own, only one of their arguments' or a boolean: their
-/// results are not charged (and `&&`, `||` and `?:` keep the shapes the evaluator looks for).
+/// Calls that look at a part of their argument, whatever its size: their arguments are not
+/// charged (nor are those of [`PASSING_CALLS`]).
+const PART_CALLS: &[&str] = &[operators::INDEX, operators::OPT_INDEX, "size"];
+/// Calls that produce no value of their own, only one of their arguments' or a boolean: neither
+/// their arguments nor their results are charged (and `&&`, `||` and `?:` keep the shapes the
+/// evaluator looks for).
 const PASSING_CALLS: &[&str] = &[
     operators::LOGICAL_AND,
     operators::LOGICAL_OR,
@@ -156,34 +149,23 @@ pub(super) fn meter(root: &IdedExpr) -> IdedExpr {
     charged(metered_tree(root))
 }
 
+/// `node` metered: a comprehension and a list or map literal copy what they hold, and are
+/// charged for it; a selection or a name reads in place.
 fn metered_tree(node: &IdedExpr) -> IdedExpr {
+    let copied = |expr| charged(IdedExpr { id: node.id, expr });
     let expr = match &node.expr {
         Ast::Call(call) => return metered_call(node.id, call),
-        Ast::Comprehension(c) => {
-            let comprehension = Ast::Comprehension(Box::new(metered_loop(c)));
-            return charged(IdedExpr {
-                id: node.id,
-                expr: comprehension,
-            });
-        }
+        Ast::Comprehension(c) => return copied(Ast::Comprehension(Box::new(metered_loop(c)))),
         Ast::List(list) => {
-            let list = Ast::List(ListExpr {
+            return copied(Ast::List(ListExpr {
                 elements: list.elements.iter().map(metered_tree).collect(),
                 optional_indices: list.optional_indices.clone(),
-            });
-            return charged(IdedExpr {
-                id: node.id,
-                expr: list,
-            });
+            }));
         }
         Ast::Map(map) => {
-            let map = Ast::Map(MapExpr {
+            return copied(Ast::Map(MapExpr {
                 entries: map.entries.iter().map(metered_entry).collect(),
-            });
-            return charged(IdedExpr {
-                id: node.id,
-                expr: map,
-            });
+            }));
         }
         Ast::Select(select) => {
             let mut select = select.clone();
@@ -218,7 +200,9 @@ fn metered_entry(entry: &IdedEntryExpr) -> IdedEntryExpr {
 }
 
 fn metered_call(id: u64, call: &CallExpr) -> IdedExpr {
-    let flat = FLAT_CALLS.contains(&call.func_name.as_str());
+    let name = call.func_name.as_str();
+    let passing = PASSING_CALLS.contains(&name);
+    let flat = passing || PART_CALLS.contains(&name);
     let argument = |arg: &IdedExpr| {
         let arg = metered_tree(arg);
         if flat || matches!(arg.expr, Ast::Literal(_)) {
@@ -233,10 +217,7 @@ fn metered_call(id: u64, call: &CallExpr) -> IdedExpr {
         args: call.args.iter().map(argument).collect(),
     });
     let node = IdedExpr { id, expr: call };
-    match &node.expr {
-        Ast::Call(c) if PASSING_CALLS.contains(&c.func_name.as_str()) => node,
-        _ => charged(node),
-    }
+    if passing { node } else { charged(node) }
 }
 
 /// A comprehension whose every iteration is charged. Its accumulator's start, loop condition and
