@@ -50,9 +50,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    Accepted, Fleet, LeaseCheck, Timing, Workers, assert_every_role_led_by_one_live_replica,
+    Fleet, LeaseCheck, Timing, Workers, assert_every_role_led_by_one_live_replica,
     assert_nothing_stranded, assert_resends_are_duplicates, audit, distinct, heard, history,
-    send_transfer, transfers, wait_for_ledger,
+    send_paced, transfers, wait_for_ledger,
 };
 use sutra_testkit::Receiver;
 use sutra_testkit::postgres::{self, DedicatedCluster};
@@ -112,7 +112,7 @@ async fn replicas_ride_through_kills_freezes_and_a_database_restart() {
     let workers = Workers::start(&urls, timing);
     let http = reqwest::Client::new();
 
-    let senders = send_paced(&http, &urls, window);
+    let senders = send_paced(&http, &urls, window, TRANSFERS_PER_SECOND);
     let nemesis = Nemesis::new(fleet, &cluster, timing, seed);
     let (fleet, last_fault, crashes) = nemesis.unleash(window).await;
     let leases =
@@ -197,26 +197,6 @@ fn clock_seed() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |since| since.as_nanos() as u64)
-}
-
-/// Starts one sender per transfer, transfer `n` at `n / TRANSFERS_PER_SECOND` into the window
-/// and first to replica `n mod replicas`; each sends until accepted.
-fn send_paced(
-    http: &reqwest::Client,
-    urls: &[String],
-    window: Duration,
-) -> Vec<JoinHandle<Accepted>> {
-    let count = (window.as_secs_f64() * TRANSFERS_PER_SECOND) as usize;
-    (0..count)
-        .map(|n| {
-            let (http, urls) = (http.clone(), urls.to_vec());
-            let at = Duration::from_secs_f64(n as f64 / TRANSFERS_PER_SECOND);
-            tokio::spawn(async move {
-                tokio::time::sleep(at).await;
-                send_transfer(&http, &urls, n % urls.len(), &format!("c{n}")).await
-            })
-        })
-        .collect()
 }
 
 /// A fault, due at an offset from the start of traffic.

@@ -27,6 +27,11 @@ const RETRYABLE_CLASSES: [&str; 6] = ["08", "40", "53", "55", "57", "58"];
 /// A transaction killed for idling while it held locks (a frozen replica): retry-safe too.
 const IDLE_IN_TRANSACTION_TIMEOUT: &str = "25P03";
 
+/// A write refused because the server is a standby (`read_only_sql_transaction`): the primary
+/// this connection was opened to has been demoted, and the store's watcher points its pools at
+/// the new one (see `failover`), so the write is retry-safe.
+const READ_ONLY_TRANSACTION: &str = "25006";
+
 /// Broken constraints (a repeated history sequence, another tenant's row), malformed data and
 /// undecodable rows are bugs: [`Error::Corrupt`]. Everything the database or the network refused
 /// for now (connections, the pool, I/O, serialization failures, lock and idle timeouts) is
@@ -36,6 +41,7 @@ pub fn db(error: sqlx::Error) -> Error {
         sqlx::Error::Database(e) => {
             let code = e.code().unwrap_or_default();
             let retryable = code == IDLE_IN_TRANSACTION_TIMEOUT
+                || code == READ_ONLY_TRANSACTION
                 || RETRYABLE_CLASSES
                     .iter()
                     .any(|class| code.starts_with(class));

@@ -16,7 +16,8 @@
 //! beside the binding of its parameters: [`claim`] first, then
 //! [`commit`], [`intake`], [`deliveries`], [`tasks`], [`outbox`], [`leases`], [`deployments`],
 //! [`reads`], [`purge`] and [`schedules`]. Opening reads the URL's TLS settings as libpq's users
-//! know them ([`tls`]; docs/decisions/0034-tls-to-postgresql.md).
+//! know them ([`tls`]; docs/decisions/0034-tls-to-postgresql.md), and a URL may name a primary
+//! and its standbys, the store following the primary when one is promoted ([`failover`]).
 
 mod claim;
 mod codec;
@@ -24,6 +25,7 @@ mod columns;
 mod commit;
 mod deliveries;
 mod deployments;
+mod failover;
 mod intake;
 mod leases;
 mod notices;
@@ -41,6 +43,7 @@ mod test_switches;
 mod tls;
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::Connection;
@@ -49,6 +52,7 @@ use sutra_store::{Error, Result};
 use sutra_store_sql::SqlStore;
 use url::Url;
 
+use crate::failover::Failover;
 pub use crate::schema::CrossTenant;
 use crate::schema::migrate_with;
 
@@ -129,6 +133,9 @@ pub struct Postgres {
     step_statement_timeout: Option<Duration>,
     deployments: notices::Notices,
     ended: notices::Notices,
+    /// The failover watchers of a multi-host URL (tenants', and the system's when it has its
+    /// own), stopped with the store.
+    _watchers: Vec<failover::Watcher>,
 }
 
 /// Connects to `postgres://…` (or `postgresql://…`) with a pool of at most `options.pool_size`
@@ -136,18 +143,35 @@ pub struct Postgres {
 /// lazily, as work needs them, and reopened after the database comes back; each connection
 /// prepares and caches the statements it runs.
 pub async fn open(url: &str, options: &PostgresOptions) -> Result<PostgresStore> {
-    let connect = connect_options(url)?;
+    let tenants = failover::primary(url).await?;
     if options.migrate {
         match &options.migrate_url {
             Some(owner) => migrate(owner).await?,
-            None => migrate_with(&connect).await?,
+            None => migrate_with(&tenants.connect).await?,
         }
     }
-    let deployments = notices::Notices::new(connect.clone(), notices::DEPLOYMENTS);
-    let ended = notices::Notices::new(connect.clone(), notices::ENDED);
-    let pool = pool_of(connect, options.pool_size);
+    let connect = tenants.connect.clone();
+    let switches = tenants.failover();
+    let deployments = notices::Notices::new(connect.clone(), notices::DEPLOYMENTS, &switches);
+    let ended = notices::Notices::new(connect.clone(), notices::ENDED, &switches);
+    let pool = pool_of(connect, options.pool_size, switches);
+    let notice_pools = [deployments.pool(), ended.pool()].map(|pool| (pool, as_given as Dress));
+    let mut watchers = Vec::new();
+    watchers.extend(
+        tenants.watch(
+            [(pool.clone(), session as Dress)]
+                .into_iter()
+                .chain(notice_pools)
+                .collect(),
+        ),
+    );
     let system = match &options.system_url {
-        Some(url) => pool_of(connect_options(url)?, options.pool_size),
+        Some(url) => {
+            let system = failover::primary(url).await?;
+            let pool = pool_of(system.connect.clone(), options.pool_size, system.failover());
+            watchers.extend(system.watch(vec![(pool.clone(), session as Dress)]));
+            pool
+        }
         None => pool.clone(),
     };
     Ok(SqlStore::new(Postgres {
@@ -156,57 +180,74 @@ pub async fn open(url: &str, options: &PostgresOptions) -> Result<PostgresStore>
         step_statement_timeout: options.step_statement_timeout,
         deployments,
         ended,
+        _watchers: watchers,
     }))
 }
 
-/// A pool of at most `size` connections as `connect` says, each with the store's session
-/// settings. The system's pool is as large as the tenants' because due deliveries are read in
-/// it on the hot path; its connections open only when work needs them.
-fn pool_of(connect: PgConnectOptions, size: u32) -> PgPool {
-    let session = connect.options([
+/// How a pool dresses a host's connect options (see [`failover::Target`]).
+type Dress = fn(PgConnectOptions) -> PgConnectOptions;
+
+fn as_given(connect: PgConnectOptions) -> PgConnectOptions {
+    connect
+}
+
+/// The store's session settings on every connection of its pools.
+fn session(connect: PgConnectOptions) -> PgConnectOptions {
+    connect.options([
         ("lock_timeout", millis(LOCK_TIMEOUT)),
         (
             "idle_in_transaction_session_timeout",
             millis(IDLE_IN_TRANSACTION_TIMEOUT),
         ),
-    ]);
+    ])
+}
+
+/// A pool of at most `size` connections as `connect` says, each with the store's session
+/// settings. The system's pool is as large as the tenants' because due deliveries are read in
+/// it on the hot path; its connections open only when work needs them. After a failover
+/// (`switches`) a connection opened before it is discarded rather than used.
+fn pool_of(connect: PgConnectOptions, size: u32, switches: Option<Arc<Failover>>) -> PgPool {
     PgPoolOptions::new()
         .max_connections(size)
         .max_lifetime(CONNECTION_LIFETIME)
         .acquire_timeout(ACQUIRE_TIMEOUT)
         .test_before_acquire(false)
-        .before_acquire(|connection, metadata| {
+        .before_acquire(move |connection, metadata| {
+            let stale = (switches.as_ref()).is_some_and(|f| f.predates_switch(metadata.age));
             Box::pin(async move {
+                if stale {
+                    return Ok(false);
+                }
                 if metadata.idle_for >= PING_AFTER_IDLE {
                     connection.ping().await?;
                 }
                 Ok(true)
             })
         })
-        .connect_lazy_with(session)
+        .connect_lazy_with(session(connect))
 }
 
 /// Applies every pending migration to the database at `url` (`sutra db migrate`). Safe to run
 /// from many replicas at once: sqlx serializes migrators with an advisory lock, and applied
 /// migrations are skipped.
 pub async fn migrate(url: &str) -> Result<()> {
-    migrate_with(&connect_options(url)?).await
+    migrate_with(&failover::primary(url).await?.connect).await
 }
 
 /// Why row-level security would not bind a replica serving as the role of `url`, if it would not
 /// (a superuser, BYPASSRLS, or the tables' owner); empty for an ordinary serving role.
 pub async fn row_security_gaps(url: &str) -> Result<Vec<String>> {
-    schema::row_security_gaps(&connect_options(url)?).await
+    schema::row_security_gaps(&failover::primary(url).await?.connect).await
 }
 
 /// Whether the server at `url` runs autovacuum (see [`schema::autovacuum_runs`]).
 pub async fn autovacuum_runs(url: &str) -> Result<bool> {
-    schema::autovacuum_runs(&connect_options(url)?).await
+    schema::autovacuum_runs(&failover::primary(url).await?.connect).await
 }
 
 /// Whether the role of `url` may act for the system, `'*'` (see [`CrossTenant`]).
 pub async fn cross_tenant(url: &str) -> Result<CrossTenant> {
-    schema::cross_tenant(&connect_options(url)?).await
+    schema::cross_tenant(&failover::primary(url).await?.connect).await
 }
 
 fn connect_options(url: &str) -> Result<PgConnectOptions> {

@@ -18,11 +18,14 @@
 //! looks at the revision, or at every instance a caller waits for), as is the `LISTEN` of a fresh
 //! listener, and an error drops the listener for a fresh one on the next call.
 
+use std::sync::Arc;
+
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use sutra_store::{EndNotice, Result};
 use tokio::sync::Mutex;
 
 use crate::codec::db;
+use crate::failover::Failover;
 
 /// The channel deploys notify on.
 pub const DEPLOYMENTS: &str = "sutra_deployments";
@@ -51,17 +54,33 @@ pub struct Notices {
 }
 
 impl Notices {
-    pub fn new(options: PgConnectOptions, channel: &'static str) -> Notices {
+    /// A listener on `channel`, connecting as `options` say; after a failover (`switches`) its
+    /// connection to the old primary is dropped and it listens again on the new one.
+    pub fn new(
+        options: PgConnectOptions,
+        channel: &'static str,
+        switches: &Option<Arc<Failover>>,
+    ) -> Notices {
+        let switches = switches.clone();
         let connection = PgPoolOptions::new()
             .max_connections(1)
             .max_lifetime(None)
             .idle_timeout(None)
+            .before_acquire(move |_, metadata| {
+                let stale = (switches.as_ref()).is_some_and(|f| f.predates_switch(metadata.age));
+                Box::pin(async move { Ok(!stale) })
+            })
             .connect_lazy_with(options);
         Notices {
             channel,
             connection,
             listener: Mutex::new(None),
         }
+    }
+
+    /// The pool the listener's connection comes from, for the failover watcher to point.
+    pub fn pool(&self) -> PgPool {
+        self.connection.clone()
     }
 
     /// Waits for the next notice. With no listener up it listens and returns at once: what was

@@ -37,8 +37,10 @@ use sqlx::{AssertSqlSafe, Connection, PgConnection};
 use url::Url;
 
 mod dedicated;
+mod replicated;
 
 pub use dedicated::DedicatedCluster;
+pub use replicated::ReplicatedCluster;
 
 /// The variable naming an admin URL of a server to create test databases on.
 pub const DATABASE_URL_VARIABLE: &str = "SUTRA_TEST_DATABASE_URL";

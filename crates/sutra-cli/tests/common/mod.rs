@@ -493,6 +493,27 @@ pub async fn send_transfer(
     }
 }
 
+/// Starts one sender per transfer over `window`, transfer `n` at `n / per_second` into it and
+/// first to replica `n mod replicas`; each sends until accepted.
+pub fn send_paced(
+    http: &reqwest::Client,
+    urls: &[String],
+    window: Duration,
+    per_second: f64,
+) -> Vec<JoinHandle<Accepted>> {
+    let count = (window.as_secs_f64() * per_second) as usize;
+    (0..count)
+        .map(|n| {
+            let (http, urls) = (http.clone(), urls.to_vec());
+            let at = Duration::from_secs_f64(n as f64 / per_second);
+            tokio::spawn(async move {
+                tokio::time::sleep(at).await;
+                send_transfer(&http, &urls, n % urls.len(), &format!("c{n}")).await
+            })
+        })
+        .collect()
+}
+
 fn instance_of(answer: &Value) -> String {
     answer["instance"]
         .as_str()

@@ -36,7 +36,8 @@ const DATABASE: &str = "sutra";
 
 /// A throwaway cluster for one test, stopped and removed when dropped.
 pub struct DedicatedCluster {
-    dir: PathBuf,
+    pub(super) dir: PathBuf,
+    pub(super) port: u16,
     admin: Url,
     url: String,
     owner_url: String,
@@ -48,7 +49,7 @@ impl DedicatedCluster {
     /// database, migrated. Panics when PostgreSQL is not installed: a test that restarts the
     /// database cannot borrow someone else's.
     pub async fn start() -> DedicatedCluster {
-        let cluster = DedicatedCluster::set_up(None).await;
+        let cluster = DedicatedCluster::set_up(Listen::Socket).await;
         sutra_store_postgres::migrate(&cluster.owner_url)
             .await
             .unwrap_or_else(|e| panic!("cannot migrate the dedicated cluster's database: {e}"));
@@ -62,10 +63,21 @@ impl DedicatedCluster {
     /// [`DedicatedCluster::owner_url`] reach it over TCP, and say nothing of TLS: the test adds
     /// the `sslmode` it means. Panics when PostgreSQL is not installed.
     pub async fn start_over_tls(authority: &Authority) -> DedicatedCluster {
-        DedicatedCluster::set_up(Some(authority)).await
+        DedicatedCluster::set_up(Listen::Tls(authority)).await
     }
 
-    async fn set_up(tls: Option<&Authority>) -> DedicatedCluster {
+    /// Like [`DedicatedCluster::start`], but listening on 127.0.0.1 too, without TLS (trusted,
+    /// as `initdb --auth=trust` writes `pg_hba.conf`): a host a multi-host URL can name beside
+    /// another.
+    pub(super) async fn start_on_loopback() -> DedicatedCluster {
+        let cluster = DedicatedCluster::set_up(Listen::Loopback).await;
+        sutra_store_postgres::migrate(&cluster.owner_url)
+            .await
+            .unwrap_or_else(|e| panic!("cannot migrate the dedicated cluster's database: {e}"));
+        cluster
+    }
+
+    async fn set_up(listen: Listen<'_>) -> DedicatedCluster {
         let bin = binaries().unwrap_or_else(|| {
             panic!(
                 "this test starts a PostgreSQL cluster of its own from the installed binaries \
@@ -77,7 +89,7 @@ impl DedicatedCluster {
         let dir = cluster_directory(as_root);
         init_cluster(as_root, &bin, &dir);
         let port = free_port();
-        configure(as_root, &dir.join("data"), tls);
+        configure(as_root, &dir.join("data"), &listen);
         supervise(as_root, &bin.join("postgres"), &dir, port);
         // The test's own admin work goes over the unix socket, which `pg_hba.conf` trusts.
         let admin = admin_url(&dir, port);
@@ -93,16 +105,24 @@ impl DedicatedCluster {
         .await
         .unwrap_or_else(|e| panic!("cannot create the dedicated cluster's database: {e}"));
         pool.close().await;
-        let served = match tls {
-            None => admin.clone(),
-            Some(_) => Url::parse(&format!("postgres://127.0.0.1:{port}/")).expect("a URL"),
+        let served = match listen {
+            Listen::Socket => admin.clone(),
+            Listen::Loopback | Listen::Tls(_) => {
+                Url::parse(&format!("postgres://127.0.0.1:{port}/")).expect("a URL")
+            }
         };
+        DedicatedCluster::at(dir, port, admin, &served)
+    }
+
+    /// The cluster in `dir`, served at `served` (its admin at `admin`), its URLs on [`DATABASE`].
+    pub(super) fn at(dir: PathBuf, port: u16, admin: Url, served: &Url) -> DedicatedCluster {
         DedicatedCluster {
-            url: url_of(&served, DATABASE, Some((ENGINE_ROLE, PASSWORD))),
-            owner_url: url_of(&served, DATABASE, Some((OWNER_ROLE, PASSWORD))),
+            url: url_of(served, DATABASE, Some((ENGINE_ROLE, PASSWORD))),
+            owner_url: url_of(served, DATABASE, Some((OWNER_ROLE, PASSWORD))),
             admin_url: url_of(&admin, DATABASE, None),
             admin,
             dir,
+            port,
         }
     }
 
@@ -182,13 +202,24 @@ impl Drop for DedicatedCluster {
     }
 }
 
+/// Where a dedicated cluster listens.
+enum Listen<'a> {
+    /// A unix socket alone.
+    Socket,
+    /// 127.0.0.1 too, as `initdb` trusts it.
+    Loopback,
+    /// 127.0.0.1 too, TLS only, with a certificate the authority signs.
+    Tls(&'a Authority),
+}
+
 /// Appends the cluster's listening and TLS settings to its `postgresql.conf` (where they stay
-/// across the supervisor's restarts): a unix socket alone, or with `tls` 127.0.0.1 too, with a
-/// certificate `tls` signs, and TLS demanded of every TCP connection.
-fn configure(as_root: bool, data: &Path, tls: Option<&Authority>) {
-    let settings = match tls {
-        None => "listen_addresses = ''\n",
-        Some(authority) => {
+/// across the supervisor's restarts): a unix socket alone, or 127.0.0.1 too — with TLS, a
+/// certificate the authority signs, and TLS demanded of every TCP connection.
+fn configure(as_root: bool, data: &Path, listen: &Listen<'_>) {
+    let settings = match listen {
+        Listen::Socket => "listen_addresses = ''\n",
+        Listen::Loopback => "listen_addresses = '127.0.0.1'\n",
+        Listen::Tls(authority) => {
             let issued = authority.issue(&["127.0.0.1", "localhost"]);
             // PostgreSQL refuses a key file others may read, and must own it to read it.
             for (file, pem) in [
@@ -254,7 +285,7 @@ wait "$server"
 rm -rf "$dir"
 "#;
 
-fn supervise(as_root: bool, postgres: &Path, dir: &Path, port: u16) {
+pub(super) fn supervise(as_root: bool, postgres: &Path, dir: &Path, port: u16) {
     super::spawn_supervisor(
         SUPERVISOR,
         "sutra-dedicated-postgres",
