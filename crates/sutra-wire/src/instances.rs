@@ -269,6 +269,11 @@ pub struct BulkBody {
     /// Select, and act on nothing: each selected instance is answered `matched`.
     #[serde(default)]
     pub dry_run: bool,
+    /// `true` to `cancel` with an empty filter: every instance of the tenant. Without it such a
+    /// cancel is refused (`SUTRA.ADMIN.CANCEL.UNFILTERED`), so that a filter lost on the way
+    /// does not end all the tenant's work.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub all: bool,
 }
 
 /// Which instances a bulk call acts on; every field is optional and narrows it.
