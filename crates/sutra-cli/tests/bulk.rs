@@ -1,6 +1,8 @@
 //! Bulk repair through the CLI and the HTTP API on PostgreSQL: a thousand instances failed by
 //! one bad version are migrated onto its fix and restored, by filter, a page at a time; every
-//! instance is reported, and running the same repair again touches nothing.
+//! instance is reported, and running the same repair again touches nothing. A cancel with no
+//! filter, which would end them all, is refused `SUTRA.ADMIN.CANCEL.UNFILTERED` until it says
+//! `all` (decision 0081).
 
 use futures_util::StreamExt;
 use serde_json::{Value, json};
@@ -109,5 +111,22 @@ async fn a_thousand_failed_instances_are_migrated_and_restored_by_filter_and_aga
     assert_eq!(
         (status, problem["code"].clone()),
         (400, json!("SUTRA.API.REQUEST.INVALID"))
+    );
+
+    let (status, problem) = server
+        .post_json("/v1/instances/bulk", &json!({"action": "cancel"}))
+        .await;
+    assert_eq!(
+        (status, problem["code"].clone()),
+        (400, json!("SUTRA.ADMIN.CANCEL.UNFILTERED")),
+        "{problem}"
+    );
+    let counted = sutra_bulk(&server, &["cancel", "--dry-run"]);
+    assert_eq!(counted["counts"], json!({"matched": INSTANCES}));
+    let cancelled = sutra_bulk(&server, &["cancel", "--all"]);
+    assert_eq!(
+        cancelled["counts"],
+        json!({"done": INSTANCES}),
+        "the refusal cancelled none"
     );
 }

@@ -43,7 +43,9 @@ async fn ticks(server: &Server) -> Vec<String> {
             .map(|next| format!("&after={next}"))
             .unwrap_or_default();
         let (status, page) = server
-            .get(&format!("/v1/instances?flow=tick&limit=500{cursor}"))
+            .get(&format!(
+                "/v1/instances?flow=tick&vars=true&limit=500{cursor}"
+            ))
             .await;
         assert_eq!(status, 200, "{page}");
         for instance in page["items"].as_array().expect("items") {

@@ -21,8 +21,9 @@ use crate::duration::iso8601;
 use crate::error::{ApiError, InvalidUrl, TransportError};
 use crate::types::{
     Accepted, CloudEvent, CompleteItem, Deployment, HistoryEvent, Instance, InstanceQuery,
-    ItemResult, Leases, LockExtended, LockedTask, Page, PollRequest, Problem, Readiness, Schedule,
-    Schedules, Sent, StatusChange, TaskFailure, TaskQuery, TaskState, TaskSummary,
+    InstanceSummary, ItemResult, Leases, LockExtended, LockedTask, Page, PollRequest, Problem,
+    Readiness, Schedule, Schedules, Sent, StatusChange, TaskFailure, TaskQuery, TaskState,
+    TaskSummary,
 };
 
 /// How long any call but a poll may take: far above a healthy answer, short enough that a
@@ -143,7 +144,12 @@ impl Client {
         }
     }
 
-    pub async fn instances(&self, query: &InstanceQuery) -> Result<Page<Instance>, ApiError> {
+    /// A page of the instances `query` selects, as summaries: an instance's variables and tokens
+    /// are [`Client::instance`]'s to read.
+    pub async fn instances(
+        &self,
+        query: &InstanceQuery,
+    ) -> Result<Page<InstanceSummary>, ApiError> {
         let limit = query.limit.map(|n| n.to_string());
         let version = query.version.map(|n| n.to_string());
         let url = with_query(

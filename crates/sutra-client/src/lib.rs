@@ -44,8 +44,8 @@ pub use error::{ApiError, InvalidUrl, TASK_LOCK_LOST, TransportError};
 pub use types::{
     Accepted, BulkAnswer, BulkBody, BulkFilter, BulkResult, COMPLETE_BATCH_MAX, CloudEvent,
     CompleteItem, Deployment, Diagnostic, Extra, Failure, HistoryEvent, Instance, InstanceQuery,
-    ItemResult, Lease, Leases, LockExtended, LockedTask, OutboxMessage, Page, PollRequest, Problem,
-    Readiness, Retirement, Schedule, Schedules, Sent, StatusChange, TaskFailure, TaskQuery,
-    TaskState, TaskSummary, Token, Violation,
+    InstanceSummary, ItemResult, Lease, Leases, LockExtended, LockedTask, OutboxMessage, Page,
+    PollRequest, Problem, Readiness, Retirement, Schedule, Schedules, Sent, StatusChange,
+    TaskFailure, TaskQuery, TaskState, TaskSummary, Token, Violation,
 };
 pub use worker::{Task, TaskError, Worker, codes};

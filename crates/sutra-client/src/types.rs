@@ -11,10 +11,10 @@ use serde::Serialize;
 use serde_json::{Value, json};
 pub use sutra_wire::{
     Accepted, BulkAnswer, BulkBody, BulkFilter, BulkResult, COMPLETE_BATCH_MAX, CompleteItem,
-    Deployment, Diagnostic, Extra, Failure, HistoryEvent, Instance, InstanceQuery, ItemResult,
-    Lease, Leases, LockExtended, LockedTask, OutboxMessage, Page, Problem, Readiness, Retirement,
-    Schedule, Schedules, StatusChange, Take, TaskFailure, TaskQuery, TaskState, TaskSummary, Token,
-    Violation,
+    Deployment, Diagnostic, Extra, Failure, HistoryEvent, Instance, InstanceQuery, InstanceSummary,
+    ItemResult, Lease, Leases, LockExtended, LockedTask, OutboxMessage, Page, Problem, Readiness,
+    Retirement, Schedule, Schedules, StatusChange, Take, TaskFailure, TaskQuery, TaskState,
+    TaskSummary, Token, Violation,
 };
 
 /// A CloudEvents 1.0 event to send on an `http` channel. `id` is the deduplication key.

@@ -49,6 +49,9 @@ codes! {
     CANCEL_CLAIM_HELD = ("SUTRA.ADMIN.CANCEL.CLAIM_HELD", 409, true,
         "Instance is busy",
         "A step is in progress on this instance. Nothing was read or written; retry the cancel shortly.");
+    CANCEL_UNFILTERED = ("SUTRA.ADMIN.CANCEL.UNFILTERED", 400, false,
+        "Bulk cancel of every instance not confirmed",
+        "The filter is empty, so the cancel would end every instance of your tenant. Nothing was read or written; narrow the filter (status, flow, version, failure_code, created_before, created_after), count what it selects with `dry_run`, or send `\"all\": true` to cancel every instance.");
     RELAY_NO_MATCH = ("SUTRA.RUNTIME.RELAY.NO_MATCH", 404, false,
         "No instance waits for this message",
         "No receive waits on this channel and key, and no flow starts on the channel. Check the correlation key, or declare `buffer` on the channel to keep early messages.");

@@ -79,15 +79,19 @@ pub(crate) async fn run(
         after: request.after.clone(),
         limit: request.limit,
     };
-    let records = shared.store.instances(tenant, &filter).await?;
+    // What a selection needs of each instance is on its summary: no snapshot is read.
+    let records = shared
+        .store
+        .instance_summaries(tenant, &filter, false)
+        .await?;
     let full = u32::try_from(records.len()).is_ok_and(|n| n == request.limit);
     let next = records
         .last()
         .filter(|_| full)
-        .map(|record| record.snapshot.instance.id.clone());
+        .map(|record| record.id.clone());
     let mut results = Vec::new();
     for record in records {
-        let failure = record.snapshot.failure.as_ref().map(|f| f.code.as_str());
+        let failure = record.failure.as_ref().map(|f| f.code.as_str());
         if selection
             .failure_code
             .as_deref()
@@ -95,7 +99,7 @@ pub(crate) async fn run(
         {
             continue;
         }
-        let id = record.snapshot.instance.id;
+        let id = record.id;
         let acted = match (&request.action, request.dry_run) {
             (_, true) => None,
             (Action::Restore, false) => Some(admin.restore(tenant, &id).await),

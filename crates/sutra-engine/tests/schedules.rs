@@ -84,9 +84,10 @@ async fn instances(harness: &Harness) -> Vec<InstanceRecord> {
     harness
         .engine
         .store()
-        .instances(TENANT, &filter)
+        .instances(TENANT, &filter, usize::MAX)
         .await
         .expect("the store reads")
+        .records
 }
 
 /// Waits until the flow has `count` instances; fails if it ever has more.

@@ -7,11 +7,11 @@
 use jiff::Timestamp;
 use serde_json::Value;
 use sutra_core::diagnostic::Diagnostic;
-use sutra_core::snapshot::{Token, TokenState};
+use sutra_core::snapshot::{Failure, Token, TokenState};
 use sutra_core::step::HistoryEvent;
 use sutra_store::{
-    DeploymentRecord, InstanceRecord, Lease, LockedTask, OutboxRecord, ScheduleRecord, TaskRecord,
-    TaskState,
+    DeploymentRecord, InstanceRecord, InstanceSummary, Lease, LockedTask, OutboxRecord,
+    ScheduleRecord, TaskRecord, TaskState,
 };
 use sutra_wire::Extra;
 
@@ -71,12 +71,7 @@ pub fn instance(record: &InstanceRecord) -> Result<sutra_wire::Instance> {
         .iter()
         .map(|t| token(t, &snapshot.instance.id))
         .collect::<Result<_>>()?;
-    let failure = snapshot.failure.as_ref().map(|f| sutra_wire::Failure {
-        code: f.code.clone(),
-        detail: f.detail.clone(),
-        node: f.node.clone(),
-        extra: Extra::new(),
-    });
+    let failure = snapshot.failure.as_ref().map(failure);
     Ok(sutra_wire::Instance {
         id: snapshot.instance.id.clone(),
         tenant: snapshot.instance.tenant.clone(),
@@ -105,6 +100,32 @@ pub fn instance(record: &InstanceRecord) -> Result<sutra_wire::Instance> {
         updated_at: record.updated_at.to_string(),
         extra: Extra::new(),
     })
+}
+
+/// An instance as listed: its summary, nothing of its snapshot but its failure.
+pub fn instance_summary(summary: &InstanceSummary) -> sutra_wire::InstanceSummary {
+    sutra_wire::InstanceSummary {
+        id: summary.id.clone(),
+        tenant: summary.tenant.clone(),
+        flow: summary.flow.clone(),
+        deployment: summary.deployment.clone(),
+        version: summary.version,
+        parent: summary.parent.clone(),
+        status: summary.status.as_str().to_owned(),
+        failure: summary.failure.as_ref().map(failure),
+        created_at: summary.created_at.to_string(),
+        updated_at: summary.updated_at.to_string(),
+        extra: Extra::new(),
+    }
+}
+
+fn failure(failure: &Failure) -> sutra_wire::Failure {
+    sutra_wire::Failure {
+        code: failure.code.clone(),
+        detail: failure.detail.clone(),
+        node: failure.node.clone(),
+        extra: Extra::new(),
+    }
 }
 
 fn token(token: &Token, instance: &str) -> Result<sutra_wire::Token> {

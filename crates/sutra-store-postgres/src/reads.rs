@@ -2,8 +2,9 @@
 //! that row-level security shows it only the tenant's rows. Listings are built once, for both
 //! backends (see `sutra_store_sql::listings`).
 
+use futures_util::TryStreamExt;
 use sutra_store::{Error, InstanceFilter, Result, TaskFilter};
-use sutra_store_sql::rows::{HistoryRow, InstanceRow, OutboxRow, TaskRow};
+use sutra_store_sql::rows::{HistoryRow, InstanceRow, InstanceSummaryRow, OutboxRow, TaskRow};
 use sutra_store_sql::{ReadStatements, listings};
 
 use crate::codec::db;
@@ -22,16 +23,28 @@ impl ReadStatements for Scoped {
         .map_err(db)
     }
 
-    async fn instance_rows(
+    async fn instance_summary_rows(
         &mut self,
         tenant: &str,
         filter: &InstanceFilter,
-    ) -> Result<Vec<InstanceRow>> {
-        let mut sql = listings::instances(tenant, filter);
+        tokens: bool,
+    ) -> Result<Vec<InstanceSummaryRow>> {
+        let mut sql = listings::summaries(tenant, filter, tokens);
         sql.build_query_as()
             .fetch_all(self.connection())
             .await
             .map_err(db)
+    }
+
+    async fn instance_rows(
+        &mut self,
+        tenant: &str,
+        filter: &InstanceFilter,
+        budget: usize,
+    ) -> Result<(Vec<InstanceRow>, bool)> {
+        let mut sql = listings::instances(tenant, filter);
+        let rows = sql.build_query_as().fetch(self.connection()).map_err(db);
+        listings::within_budget(rows, budget).await
     }
 
     async fn history_rows(&mut self, tenant: &str, instance: &str) -> Result<Vec<HistoryRow>> {

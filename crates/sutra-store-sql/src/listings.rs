@@ -3,9 +3,36 @@
 //! so that each combination gets a plan (and, on PostgreSQL, a cached statement) that uses its
 //! index.
 
+use futures_util::{Stream, TryStreamExt};
 use sqlx::{Database, Encode, QueryBuilder, Type};
 use sutra_store::codec::micros;
-use sutra_store::{InstanceFilter, TaskFilter};
+use sutra_store::{InstanceFilter, Result, TaskFilter};
+
+use crate::rows::InstanceRow;
+
+/// `SELECT` of the columns of an [`crate::rows::InstanceSummaryRow`] of `tenant` that match
+/// `filter`, in id order. Of the snapshot it reads a failed instance's `failure` and, when
+/// `tokens`, the `tokens`: `->>` gives a member's JSON text on PostgreSQL and SQLite alike, so
+/// that neither the variables nor the rest of the snapshot leave the database.
+pub fn summaries<DB>(tenant: &str, filter: &InstanceFilter, tokens: bool) -> QueryBuilder<DB>
+where
+    DB: Database,
+    for<'t> String: Encode<'t, DB> + Type<DB>,
+    for<'t> i64: Encode<'t, DB> + Type<DB>,
+{
+    let tokens = if tokens {
+        "snapshot ->> 'tokens'"
+    } else {
+        "NULL"
+    };
+    let select = format!(
+        "SELECT id, tenant, deployment, version, flow, status, parent, created_at, updated_at,
+                CASE WHEN status = 'failed' THEN snapshot ->> 'failure' END AS failure,
+                {tokens} AS tokens
+         FROM instances WHERE tenant = "
+    );
+    filtered(QueryBuilder::new(select), tenant, filter)
+}
 
 /// `SELECT` of the columns of an [`crate::rows::InstanceRow`] of `tenant` that match `filter`, in
 /// id order.
@@ -15,10 +42,43 @@ where
     for<'t> String: Encode<'t, DB> + Type<DB>,
     for<'t> i64: Encode<'t, DB> + Type<DB>,
 {
-    let mut sql = QueryBuilder::new(
+    let select = QueryBuilder::new(
         "SELECT snapshot, owner, fence, recoveries, created_at, updated_at FROM instances
          WHERE tenant = ",
     );
+    filtered(select, tenant, filter)
+}
+
+/// The rows of `rows` up to the one whose variables bring those taken to `budget` bytes, and
+/// whether they did (rows may be left). Taken as they stream, so that a page of large instances
+/// holds no more than the budget and one instance in memory.
+pub async fn within_budget(
+    rows: impl Stream<Item = Result<InstanceRow>>,
+    budget: usize,
+) -> Result<(Vec<InstanceRow>, bool)> {
+    let mut rows = std::pin::pin!(rows);
+    let (mut taken, mut spent) = (Vec::new(), 0);
+    while spent < budget {
+        let Some(row) = rows.try_next().await? else {
+            return Ok((taken, false));
+        };
+        spent += row.vars_bytes();
+        taken.push(row);
+    }
+    Ok((taken, true))
+}
+
+/// `select` (ending in `WHERE tenant = `) completed with the tenant and the filters of `filter`.
+fn filtered<DB>(
+    mut sql: QueryBuilder<DB>,
+    tenant: &str,
+    filter: &InstanceFilter,
+) -> QueryBuilder<DB>
+where
+    DB: Database,
+    for<'t> String: Encode<'t, DB> + Type<DB>,
+    for<'t> i64: Encode<'t, DB> + Type<DB>,
+{
     sql.push_bind(tenant.to_owned());
     if let Some(status) = filter.status {
         sql.push(" AND status = ")

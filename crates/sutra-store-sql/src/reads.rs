@@ -5,10 +5,11 @@ use std::future::Future;
 
 use sutra_core::step::HistoryEvent;
 use sutra_store::{
-    InstanceFilter, InstanceRecord, OutboxRecord, Reads, Result, TaskFilter, TaskRecord,
+    InstanceFilter, InstanceRecord, InstanceSummary, OutboxRecord, Reads, Result, TaskFilter,
+    TaskRecord, WithinBudget,
 };
 
-use crate::rows::{HistoryRow, InstanceRow, OutboxRow, TaskRow};
+use crate::rows::{HistoryRow, InstanceRow, InstanceSummaryRow, OutboxRow, TaskRow};
 use crate::statements::{Backend, Scope, Statements};
 use crate::store::SqlStore;
 
@@ -23,17 +24,36 @@ impl<B: Backend> Reads for SqlStore<B> {
         row.map(InstanceRow::decode).transpose()
     }
 
+    async fn instance_summaries(
+        &self,
+        tenant: &str,
+        filter: &InstanceFilter,
+        tokens: bool,
+    ) -> Result<Vec<InstanceSummary>> {
+        let rows = self
+            .once(Scope::Tenant(tenant), async |tx| {
+                tx.instance_summary_rows(tenant, filter, tokens).await
+            })
+            .await?;
+        rows.into_iter().map(InstanceSummaryRow::decode).collect()
+    }
+
     async fn instances(
         &self,
         tenant: &str,
         filter: &InstanceFilter,
-    ) -> Result<Vec<InstanceRecord>> {
-        let rows = self
+        budget: usize,
+    ) -> Result<WithinBudget> {
+        let (rows, spent) = self
             .once(Scope::Tenant(tenant), async |tx| {
-                tx.instance_rows(tenant, filter).await
+                tx.instance_rows(tenant, filter, budget).await
             })
             .await?;
-        rows.into_iter().map(InstanceRow::decode).collect()
+        let records = rows.into_iter().map(InstanceRow::decode);
+        Ok(WithinBudget {
+            records: records.collect::<Result<_>>()?,
+            spent,
+        })
     }
 
     async fn history(&self, tenant: &str, id: &str) -> Result<Vec<HistoryEvent>> {
@@ -86,12 +106,22 @@ pub trait ReadStatements: Statements {
         id: &str,
     ) -> impl Future<Output = Result<Option<InstanceRow>>> + Send;
 
-    /// The listing [`crate::listings::instances`] builds.
+    /// The listing [`crate::listings::summaries`] builds.
+    fn instance_summary_rows(
+        &mut self,
+        tenant: &str,
+        filter: &InstanceFilter,
+        tokens: bool,
+    ) -> impl Future<Output = Result<Vec<InstanceSummaryRow>>> + Send;
+
+    /// The listing [`crate::listings::instances`] builds, read as it streams
+    /// [`crate::listings::within_budget`].
     fn instance_rows(
         &mut self,
         tenant: &str,
         filter: &InstanceFilter,
-    ) -> impl Future<Output = Result<Vec<InstanceRow>>> + Send;
+        budget: usize,
+    ) -> impl Future<Output = Result<(Vec<InstanceRow>, bool)>> + Send;
 
     /// An instance's history, in sequence order.
     fn history_rows(

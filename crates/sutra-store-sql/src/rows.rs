@@ -7,14 +7,15 @@
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 use sqlx::types::Json;
-use sutra_core::snapshot::{ParkId, Snapshot, TokenId};
+use sutra_core::snapshot::{ParkId, Snapshot, Status, TokenId};
 use sutra_core::step::HistoryEvent;
+use sutra_core::storable::json_bytes;
 use sutra_store::codec::{corrupt, park_id, parse_history_kind, timestamp, unsigned};
 use sutra_store::{
     ClaimKind, ClaimToken, Claimed, Delivery, DeliveryId, DeliveryKind, DeploymentRecord,
-    DeploymentStatus, InboxAnswer, InstanceKey, InstanceRecord, Lease, OutboxEntry, OutboxId,
-    OutboxRecord, Owner, Result, ScheduleRecord, SweepOutcome, TaskLock, TaskRecord, TaskState,
-    WaitTarget,
+    DeploymentStatus, InboxAnswer, InstanceKey, InstanceRecord, InstanceSummary, Lease,
+    OutboxEntry, OutboxId, OutboxRecord, Owner, Result, ScheduleRecord, SweepOutcome, TaskLock,
+    TaskRecord, TaskState, WaitTarget,
 };
 
 pub fn snapshot(json: Value) -> Result<Snapshot> {
@@ -103,6 +104,11 @@ pub struct InstanceRow {
 }
 
 impl InstanceRow {
+    /// The length of the instance's variables written as JSON.
+    pub fn vars_bytes(&self) -> usize {
+        json_bytes(&self.snapshot.0["vars"])
+    }
+
     pub fn decode(self) -> Result<InstanceRecord> {
         Ok(InstanceRecord {
             snapshot: snapshot(self.snapshot.0)?,
@@ -111,6 +117,48 @@ impl InstanceRow {
             recoveries: unsigned(self.recoveries, "a recovery count")?,
             created_at: timestamp(self.created_at)?,
             updated_at: timestamp(self.updated_at)?,
+        })
+    }
+}
+
+/// The columns of [`crate::listings::summaries`]: `failure` and `tokens` are those members of the
+/// snapshot as JSON text, `NULL` when not read.
+#[derive(sqlx::FromRow)]
+pub struct InstanceSummaryRow {
+    id: String,
+    tenant: String,
+    deployment: String,
+    version: i64,
+    flow: String,
+    status: String,
+    parent: Option<String>,
+    failure: Option<String>,
+    tokens: Option<String>,
+    created_at: i64,
+    updated_at: i64,
+}
+
+impl InstanceSummaryRow {
+    pub fn decode(self) -> Result<InstanceSummary> {
+        let failure = self
+            .failure
+            .as_deref()
+            .map(serde_json::from_str)
+            .transpose();
+        let tokens = self.tokens.as_deref().map(serde_json::from_str).transpose();
+        Ok(InstanceSummary {
+            status: Status::parse(&self.status)
+                .ok_or_else(|| corrupt("an instance status", &self.status))?,
+            version: unsigned(self.version, "a deployment version")?,
+            failure: failure.map_err(|e| corrupt("a failure", e))?,
+            tokens: tokens.map_err(|e| corrupt("an instance's tokens", e))?,
+            created_at: timestamp(self.created_at)?,
+            updated_at: timestamp(self.updated_at)?,
+            id: self.id,
+            tenant: self.tenant,
+            deployment: self.deployment,
+            flow: self.flow,
+            parent: self.parent,
         })
     }
 }

@@ -2,10 +2,12 @@
 //! Listings put only the filters given in the SQL, so that SQLite can use the index of each (see
 //! `sutra_store_sql::listings`).
 
+use futures_util::TryStreamExt;
 use sutra_store::{InstanceFilter, Result, TaskFilter};
-use sutra_store_sql::rows::{HistoryRow, InstanceRow, OutboxRow, TaskRow};
+use sutra_store_sql::rows::{HistoryRow, InstanceRow, InstanceSummaryRow, OutboxRow, TaskRow};
 use sutra_store_sql::{ReadStatements, listings};
 
+use crate::codec::db;
 use crate::statements::Session;
 
 impl ReadStatements for Session {
@@ -17,13 +19,26 @@ impl ReadStatements for Session {
         self.fetch_optional(query.bind(tenant).bind(id)).await
     }
 
+    async fn instance_summary_rows(
+        &mut self,
+        tenant: &str,
+        filter: &InstanceFilter,
+        tokens: bool,
+    ) -> Result<Vec<InstanceSummaryRow>> {
+        self.fetch_all(listings::summaries(tenant, filter, tokens).build_query_as())
+            .await
+    }
+
     async fn instance_rows(
         &mut self,
         tenant: &str,
         filter: &InstanceFilter,
-    ) -> Result<Vec<InstanceRow>> {
-        self.fetch_all(listings::instances(tenant, filter).build_query_as())
-            .await
+        budget: usize,
+    ) -> Result<(Vec<InstanceRow>, bool)> {
+        let mut sql = listings::instances(tenant, filter);
+        let connection = self.connection().await?;
+        let rows = sql.build_query_as().fetch(connection).map_err(db);
+        listings::within_budget(rows, budget).await
     }
 
     async fn history_rows(&mut self, tenant: &str, instance: &str) -> Result<Vec<HistoryRow>> {

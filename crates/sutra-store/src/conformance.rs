@@ -97,6 +97,7 @@ macro_rules! conformance_tests {
             history_sequence_cannot_repeat,
             tenants_never_see_each_others_rows,
             instances_page_by_keyset,
+            listings_summarize_and_whole_pages_keep_to_their_budget,
             deploy_makes_version_n_plus_one_active_and_the_previous_draining,
             a_draining_version_retires_only_when_nothing_keeps_it,
             a_row_is_claimed_by_one_sender_at_a_time,

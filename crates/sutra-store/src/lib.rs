@@ -54,7 +54,7 @@ pub use intake::{BufferedMessage, InboxAnswer, InboxEntry, Intake, Lookup, WaitT
 pub use leases::{Lease, Leases};
 pub use outbox::{Outbox, OutboxId, OutboxRecord, OutboxRetry, OutboxRow, SendError, Sender};
 pub use purge::{Purge, Purged};
-pub use reads::{InstanceFilter, InstanceRecord, Reads};
+pub use reads::{InstanceFilter, InstanceRecord, InstanceSummary, Reads, WithinBudget};
 pub use scaling::{Available, Backlog, Scaling};
 pub use schedules::{Advance, NewSchedule, ScheduleKey, ScheduleRecord, Schedules};
 pub use steps::{

@@ -2,7 +2,7 @@
 //! the readiness probe. None of them writes.
 
 use jiff::Timestamp;
-use sutra_core::snapshot::{Snapshot, Status};
+use sutra_core::snapshot::{Failure, Snapshot, Status, Token};
 use sutra_core::step::HistoryEvent;
 
 use crate::{OutboxRecord, Result, TaskFilter, TaskRecord};
@@ -16,6 +16,35 @@ pub struct InstanceRecord {
     pub recoveries: u32,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
+}
+
+/// An instance as a listing shows it: its row's columns, and its failure when it failed — not
+/// its variables, which a snapshot may hold megabytes of (decision 0081).
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceSummary {
+    pub id: String,
+    pub tenant: String,
+    pub deployment: String,
+    pub version: u32,
+    pub flow: String,
+    pub status: Status,
+    /// The instance that called this one.
+    pub parent: Option<String>,
+    pub failure: Option<Failure>,
+    /// Its live tokens, read only when the listing asks for them (to match what they are
+    /// parked on); `None` otherwise.
+    pub tokens: Option<Vec<Token>>,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+/// Whole instances, read up to a budget of their variables' bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WithinBudget {
+    pub records: Vec<InstanceRecord>,
+    /// Reading stopped because the variables read reached the budget, so rows matching the
+    /// filter may be left after the last record.
+    pub spent: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -40,8 +69,24 @@ pub struct InstanceFilter {
 pub trait Reads: Send + Sync {
     async fn instance(&self, tenant: &str, id: &str) -> Result<Option<InstanceRecord>>;
 
-    async fn instances(&self, tenant: &str, filter: &InstanceFilter)
-    -> Result<Vec<InstanceRecord>>;
+    /// The summaries of the tenant's instances matching `filter`, in id order, read from their
+    /// rows' columns; with their tokens when `tokens`.
+    async fn instance_summaries(
+        &self,
+        tenant: &str,
+        filter: &InstanceFilter,
+        tokens: bool,
+    ) -> Result<Vec<InstanceSummary>>;
+
+    /// The tenant's whole instances matching `filter`, in id order, stopping after the one whose
+    /// variables (counted as JSON) bring those read to `budget` bytes: the first is read whatever
+    /// its size, so that a page always moves on.
+    async fn instances(
+        &self,
+        tenant: &str,
+        filter: &InstanceFilter,
+        budget: usize,
+    ) -> Result<WithinBudget>;
 
     async fn history(&self, tenant: &str, id: &str) -> Result<Vec<HistoryEvent>>;
 

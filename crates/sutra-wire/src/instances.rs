@@ -42,7 +42,44 @@ pub struct InstanceQuery {
     pub after: Option<String>,
 }
 
-/// An instance snapshot (`GET /v1/instances/{id}`, and each item of the listing).
+/// An instance as `GET /v1/instances` lists it: what its row holds, without its variables and
+/// tokens (read them with `GET /v1/instances/{id}`, or list with `vars=true`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct InstanceSummary {
+    pub id: String,
+    pub tenant: String,
+    pub flow: String,
+    /// The deployment's name.
+    pub deployment: String,
+    /// The deployment version the instance is pinned to.
+    pub version: u32,
+    /// The id of the instance that called this one; absent for an instance a message started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// `running`, `suspended`, `completed`, `cancelled` or `failed`.
+    pub status: String,
+    /// Why it failed, while it is `failed`.
+    pub failure: Option<Failure>,
+    pub created_at: String,
+    pub updated_at: String,
+    #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
+    pub extra: Extra,
+}
+
+/// An item of `GET /v1/instances`: its summary, or with `vars=true` the whole instance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(untagged)]
+pub enum ListedInstance {
+    // First: a whole instance would also read as a summary, its other members in `extra`.
+    Whole(Instance),
+    Summary(InstanceSummary),
+}
+
+/// An instance snapshot (`GET /v1/instances/{id}`, and each item of the listing with
+/// `vars=true`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Instance {
@@ -232,6 +269,11 @@ pub struct BulkBody {
     /// Select, and act on nothing: each selected instance is answered `matched`.
     #[serde(default)]
     pub dry_run: bool,
+    /// `true` to `cancel` with an empty filter: every instance of the tenant. Without it such a
+    /// cancel is refused (`SUTRA.ADMIN.CANCEL.UNFILTERED`), so that a filter lost on the way
+    /// does not end all the tenant's work.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub all: bool,
 }
 
 /// Which instances a bulk call acts on; every field is optional and narrows it.

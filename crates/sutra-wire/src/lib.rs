@@ -38,7 +38,8 @@ pub use deployments::{
 pub use health::{Health, Readiness, Scaling};
 pub use instances::{
     BulkAnswer, BulkBody, BulkFilter, BulkResult, Failure, HistoryEvent, Instance, InstanceParent,
-    InstanceQuery, MigrateBody, OutboxMessage, StatusChange, Token,
+    InstanceQuery, InstanceSummary, ListedInstance, MigrateBody, OutboxMessage, StatusChange,
+    Token,
 };
 pub use intake::Accepted;
 pub use leases::{Lease, Leases};

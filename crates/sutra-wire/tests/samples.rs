@@ -104,6 +104,34 @@ fn an_instance_lists_its_tokens_parks_and_failure() {
 }
 
 #[test]
+fn a_listed_instance_is_a_summary_unless_whole() {
+    let summary = json!({
+        "id": "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b",
+        "tenant": "default",
+        "flow": "ship",
+        "deployment": "shop",
+        "version": 1,
+        "parent": "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a50",
+        "status": "failed",
+        "failure": {"code": "NO.CARRIER", "detail": "none free", "node": "book"},
+        "created_at": "2026-12-01T08:00:00Z",
+        "updated_at": "2026-12-01T08:00:01Z",
+    });
+    let decoded: InstanceSummary = round_trip(summary.clone());
+    assert!(decoded.extra.is_empty() && decoded.failure.unwrap().extra.is_empty());
+    let listed: ListedInstance = round_trip(summary);
+    assert!(matches!(listed, ListedInstance::Summary(_)));
+    let whole: ListedInstance = round_trip(json!({
+        "id": "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", "tenant": "default", "flow": "order",
+        "deployment": "shop", "version": 1, "status": "completed", "vars": {"n": 1},
+        "tokens": [], "failure": null, "audit_seq": 3,
+        "created_at": "2026-12-01T08:00:00Z", "updated_at": "2026-12-01T08:00:01Z",
+    }));
+    assert!(matches!(whole, ListedInstance::Whole(_)));
+    round_trip::<Page<ListedInstance>>(json!({"items": [], "next": null}));
+}
+
+#[test]
 fn history_outbox_and_status_changes_keep_their_shapes() {
     let history: Vec<HistoryEvent> = round_trip(json!([
         {"seq": 1, "at": "2026-12-01T08:00:00Z", "kind": "started", "node": null, "token": null,

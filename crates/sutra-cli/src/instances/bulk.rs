@@ -48,6 +48,9 @@ pub struct Args {
     /// Count what would be touched, and touch nothing.
     #[arg(long)]
     dry_run: bool,
+    /// cancel: with no filter, cancel every instance of the tenant (refused without it).
+    #[arg(long)]
+    all: bool,
 }
 
 /// Everything every page answered.
@@ -75,6 +78,7 @@ pub async fn run(args: &Args, context: Context) -> Result<(), CommandError> {
         limit: Some(args.page),
         after: None,
         dry_run: args.dry_run,
+        all: args.all,
     };
     let progress = progress_bar(&context, &args.action);
     let mut report = Report {

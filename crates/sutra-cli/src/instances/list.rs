@@ -1,6 +1,6 @@
 //! `sutra instances list`: one line per instance, filtered and paged by the server.
 
-use sutra_client::{Instance, InstanceQuery, Page};
+use sutra_client::{InstanceQuery, InstanceSummary, Page};
 
 use crate::output::{page, time};
 use crate::remote::{CommandError, Context};
@@ -34,7 +34,7 @@ pub async fn run(args: &Args, context: Context) -> Result<(), CommandError> {
     Ok(())
 }
 
-fn human(instances: &Page<Instance>) -> String {
+fn human(instances: &Page<InstanceSummary>) -> String {
     let header = ["ID", "FLOW", "VERSION", "STATUS", "UPDATED"];
     page(instances, "instance", &header, |instance| {
         vec![

@@ -560,12 +560,14 @@ pub async fn wait_for_ledger(
     }
 }
 
-/// Every instance, following the keyset pages.
+/// Every instance, whole (with its variables), following the keyset pages.
 async fn instances(server: &Server) -> Vec<Value> {
     let mut all = Vec::new();
     let mut after = String::new();
     loop {
-        let (status, page) = server.get(&format!("/v1/instances?limit=500{after}")).await;
+        let (status, page) = server
+            .get(&format!("/v1/instances?vars=true&limit=500{after}"))
+            .await;
         assert_eq!(status, 200, "{page}");
         all.extend(page["items"].as_array().cloned().unwrap_or_default());
         match page["next"].as_str() {

@@ -11,10 +11,10 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sutra_core::codes;
-use sutra_core::snapshot::{ParkKind, Status};
+use sutra_core::snapshot::{Failure, ParkKind, Status, Token};
 use sutra_engine::{Error as EngineError, Restored};
-use sutra_store::{InstanceFilter, InstanceRecord, OutboxRecord, Store, TaskRecord};
-use sutra_wire::{Extra, InstanceQuery, Page};
+use sutra_store::{InstanceFilter, InstanceRecord, OutboxRecord, Store, TaskRecord, WithinBudget};
+use sutra_wire::{Extra, InstanceQuery, ListedInstance, Page};
 use utoipa::__dev::SchemaReferences;
 use utoipa::IntoParams;
 use utoipa::openapi::path::Paths;
@@ -56,14 +56,19 @@ struct InstancePath {
 
 /// Lists instances
 ///
-/// A page at a time: pass a page's `next` as `after` for the next one.
+/// A page at a time: pass a page's `next` as `after` for the next one. Each item is the
+/// instance's summary, without its variables and tokens; with `vars=true`, the whole instance.
 #[utoipa::path(
     get,
     path = "/v1/instances",
     operation_id = "instances",
-    params(InstanceQuery),
+    params(InstanceQuery, Shape),
     responses(
-        (status = 200, description = "A page of instances", body = Page<sutra_wire::Instance>),
+        (
+            status = 200,
+            description = "A page of instances",
+            body = Page<sutra_wire::ListedInstance>,
+        ),
         (status = 400, response = BadRequest),
         ServerFailures,
     ),
@@ -72,9 +77,9 @@ async fn instances(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     ApiQuery(query): ApiQuery<InstanceQuery>,
-) -> Result<Json<Page<sutra_wire::Instance>>> {
+    ApiQuery(shape): ApiQuery<Shape>,
+) -> Result<Json<Page<ListedInstance>>> {
     let status = query.status.as_deref().map(parse_status).transpose()?;
-    let limit = page_limit(query.limit);
     let filter = InstanceFilter {
         status,
         flow: query.flow,
@@ -83,42 +88,107 @@ async fn instances(
         created_before: instant("created_before", query.created_before)?,
         created_after: instant("created_after", query.created_after)?,
         after: cursor(query.after, is_instance_id)?,
-        limit,
+        limit: page_limit(query.limit),
     };
-    let records = api
-        .engine
-        .store()
-        .instances(&caller.tenant, &filter)
-        .await
-        .map_err(Problem::read)?;
-    let next = next_cursor(&records, limit, |r| &r.snapshot.instance.id);
-    // Matched within the page, as a bulk filter matches its failure code: the cursor is the
-    // store page's, so a short page can still have a `next`.
-    let failure_code = query.failure_code.as_deref();
-    let key = query.correlation_key.as_deref();
+    let in_page = InPage {
+        failure_code: query.failure_code,
+        correlation_key: query.correlation_key,
+    };
+    let page = match shape.vars {
+        Some(true) => whole(&api, &caller.tenant, &filter, &in_page).await,
+        _ => summaries(&api, &caller.tenant, &filter, &in_page).await,
+    };
+    Ok(Json(page?))
+}
+
+/// How `GET /v1/instances` answers each instance.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct Shape {
+    /// `true`: each item is the whole instance, with its variables and tokens, as
+    /// `GET /v1/instances/{id}` answers it. Such a page ends, with a `next`, at the instance
+    /// whose variables bring the page's to 4 MiB of JSON.
+    vars: Option<bool>,
+}
+
+/// The most bytes of variables (as JSON) a page of whole instances holds before its last
+/// instance: a page of `limit` instances of megabytes each would be read, held and encoded at
+/// once otherwise (decision 0081).
+const WHOLE_PAGE_VARS_BYTES: usize = 4 << 20;
+
+/// The filters matched within each page the store reads, as a bulk filter matches its failure
+/// code: the cursor is the store page's, so a short page can still have a `next`.
+struct InPage {
+    failure_code: Option<String>,
+    correlation_key: Option<String>,
+}
+
+impl InPage {
+    /// The instance, failed with `failure` and holding `tokens`, is stopped at the failure code
+    /// and has a token parked on a `receive` for the correlation key, those asked.
+    fn matches(&self, failure: Option<&Failure>, tokens: &[Token]) -> bool {
+        let failed_with = |code: &String| failure.is_some_and(|f| &f.code == code);
+        let waits_on = |key: &String| {
+            tokens.iter().any(|token| {
+                matches!(
+                    token.park().map(|park| &park.kind),
+                    Some(ParkKind::Receive { key: waited, .. }) if waited == key
+                )
+            })
+        };
+        self.failure_code.as_ref().is_none_or(failed_with)
+            && self.correlation_key.as_ref().is_none_or(waits_on)
+    }
+}
+
+/// A page of summaries: the tokens are read only to match a correlation key.
+async fn summaries(
+    api: &Api,
+    tenant: &str,
+    filter: &InstanceFilter,
+    in_page: &InPage,
+) -> Result<Page<ListedInstance>> {
+    let tokens = in_page.correlation_key.is_some();
+    let store = api.engine.store();
+    let read = store.instance_summaries(tenant, filter, tokens).await;
+    let summaries = read.map_err(Problem::read)?;
+    let next = next_cursor(&summaries, filter.limit, |s| &s.id);
+    let items = summaries
+        .iter()
+        .filter(|s| in_page.matches(s.failure.as_ref(), s.tokens.as_deref().unwrap_or_default()))
+        .map(|s| ListedInstance::Summary(render::instance_summary(s)));
+    Ok(Page {
+        items: items.collect(),
+        next,
+    })
+}
+
+/// A page of whole instances, ending early at [`WHOLE_PAGE_VARS_BYTES`].
+async fn whole(
+    api: &Api,
+    tenant: &str,
+    filter: &InstanceFilter,
+    in_page: &InPage,
+) -> Result<Page<ListedInstance>> {
+    let store = api.engine.store();
+    let read = store.instances(tenant, filter, WHOLE_PAGE_VARS_BYTES).await;
+    let WithinBudget { records, spent } = read.map_err(Problem::read)?;
+    let next = match records.last() {
+        Some(last) if spent => Some(record_id(last).clone()),
+        _ => next_cursor(&records, filter.limit, record_id),
+    };
     let items = records
         .iter()
-        .filter(|r| failure_code.is_none_or(|code| failed_with(r, code)))
-        .filter(|r| key.is_none_or(|key| waits_on_key(r, key)))
-        .map(render::instance)
-        .collect::<Result<_>>()?;
-    Ok(Json(Page { items, next }))
-}
-
-/// The instance is stopped at failure `code`.
-fn failed_with(record: &InstanceRecord, code: &str) -> bool {
-    let failure = record.snapshot.failure.as_ref();
-    failure.is_some_and(|failure| failure.code == code)
-}
-
-/// A token of the instance is parked on a `receive` for correlation key `key`.
-fn waits_on_key(record: &InstanceRecord, key: &str) -> bool {
-    record.snapshot.tokens.iter().any(|token| {
-        matches!(
-            token.park().map(|park| &park.kind),
-            Some(ParkKind::Receive { key: waited, .. }) if waited == key
-        )
+        .filter(|r| in_page.matches(r.snapshot.failure.as_ref(), &r.snapshot.tokens))
+        .map(|r| render::instance(r).map(ListedInstance::Whole));
+    Ok(Page {
+        items: items.collect::<Result<_>>()?,
+        next,
     })
+}
+
+fn record_id(record: &InstanceRecord) -> &String {
+    &record.snapshot.instance.id
 }
 
 /// Reads an instance

@@ -74,6 +74,7 @@ async fn bulk(
 
 /// The engine's request, and the action's CLAIM_HELD code.
 fn bulk_request(body: sutra_wire::BulkBody) -> Result<(bulk::Request, codes::Code)> {
+    refuse_unconfirmed_cancel_of_all(&body)?;
     let (action, busy) = match (body.action.as_str(), body.to_version) {
         ("restore", None) => (bulk::Action::Restore, codes::RESTORE_CLAIM_HELD),
         ("cancel", None) => (bulk::Action::Cancel, codes::CANCEL_CLAIM_HELD),
@@ -116,6 +117,20 @@ fn bulk_request(body: sutra_wire::BulkBody) -> Result<(bulk::Request, codes::Cod
         dry_run: body.dry_run,
     };
     Ok((request, busy))
+}
+
+/// A `cancel` whose filter is empty ends every instance of the tenant: taken only when the body
+/// says `all`, so that a filter dropped by a script or a typo does not (decision 0081). A dry
+/// run acts on nothing, and counts what `all` would cancel.
+fn refuse_unconfirmed_cancel_of_all(body: &sutra_wire::BulkBody) -> Result<()> {
+    let unfiltered = body.filter == sutra_wire::BulkFilter::default();
+    if body.action == "cancel" && unfiltered && !body.all && !body.dry_run {
+        return Err(Problem::new(
+            codes::CANCEL_UNFILTERED,
+            "`filter` is empty: this cancel would end every instance of the tenant",
+        ));
+    }
+    Ok(())
 }
 
 /// What became of one instance: done, skipped when its state no longer allows the action,

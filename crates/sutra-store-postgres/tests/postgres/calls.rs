@@ -105,7 +105,11 @@ async fn a_thousand_children_cost_the_statements_ten_do() {
             ..InstanceFilter::default()
         };
         assert_eq!(
-            store.instances(TENANT, &children).await.unwrap().len(),
+            (store
+                .instance_summaries(TENANT, &children, false)
+                .await
+                .unwrap())
+            .len(),
             every
         );
     }

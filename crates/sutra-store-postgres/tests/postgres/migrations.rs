@@ -83,7 +83,9 @@ async fn a_store_that_does_not_migrate_works_on_the_schema_migrate_made() {
     let early = sutra_store_postgres::open(database.url(), &unmigrated)
         .await
         .unwrap();
-    let before = early.instances(TENANT, &InstanceFilter::default()).await;
+    let before = early
+        .instance_summaries(TENANT, &InstanceFilter::default(), false)
+        .await;
     assert!(
         matches!(before, Err(Error::Corrupt(_))),
         "no schema yet: {before:?}"

@@ -90,10 +90,8 @@ fn children_of(parent: &str) -> InstanceFilter {
 }
 
 async fn listed<S: Store>(store: &S, filter: InstanceFilter) -> Vec<String> {
-    let records = store.instances(TENANT, &filter).await.unwrap();
-    let ids = records
-        .into_iter()
-        .map(|record| record.snapshot.instance.id);
+    let records = store.instance_summaries(TENANT, &filter, false).await;
+    let ids = records.unwrap().into_iter().map(|summary| summary.id);
     ids.collect()
 }
 
@@ -328,7 +326,7 @@ pub async fn instances_list_exactly_a_parents_children_paged_by_id<S: Store>(sto
         Vec::<String>::new()
     );
     let elsewhere = store
-        .instances(OTHER_TENANT, &children_of(&parent))
+        .instance_summaries(OTHER_TENANT, &children_of(&parent), false)
         .await
         .unwrap();
     assert_eq!(elsewhere, [], "another tenant sees no child");

@@ -22,7 +22,7 @@ pub async fn tenants_never_see_each_others_rows<S: Store>(store: &S) {
     assert_eq!(store.instance(OTHER_TENANT, &id).await.unwrap(), None);
     assert!(
         store
-            .instances(OTHER_TENANT, &InstanceFilter::default())
+            .instance_summaries(OTHER_TENANT, &InstanceFilter::default(), false)
             .await
             .unwrap()
             .is_empty()
@@ -98,11 +98,9 @@ pub async fn instances_page_by_keyset<S: Store>(store: &S) {
             .unwrap();
     }
     let page = |filter: InstanceFilter| async move {
-        let records = store.instances(TENANT, &filter).await.unwrap();
-        records
-            .into_iter()
-            .map(|record| record.snapshot.instance.id)
-            .collect::<Vec<_>>()
+        let records = store.instance_summaries(TENANT, &filter, false).await;
+        let ids = records.unwrap().into_iter().map(|summary| summary.id);
+        ids.collect::<Vec<_>>()
     };
     let ids = |ns: &[u32]| ns.iter().copied().map(id).collect::<Vec<_>>();
     let status = |status| InstanceFilter {
@@ -170,4 +168,76 @@ pub async fn instances_page_by_keyset<S: Store>(store: &S) {
         ids(&[1, 2, 3, 4, 5])
     );
     assert_eq!(page(created(None, Some(later))).await, ids(&[]));
+}
+
+/// A listing's summaries hold the rows' columns and a failed instance's failure, and its tokens
+/// only when asked; a listing of whole instances stops at the one whose variables reach its
+/// budget, the first whatever its size.
+pub async fn listings_summarize_and_whole_pages_keep_to_their_budget<S: Store>(store: &S) {
+    let failure = sutra_core::snapshot::Failure {
+        code: "ORDER.REFUSED".to_owned(),
+        detail: "the bank said no".to_owned(),
+        token: Some(TokenId(0)),
+        node: Some("debit".to_owned()),
+    };
+    let blob = json!("x".repeat(1000));
+    let mut snapshots = Vec::new();
+    for (n, status) in [
+        (1, Status::Failed),
+        (2, Status::Suspended),
+        (3, Status::Completed),
+    ] {
+        let mut snapshot = snapshot(TENANT, &id(n), status);
+        snapshot.vars.insert("blob".to_owned(), blob.clone());
+        snapshot.failure = (status == Status::Failed).then(|| failure.clone());
+        store
+            .commit(&start(snapshot.clone(), &format!("evt-{n}")))
+            .await
+            .unwrap();
+        snapshots.push(snapshot);
+    }
+    let all = InstanceFilter::default();
+    let summaries = store.instance_summaries(TENANT, &all, false).await.unwrap();
+    for (summary, snapshot) in summaries.iter().zip(&snapshots) {
+        let info = &snapshot.instance;
+        assert_eq!(
+            (
+                &summary.id,
+                &summary.deployment,
+                summary.version,
+                &summary.flow
+            ),
+            (&info.id, &info.deployment, info.version, &info.flow)
+        );
+        assert_eq!(
+            (
+                summary.status,
+                &summary.failure,
+                &summary.parent,
+                &summary.tokens
+            ),
+            (snapshot.status, &snapshot.failure, &None, &None)
+        );
+    }
+    assert_eq!(summaries.len(), 3);
+    let with_tokens = store.instance_summaries(TENANT, &all, true).await.unwrap();
+    assert_eq!(with_tokens[1].tokens.as_ref(), Some(&snapshots[1].tokens));
+
+    let vars = |n: usize| serde_json::to_vec(&snapshots[n].vars).unwrap().len();
+    let whole = |budget| store.instances(TENANT, &all, budget);
+    let read = whole(1).await.unwrap();
+    assert_eq!(
+        (read.records.len(), read.spent),
+        (1, true),
+        "the first, past the budget"
+    );
+    assert_eq!(read.records[0].snapshot.vars, snapshots[0].vars);
+    let read = whole(vars(0) + 1).await.unwrap();
+    assert_eq!((read.records.len(), read.spent), (2, true));
+    let read = whole(vars(0) + vars(1) + vars(2) + 1).await.unwrap();
+    assert_eq!(
+        (read.records.len(), read.spent),
+        (3, false),
+        "all of them, within it"
+    );
 }

@@ -86,7 +86,7 @@ pub async fn concurrent_starts_of_one_message_have_one_winner<S: Store>(store: &
         .clone();
     assert_eq!(loser, Error::Duplicate(answer));
     let instances = store
-        .instances(TENANT, &InstanceFilter::default())
+        .instance_summaries(TENANT, &InstanceFilter::default(), false)
         .await
         .unwrap();
     assert_eq!(instances.len(), 1);
