@@ -218,6 +218,15 @@ fn value(field: &Field, text: &str) -> Result<u32, String> {
 }
 
 impl When {
+    /// How many times a minute it ticks at most: a period's 60 s over its length; a cron's
+    /// finest field is the minute, so once.
+    pub fn ticks_per_minute(&self) -> f64 {
+        match self {
+            When::Every(period) => 60.0 / period.as_secs_f64().max(f64::MIN_POSITIVE),
+            When::Cron(_) => 1.0,
+        }
+    }
+
     /// The first tick strictly after `after`, in `zone` (which a period ignores); `None` when
     /// none comes within five years.
     pub fn next_after(&self, zone: &TimeZone, after: Timestamp) -> Option<Timestamp> {

@@ -76,6 +76,9 @@ pub struct EngineConfig {
     /// Live instances a tenant may have (`sutra.tenants.max-live-instances`): a start past it is
     /// refused, and a call past it fails, with `SUTRA.TENANT.LIVE_INSTANCES.EXCEEDED`.
     pub tenant_max_live_instances: u64,
+    /// Schedule ticks a deployment's flows may make together per minute, at most
+    /// (`sutra.schedules.max-ticks-per-minute`, decision 0083): a denser deployment is refused.
+    pub schedule_max_ticks_per_minute: u32,
     /// The longest lock a task is granted (`sutra.tasks.max-lock`, decision 0078): a longer one
     /// asked for — by a poll, a completion's `take`, an extension or the task node's own `lock`
     /// — is granted up to it, never refused ([`EngineConfig::granted_lock`]).
@@ -119,6 +122,7 @@ impl Default for EngineConfig {
             expression_max_value_bytes: sutra_core::expr::EXPRESSION_VALUE_BYTES_DEFAULT,
             instance_max_vars_bytes: sutra_core::step::VARS_BYTES_DEFAULT,
             tenant_max_live_instances: 1_000_000,
+            schedule_max_ticks_per_minute: 600,
             task_max_lock: SignedDuration::from_hours(1),
             brokers: Vec::new(),
             metric_tenant_labels: false,
@@ -164,6 +168,10 @@ impl EngineConfig {
         at_least_one(
             "sutra.tenants.max-live-instances",
             self.tenant_max_live_instances,
+        )?;
+        at_least_one(
+            "sutra.schedules.max-ticks-per-minute",
+            self.schedule_max_ticks_per_minute,
         )?;
         at_least_one(
             "sutra.deliveries.max-attempts",
@@ -366,7 +374,11 @@ mod tests {
 
     #[test]
     fn a_count_of_zero_is_refused() {
-        let zeroed: [(Change, &str); 12] = [
+        let zeroed: [(Change, &str); 13] = [
+            (
+                |c| c.schedule_max_ticks_per_minute = 0,
+                "sutra.schedules.max-ticks-per-minute",
+            ),
             (
                 |c| c.tenant_max_live_instances = 0,
                 "sutra.tenants.max-live-instances",

@@ -85,6 +85,10 @@ impl Deployments {
         }
         let mut refused = channel_conflicts(&self.live.get(), tenant, &deployment);
         refused.extend(brokers_missing(&self.shared.config.brokers, &deployment));
+        refused.extend(schedules_too_dense(
+            self.shared.config.schedule_max_ticks_per_minute,
+            &deployment,
+        ));
         if !refused.is_empty() {
             return Err(DeployError::Invalid(refused));
         }
@@ -179,6 +183,33 @@ fn brokers_missing(configured: &[Transport], deployment: &Deployment) -> Vec<Dia
             ))
         })
         .collect()
+}
+
+/// A deployment whose schedules together tick more often than `max_per_minute`: one replica leads
+/// the scheduler and fires ticks one at a time, so a document of thousands of flows ticking each
+/// second would be accepted and then fall behind, every schedule late (issue 48). Refused at
+/// deploy, where the author can spread the schedules out or an operator raise the bound.
+fn schedules_too_dense(max_per_minute: u32, deployment: &Deployment) -> Option<Diagnostic> {
+    let scheduled: Vec<_> = (deployment.flows.values())
+        .filter_map(|flow| flow.schedule())
+        .collect();
+    let per_minute: f64 = scheduled.iter().map(|s| s.when.ticks_per_minute()).sum();
+    (per_minute > f64::from(max_per_minute)).then(|| {
+        Diagnostic::error(
+            "schedules-too-dense",
+            Span::default(),
+            format!(
+                "the deployment's {} schedules tick {per_minute:.0} times a minute together, \
+                 more than the {max_per_minute} this engine fires for one deployment",
+                scheduled.len()
+            ),
+        )
+        .with_hint(
+            "schedule fewer flows or less often (a longer `every`, a sparser cron), or raise \
+             sutra.schedules.max-ticks-per-minute (SUTRA_SCHEDULES_MAX_TICKS_PER_MINUTE) on \
+             every replica",
+        )
+    })
 }
 
 /// Every non-retired version of `records` with its checked definition. A version that no longer

@@ -12,7 +12,7 @@ use std::time::Duration;
 use jiff::{SignedDuration, Timestamp};
 use serde_json::json;
 use sutra_core::snapshot::Status;
-use sutra_engine::EngineConfig;
+use sutra_engine::{DeployError, EngineConfig};
 use sutra_store::{InstanceFilter, InstanceRecord, ScheduleKey, ScheduleRecord};
 
 use common::{GRACE, Harness, TENANT, eventually};
@@ -294,4 +294,49 @@ flows:
     .await;
     advance(&harness, 2 * MINUTE).await;
     wait_for_instances(&harness, 1).await;
+}
+
+/// `flows` flows, each started every second.
+fn every_second(flows: usize) -> String {
+    let flows: String = (0..flows)
+        .map(|n| {
+            format!(
+                "  tick{n}:\n    start: {{ schedule: {{ every: PT1S }} }}\n    nodes:\n      \
+                 - id: done\n        end: {{}}\n"
+            )
+        })
+        .collect();
+    format!("name: ticks\nflows:\n{flows}")
+}
+
+/// A deployment whose schedules together tick more often than the engine fires for one (issue 48:
+/// 10,000 flows every second were accepted, and every schedule fell behind) is refused at deploy,
+/// naming the bound that refused it; within the bound it deploys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_ticking_more_often_than_the_bound_is_refused() {
+    let harness = Harness::start(&every_minute("allow", "none"), config()).await;
+    let refused = harness
+        .engine
+        .deploy(TENANT, &every_second(11))
+        .await
+        .expect_err("660 ticks a minute are past the default 600");
+    let DeployError::Invalid(diagnostics) = refused else {
+        panic!("refused as invalid, not {refused:?}");
+    };
+    assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+    assert_eq!(diagnostics[0].rule, "schedules-too-dense");
+    assert!(
+        diagnostics[0].message.contains("660 times a minute"),
+        "{}",
+        diagnostics[0].message
+    );
+    assert!(
+        (diagnostics[0].hint.as_deref()).is_some_and(|h| h.contains("max-ticks-per-minute")),
+        "{diagnostics:?}"
+    );
+    harness
+        .engine
+        .deploy(TENANT, &every_second(10))
+        .await
+        .expect("600 ticks a minute are within it");
 }

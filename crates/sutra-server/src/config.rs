@@ -85,6 +85,8 @@ const KEYS: &[(&str, Option<&str>)] = &[
     ("sutra.instance.max-vars-bytes", Some("4194304")),
     // Live instances a tenant may have (issue 48).
     ("sutra.tenants.max-live-instances", Some("1000000")),
+    // Schedule ticks a deployment may make per minute (issue 48, decision 0083).
+    ("sutra.schedules.max-ticks-per-minute", Some("600")),
     // The longest lock a task is granted: a longer one asked for is granted up to it (issue 48,
     // decision 0078).
     ("sutra.tasks.max-lock", Some("PT1H")),
@@ -305,6 +307,8 @@ impl Sources {
             expression_max_value_bytes: self.parsed("sutra.expressions.max-value-bytes", number)?,
             instance_max_vars_bytes: self.parsed("sutra.instance.max-vars-bytes", number)?,
             tenant_max_live_instances: self.parsed("sutra.tenants.max-live-instances", number)?,
+            schedule_max_ticks_per_minute: self
+                .parsed("sutra.schedules.max-ticks-per-minute", number)?,
             task_max_lock: self.parsed("sutra.tasks.max-lock", duration)?,
             outbox_batch: self.parsed("sutra.outbox.batch", number)?,
             outbox_backoff: self.parsed("sutra.outbox.backoff", duration)?,
