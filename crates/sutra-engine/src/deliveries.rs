@@ -108,16 +108,31 @@ impl Dispatcher {
             .due_deliveries(batch, config.claim_timeout)
             .await?;
         let full = due.len() as u32 == batch;
-        let cancelled = self.cancelled_callers(&due).await;
         // Every due row is in flight before the next look, so no row is dispatched twice by
         // this replica; the mark keeps other dispatchers off it for a claim timeout, and one
         // that looks later than that (a step slower than the claim timeout) meets the claim.
-        let dispatched = due.into_iter().map(|delivery| {
+        // Only a called instance's start waits for the look for cancelled callers: a timer or a
+        // child's answer in the same batch is dispatched at once.
+        let (starts, others): (Vec<_>, Vec<_>) = (due.into_iter())
+            .partition(|delivery| matches!(delivery.kind, DeliveryKind::Start { .. }));
+        let others = others
+            .into_iter()
+            .map(|delivery| self.dispatch(delivery, None));
+        tokio::join!(
+            futures_util::future::join_all(others),
+            self.dispatch_starts(starts)
+        );
+        Ok(if full { Pass::Full } else { Pass::Drained })
+    }
+
+    /// Dispatches the batch's starts once the look for cancelled callers has answered.
+    async fn dispatch_starts(&self, starts: Vec<Delivery>) {
+        let cancelled = self.cancelled_callers(&starts).await;
+        let dispatched = starts.into_iter().map(|delivery| {
             let ancestor = cancelled.get(&instance_key(&delivery)).cloned();
             self.dispatch(delivery, ancestor)
         });
         futures_util::future::join_all(dispatched).await;
-        Ok(if full { Pass::Full } else { Pass::Drained })
     }
 
     async fn until_next_due(&self) -> SignedDuration {
@@ -134,17 +149,13 @@ impl Dispatcher {
         }
     }
 
-    /// The called instances of the batch whose start must be a cancel, each with its nearest
+    /// The called instances of `starts` whose start must be a cancel, each with its nearest
     /// cancelled caller: a subtree whose cancels are still on their way down spawns nothing more
     /// (issue 48). One look for the batch, not one per start, so that a flow calling at breadth
     /// pays a statement per batch of starts. A start whose ancestor is cancelled just after this
     /// look runs, and its children's starts find the ancestor.
-    async fn cancelled_callers(&self, due: &[Delivery]) -> HashMap<InstanceKey, String> {
-        let starts: Vec<InstanceKey> = due
-            .iter()
-            .filter(|delivery| matches!(delivery.kind, DeliveryKind::Start { .. }))
-            .map(instance_key)
-            .collect();
+    async fn cancelled_callers(&self, starts: &[Delivery]) -> HashMap<InstanceKey, String> {
+        let starts: Vec<InstanceKey> = starts.iter().map(instance_key).collect();
         if starts.is_empty() {
             return HashMap::new();
         }

@@ -41,6 +41,12 @@ const ALLOWED: &[(&str, &str)] = &[
          lines on one time line; only `sutra serve` processes, on the system clock, write them",
     ),
     (
+        "sutra-store-postgres/src/failover.rs",
+        "the failover watcher (decision 0080) paces and times out probes of real database \
+         servers on the wall clock: no step, claim or delivery reads it, and a test's manual \
+         clock must not stop a replica from finding its promoted primary",
+    ),
+    (
         "sutra-server/src/connections",
         "the HTTP connections' header, idle and body timeouts (decision 0075) guard sockets \
          against real clients on the wall clock; no step, claim or delivery reads them, and a \
