@@ -13,8 +13,8 @@ use crate::statements::Session;
 impl ReadStatements for Session {
     async fn instance_row(&mut self, tenant: &str, id: &str) -> Result<Option<InstanceRow>> {
         let query = sqlx::query_as(
-            "SELECT snapshot, owner, fence, recoveries, created_at, updated_at FROM instances
-             WHERE tenant = ?1 AND id = ?2",
+            "SELECT snapshot, owner, fence, recoveries, created_at, updated_at, unreadable
+             FROM instances WHERE tenant = ?1 AND id = ?2",
         );
         self.fetch_optional(query.bind(tenant).bind(id)).await
     }
