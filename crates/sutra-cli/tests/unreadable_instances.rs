@@ -62,22 +62,20 @@ impl Database {
             ))
         };
         let written = match self {
-            Database::Sqlite(connection) => {
-                sqlx::query(sql(["?1", "?2"]))
-                    .bind(instance)
-                    .bind(snapshot)
-                    .execute(connection)
-                    .await
-            }
-            Database::Postgres(connection) => {
-                sqlx::query(sql(["$1", "$2::jsonb"]))
-                    .bind(instance)
-                    .bind(snapshot)
-                    .execute(connection)
-                    .await
-            }
+            Database::Sqlite(connection) => sqlx::query(sql(["?1", "?2"]))
+                .bind(instance)
+                .bind(snapshot)
+                .execute(connection)
+                .await
+                .map(|done| done.rows_affected()),
+            Database::Postgres(connection) => sqlx::query(sql(["$1", "$2::jsonb"]))
+                .bind(instance)
+                .bind(snapshot)
+                .execute(connection)
+                .await
+                .map(|done| done.rows_affected()),
         };
-        assert_eq!(written.expect("the row is written").rows_affected(), 1);
+        assert_eq!(written.expect("the row is written"), 1);
     }
 }
 
@@ -111,15 +109,15 @@ fn refused_as_corrupt((status, body): &(u16, Value), saying: &str) {
 /// The page's items, as (id, status, failure code).
 fn listed(page: &Value) -> Vec<(&str, &str, Option<&str>)> {
     let items = page["items"].as_array().expect("items");
-    let item = |i: &Value| {
-        let code = i["failure"]["code"].as_str();
-        (
-            i["id"].as_str().unwrap(),
-            i["status"].as_str().unwrap(),
-            code,
-        )
-    };
     items.iter().map(item).collect()
+}
+
+fn item(listed: &Value) -> (&str, &str, Option<&str>) {
+    (
+        listed["id"].as_str().unwrap(),
+        listed["status"].as_str().unwrap(),
+        listed["failure"]["code"].as_str(),
+    )
 }
 
 async fn an_unreadable_instance_is_listed_as_failed_and_restored_once_repaired(
