@@ -230,7 +230,7 @@ async fn a_timer_whose_step_reads_a_corrupt_row_fails_its_instance_within_the_ce
 }
 
 #[tokio::test]
-async fn a_delivery_to_an_unreadable_snapshot_is_deferred_until_the_row_is_repaired() {
+async fn a_delivery_to_an_unreadable_snapshot_is_deferred_until_the_row_is_repaired_and_restored() {
     let scratch = Scratch::new("ceiling-unreadable");
     // The longest backoff is the claim timeout: a short one, so that the repaired row is
     // taken soon after.
@@ -244,7 +244,7 @@ async fn a_delivery_to_an_unreadable_snapshot_is_deferred_until_the_row_is_repai
         .await
         .unwrap();
     // A snapshot of a format no build knows cannot be decoded, so the failure cannot be
-    // written into it.
+    // written into it: it is written in the row (docs/decisions/0082).
     execute(
         &mut database,
         "UPDATE instances SET snapshot = json_set(snapshot, '$.format', 999) WHERE id = ?1",
@@ -258,15 +258,20 @@ async fn a_delivery_to_an_unreadable_snapshot_is_deferred_until_the_row_is_repai
     })
     .await;
     assert_eq!(failures(&server, "delivery", "exhausted").await, 0.0);
+    let (status, inbox) = server.get("/v1/instances?status=failed").await;
+    assert_eq!(status, 200, "{inbox}");
+    assert_eq!(inbox["items"][0]["id"], instance, "{inbox}");
+    assert_eq!(inbox["items"][0]["failure"]["code"], "SUTRA.STORE.CORRUPT");
 
-    // Repaired, the row is read again at the delivery's next attempt, and the timer's step
-    // completes the instance.
+    // Repaired and restored, the row is read again at the delivery's next attempt, one claim
+    // timeout at most, and the timer's step completes the instance.
     execute(
         &mut database,
         "UPDATE instances SET snapshot = json_set(snapshot, '$.format', 1) WHERE id = ?1",
         &[&instance],
     )
     .await;
+    restored(&server, &instance).await;
     server.wait_for_status(&instance, "completed").await;
 }
 

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use sutra_core::codes::Code;
+use sutra_core::snapshot::Status;
 use sutra_core::step::Event;
 use sutra_store::{DeliveryKind, InstanceKey, NewDelivery, RESTORE_PARK};
 
@@ -62,9 +63,33 @@ impl Admin {
         self.step(tenant, id, Event::Cancel { reason: None }).await
     }
 
-    /// Restores a failed instance: its parks are re-armed and the failed node runs again.
+    /// Restores a failed instance: its parks are re-armed and the failed node runs again. One
+    /// failed in its row because its snapshot could not be read (docs/decisions/0082) is first
+    /// read again, its mark cleared: it then runs on as its snapshot says, and is restored as
+    /// well only if that snapshot is itself failed.
     pub(crate) async fn restore(&self, tenant: &str, id: &str) -> Result<StepOutcome, Error> {
-        self.step(tenant, id, Event::Restore).await
+        match self.readable_again(tenant, id).await? {
+            Some(status) if status != Status::Failed => Ok(StepOutcome {
+                instance: id.to_owned(),
+                status,
+                reply: None,
+                hold: None,
+            }),
+            _ => self.step(tenant, id, Event::Restore).await,
+        }
+    }
+
+    /// Clears the row's mark that its snapshot could not be read, if it has one and the snapshot
+    /// decodes now: the snapshot's status, or `None` when the row had no mark. Its deliveries,
+    /// deferred meanwhile, are taken at their next attempt, one claim timeout at most. While the
+    /// snapshot still does not decode, the restore is refused and nothing is written.
+    async fn readable_again(&self, tenant: &str, id: &str) -> Result<Option<Status>, Error> {
+        match self.shared.store.clear_unreadable(tenant, id).await {
+            Ok(status) => Ok(status),
+            Err(sutra_store::Error::InstanceNotFound(id)) => Err(Error::NotFound(id)),
+            Err(sutra_store::Error::Corrupt(why)) => Err(Error::Unreadable(why)),
+            Err(other) => Err(other.into()),
+        }
     }
 
     /// Restores a failed instance now if its claim is free; else asks the restore as a durable

@@ -29,8 +29,9 @@
 //! in the failed inbox instead of being run forever. A held claim, a store outage, a claim lost
 //! to the sweep, a version not loaded yet or a shutdown pass by themselves and are not counted.
 //! An instance whose snapshot cannot even be decoded cannot be failed in place (the failure is
-//! written in the snapshot): its delivery is deferred at the longest backoff, counted and logged
-//! each time, until the row is repaired.
+//! written in the snapshot): the step that met it failed it in its row instead
+//! (docs/decisions/0082), and its delivery is deferred at the longest backoff, uncounted and
+//! logged each time, until the instance is repaired and restored.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -249,6 +250,7 @@ impl Dispatcher {
                 metrics::claim_bounce(BouncePath::Timer);
                 self.look_again(&delivery).await
             }
+            Err(Error::Unreadable(why)) => self.unreadable(&delivery, &why).await,
             Err(error) if !is_step_failure(&error) => {
                 debug!(delivery = delivery.id.0, instance = %delivery.instance, %error, "delivery not taken; will look again");
                 self.look_again(&delivery).await;
@@ -293,19 +295,27 @@ impl Dispatcher {
                 metrics::delivery_failure(DeliveryFailure::Exhausted);
                 self.discard(delivery).await
             }
-            // The failure is written in the snapshot, which cannot be read: nothing to fail in
-            // place until the row is repaired.
-            Err(Error::Store(sutra_store::Error::Corrupt(why))) => {
-                warn!(delivery = delivery.id.0, instance = %delivery.instance, failures, %error, %why, "a delivery's step failed at every attempt, and its instance cannot be failed: its snapshot cannot be read; deferred at the longest backoff until the row is repaired");
-                metrics::delivery_failure(DeliveryFailure::Unreadable);
-                self.fail_attempt(delivery, config.claim_timeout, error)
-                    .await
-            }
+            // The snapshot cannot be read any more: the instance is failed in its row.
+            Err(Error::Unreadable(why)) => self.unreadable(delivery, &why).await,
             Err(other) => {
                 warn!(delivery = delivery.id.0, instance = %delivery.instance, failures, error = %other, "could not fail the instance of a delivery past its ceiling; will try again");
                 self.fail_attempt(delivery, config.failure_backoff(failures), error)
                     .await
             }
+        }
+    }
+
+    /// The delivery's instance cannot be read, and is failed in its row (docs/decisions/0082)
+    /// until an operator repairs and restores it: no step of its own failed, so nothing is
+    /// counted toward the ceiling — whose end, failing the instance, is done already. It waits
+    /// the longest backoff, one claim timeout, and is tried again then: slowly, and loudly.
+    async fn unreadable(&self, delivery: &Delivery, why: &str) {
+        warn!(delivery = delivery.id.0, instance = %delivery.instance, %why, "a delivery's instance cannot be read; deferred at the longest backoff until it is repaired and restored");
+        metrics::delivery_failure(DeliveryFailure::Unreadable);
+        let until = self.after(self.shared.config.claim_timeout);
+        if let Err(error) = self.shared.store.defer(delivery.id, until).await {
+            // Still marked: due again one claim timeout later all the same.
+            warn!(delivery = delivery.id.0, %error, "could not defer a delivery to an unreadable instance");
         }
     }
 

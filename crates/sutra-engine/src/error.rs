@@ -25,6 +25,14 @@ pub enum Error {
     /// The worker's lock token does not hold the task; nothing was written.
     #[error("{0}")]
     LockLost(String),
+    /// The instance's stored snapshot cannot be decoded, or its row is marked failed because it
+    /// could not be (docs/decisions/0082): nothing was written. It runs again once its row is
+    /// repaired and it is restored.
+    #[error(
+        "the instance's stored snapshot cannot be read ({0}): it stays failed until its row's \
+         snapshot is repaired and the instance is restored"
+    )]
+    Unreadable(String),
     /// A migration that does not fit the instance (its map, its target version); nothing was
     /// written.
     #[error("{0}")]

@@ -15,6 +15,8 @@
 use std::panic::AssertUnwindSafe;
 
 use futures_util::FutureExt;
+use sutra_core::codes;
+use sutra_core::snapshot::Failure;
 use sutra_store::{ClaimAhead, Group, LockedTask};
 use tokio::sync::oneshot;
 use tracing::warn;
@@ -23,6 +25,7 @@ use crate::error::Error;
 use crate::history_log::Landed;
 use crate::request::{Completion, StepOutcome, StepRequest, Work};
 use crate::runner::{Stepper, fails_clean};
+use crate::shared::Shared;
 use crate::written::Written;
 use crate::{fault, history_log, metrics, test_switches};
 
@@ -186,7 +189,7 @@ pub(crate) async fn run(stepper: &Stepper<'_>, members: Vec<Member>) {
     match together(stepper, &members).await {
         Ok(ran) => {
             for (member, ran) in members.into_iter().zip(ran) {
-                member.answer(ran, stepper);
+                settle(member, ran, stepper).await;
             }
         }
         Err(unclean) => {
@@ -218,7 +221,7 @@ pub(crate) async fn one(stepper: &Stepper<'_>, request: StepRequest) -> Result<S
 async fn alone(stepper: &Stepper<'_>, mut member: Member) {
     loop {
         match together(stepper, std::slice::from_ref(&member)).await {
-            Ok(mut ran) => return member.answer(ran.remove(0), stepper),
+            Ok(mut ran) => return settle(member, ran.remove(0), stepper).await,
             Err(Unclean::Member(ran)) => {
                 if member.deliver_instead() {
                     let error = ran.unclean().map(ToString::to_string);
@@ -231,6 +234,48 @@ async fn alone(stepper: &Stepper<'_>, mut member: Member) {
                 return member.answer(*ran, stepper);
             }
             Err(Unclean::Group(error)) => return member.fail(error),
+        }
+    }
+}
+
+/// Answers a member once its group ended, having first failed in its row an instance whose
+/// snapshot the member's claim could not decode (docs/decisions/0082): such a failure cannot be
+/// written in the snapshot. Outside the group's transaction, which held the row, and before the
+/// answer, so that whoever is told of it finds the instance failed.
+async fn settle(member: Member, ran: Ran, stepper: &Stepper<'_>) {
+    if let (Ran::Step(Err(Error::Unreadable(why))), Some(instance)) = (&ran, member.instance()) {
+        mark_unreadable(stepper.shared, member.tenant(), instance, why).await;
+    }
+    member.answer(ran, stepper);
+}
+
+/// Fails the instance in its row with `SUTRA.STORE.CORRUPT`, unless its snapshot decodes after
+/// all or the row is marked already (the store checks, under the row's lock). A mark that could
+/// not be written is tried again by the next step that meets the instance.
+async fn mark_unreadable(shared: &Shared, tenant: &str, instance: &str, why: &str) {
+    let failure = Failure {
+        code: codes::STORE_CORRUPT.code.to_owned(),
+        detail: format!(
+            "the instance's stored snapshot cannot be decoded ({why}), so it can neither run \
+             nor hold its own failure: its row is marked failed, and nothing else of it was \
+             changed. Copy the database, repair the `snapshot` column of its row in `instances` \
+             (from a backup, or as the version that wrote it reads it), then restore the \
+             instance (POST /v1/instances/{instance}/restore)"
+        ),
+        token: None,
+        node: None,
+    };
+    match shared
+        .store
+        .mark_unreadable(tenant, instance, &failure)
+        .await
+    {
+        Ok(true) => {
+            warn!(tenant, instance, %why, "instance failed in its row: its snapshot cannot be decoded")
+        }
+        Ok(false) => {}
+        Err(error) => {
+            warn!(tenant, instance, %error, "could not mark an instance whose snapshot cannot be decoded; the next step that meets it tries again")
         }
     }
 }

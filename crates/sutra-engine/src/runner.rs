@@ -145,7 +145,9 @@ impl Stepper<'_> {
         let completing = group.claim_completing(&claim, task, lock_token).await;
         let (claimed, held) = match completing.map_err(claim_error) {
             Ok(both) => both,
-            Err(error @ (Error::Busy | Error::NotFound(_))) => {
+            // An unreadable instance's completion is left to the dispatcher too, which defers it
+            // until the instance is restored: the worker's call is done.
+            Err(error @ (Error::Busy | Error::NotFound(_) | Error::Unreadable(_))) => {
                 if matches!(error, Error::Busy) {
                     metrics::claim_bounce(metrics::BouncePath::Timer);
                     self.refused(&error, tenant, instance);
@@ -454,7 +456,8 @@ pub(crate) struct Resumption {
 }
 
 /// Whether a member that failed with `error` wrote nothing its group must not commit: a refusal
-/// or a rejection, found before the step's first write. Any other error (a database error, a
+/// or a rejection, found before the step's first write (a claim whose row did not decode is
+/// one). Any other error (a database error, a
 /// panic) may have left the member half written, and fails its whole group.
 pub(crate) fn fails_clean(error: &Error) -> bool {
     matches!(
@@ -466,6 +469,7 @@ pub(crate) fn fails_clean(error: &Error) -> bool {
             | Error::Unpinned(_)
             | Error::TaskNotFound(_)
             | Error::LockLost(_)
+            | Error::Unreadable(_)
             | Error::Store(sutra_store::Error::Duplicate(_))
             | Error::Store(sutra_store::Error::Waited { .. })
     )
@@ -483,10 +487,14 @@ pub(crate) fn outcome_label(error: &Error) -> &'static str {
 }
 
 /// A refused claim as the engine says it; any other error as a task's ([`task_error`]).
+///
+/// A claim's row that does not decode is the instance's snapshot (its one JSON column), or its
+/// mark that it could not be: unreadable, not corrupt at large (docs/decisions/0082).
 fn claim_error(error: sutra_store::Error) -> Error {
     match error {
         sutra_store::Error::ClaimHeld => Error::Busy,
         sutra_store::Error::InstanceNotFound(id) => Error::NotFound(id),
+        sutra_store::Error::Corrupt(why) => Error::Unreadable(why),
         other => task_error(other),
     }
 }

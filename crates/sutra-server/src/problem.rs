@@ -83,6 +83,7 @@ impl Problem {
             }
             EngineError::LockLost(detail) => Problem::new(codes::TASK_LOCK_LOST, detail),
             EngineError::Unmigratable(detail) => Problem::new(codes::MIGRATE_INVALID, detail),
+            EngineError::Unreadable(_) => Problem::new(codes::STORE_CORRUPT, error.to_string()),
             EngineError::Unpinned(_) | EngineError::Closed => {
                 Problem::new(codes::ENGINE_UNAVAILABLE, error.to_string())
             }

@@ -9,10 +9,10 @@ use jiff::SignedDuration;
 use serde::Serialize;
 use sqlx::types::Json;
 use sutra_store::{ClaimAhead, ClaimToken, Owner, Result};
-use sutra_store_sql::rows::{AheadRow, ClaimedRow, CompletedRow, SweptRow};
-use sutra_store_sql::{ClaimStatements, NewClaim};
+use sutra_store_sql::rows::{AheadRow, ClaimedRow, CompletedRow, SnapshotTextRow, SweptRow};
+use sutra_store_sql::{ClaimStatements, Mark, NewClaim};
 
-use crate::codec::{age, db};
+use crate::codec::{age, db, micros};
 use crate::statements::Scoped;
 use crate::test_switches;
 
@@ -52,7 +52,7 @@ impl ClaimStatements for Scoped {
              FROM locked
              WHERE instances.tenant = $2 AND instances.id = locked.id
                AND (owner IS NULL OR owner = $1 OR claimed_at < sutra_now() - $4)
-             RETURNING fence, snapshot, held_by";
+             RETURNING fence, snapshot, held_by, unreadable";
         self.claimed_row(sql, claim).await
     }
 
@@ -61,7 +61,7 @@ impl ClaimStatements for Scoped {
     async fn lock_claimable(&mut self, claim: &NewClaim<'_>) -> Result<Option<ClaimedRow>> {
         static SQL: LazyLock<String> = LazyLock::new(|| {
             test_switches::lock_claimable(
-                "SELECT fence, snapshot, held_by FROM instances
+                "SELECT fence, snapshot, held_by, unreadable FROM instances
                  WHERE tenant = $2 AND id = $3
                    AND (owner IS NULL OR owner = $1 OR claimed_at < sutra_now() - $4)
                  FOR NO KEY UPDATE SKIP LOCKED",
@@ -88,7 +88,7 @@ impl ClaimStatements for Scoped {
         }
         let row: Option<Row> = sqlx::query_as(
             "WITH claimed AS (
-                 SELECT fence, snapshot, held_by FROM instances
+                 SELECT fence, snapshot, held_by, unreadable FROM instances
                  WHERE tenant = $2 AND id = $3
                    AND (owner IS NULL OR owner = $1 OR claimed_at < sutra_now() - $4)
                  FOR NO KEY UPDATE SKIP LOCKED),
@@ -98,7 +98,7 @@ impl ClaimStatements for Scoped {
                  WHERE tenant = $2 AND id = $5 AND EXISTS (SELECT 1 FROM claimed)
                    AND state = 'locked' AND lock_token = $6 AND locked_until > sutra_now()
                  RETURNING instance, park)
-             SELECT claimed.fence, claimed.snapshot, claimed.held_by,
+             SELECT claimed.fence, claimed.snapshot, claimed.held_by, claimed.unreadable,
                     completed.instance, completed.park
              FROM claimed LEFT JOIN completed ON true",
         )
@@ -144,7 +144,7 @@ impl ClaimStatements for Scoped {
                 "WITH wanted AS (
                      SELECT * FROM jsonb_to_recordset($3) AS w(id text, task text, token text)),
                  claimed AS (
-                     SELECT id, fence, snapshot, held_by FROM instances
+                     SELECT id, fence, snapshot, held_by, unreadable FROM instances
                      WHERE tenant = $2 AND id IN (SELECT id FROM wanted)
                        AND (owner IS NULL OR owner = $1 OR claimed_at < sutra_now() - $4)
                      ORDER BY id
@@ -158,7 +158,7 @@ impl ClaimStatements for Scoped {
                        AND tasks.locked_until > sutra_now()
                      RETURNING tasks.instance, tasks.park)
                  SELECT wanted.id AS instance, claimed.fence, claimed.snapshot, claimed.held_by,
-                        completed.park,
+                        claimed.unreadable, completed.park,
                         claimed.id IS NOT NULL OR EXISTS (
                             SELECT 1 FROM instances
                             WHERE instances.tenant = $2 AND instances.id = wanted.id) AS present
@@ -212,6 +212,38 @@ impl ClaimStatements for Scoped {
         .fetch_all(self.connection())
         .await
         .map_err(db)
+    }
+
+    /// `snapshot::text`, so that the script decodes it as SQLite's is decoded.
+    async fn lock_snapshot(
+        &mut self,
+        tenant: &str,
+        instance: &str,
+    ) -> Result<Option<SnapshotTextRow>> {
+        sqlx::query_as(
+            "SELECT snapshot::text AS snapshot, unreadable FROM instances
+             WHERE tenant = $1 AND id = $2
+             FOR NO KEY UPDATE",
+        )
+        .bind(tenant)
+        .bind(instance)
+        .fetch_optional(self.connection())
+        .await
+        .map_err(db)
+    }
+
+    async fn set_mark(&mut self, tenant: &str, instance: &str, mark: &Mark<'_>) -> Result<()> {
+        let query = sqlx::query(
+            "UPDATE instances SET status = $1, unreadable = $2, updated_at = $3
+             WHERE tenant = $4 AND id = $5",
+        );
+        let query = query
+            .bind(mark.status.as_str())
+            .bind(mark.unreadable)
+            .bind(micros(mark.now))
+            .bind(tenant)
+            .bind(instance);
+        self.execute(query).await.map(drop)
     }
 }
 

@@ -13,8 +13,8 @@ use crate::statements::Scoped;
 impl ReadStatements for Scoped {
     async fn instance_row(&mut self, tenant: &str, id: &str) -> Result<Option<InstanceRow>> {
         sqlx::query_as(
-            "SELECT snapshot, owner, fence, recoveries, created_at, updated_at FROM instances
-             WHERE tenant = $1 AND id = $2",
+            "SELECT snapshot, owner, fence, recoveries, created_at, updated_at, unreadable
+             FROM instances WHERE tenant = $1 AND id = $2",
         )
         .bind(tenant)
         .bind(id)

@@ -3,13 +3,15 @@
 
 use std::future::Future;
 
-use jiff::SignedDuration;
+use jiff::{SignedDuration, Timestamp};
+use sutra_core::snapshot::{Failure, Status};
+use sutra_store::codec::corrupt;
 use sutra_store::{
     ClaimAhead, ClaimKind, ClaimToken, Claimed, Claims, Error, HeldTask, Owner, Result,
     SweepOutcome,
 };
 
-use crate::rows::{AheadRow, ClaimedRow, CompletedRow, SweptRow};
+use crate::rows::{AheadRow, ClaimedRow, CompletedRow, SnapshotTextRow, SweptRow};
 use crate::statements::{Backend, Scope, Statements};
 use crate::store::SqlStore;
 use crate::tasks::{TaskStatements, completed_or_why};
@@ -52,6 +54,54 @@ impl<B: Backend> Claims for SqlStore<B> {
             .await?;
         Ok(SweptRow::outcome(swept, max_recoveries))
     }
+
+    async fn mark_unreadable(
+        &self,
+        tenant: &str,
+        instance: &str,
+        failure: &Failure,
+    ) -> Result<bool> {
+        let failure = serde_json::to_string(failure).map_err(|e| corrupt("a failure", e))?;
+        let mut tx = self.begin(Scope::Tenant(tenant)).await?;
+        let row = tx.lock_snapshot(tenant, instance).await?;
+        let unreadable = row.is_some_and(|row| !row.marked() && row.decode().is_err());
+        if unreadable {
+            let mark = Mark {
+                status: Status::Failed,
+                unreadable: Some(&failure),
+                now: self.backend().clock().now(),
+            };
+            tx.set_mark(tenant, instance, &mark).await?;
+        }
+        tx.commit().await?;
+        Ok(unreadable)
+    }
+
+    async fn clear_unreadable(&self, tenant: &str, instance: &str) -> Result<Option<Status>> {
+        let mut tx = self.begin(Scope::Tenant(tenant)).await?;
+        let row = tx.lock_snapshot(tenant, instance).await?;
+        let row = row.ok_or_else(|| Error::InstanceNotFound(instance.to_owned()))?;
+        if !row.marked() {
+            return Ok(None);
+        }
+        let status = row.decode()?.status;
+        let mark = Mark {
+            status,
+            unreadable: None,
+            now: self.backend().clock().now(),
+        };
+        tx.set_mark(tenant, instance, &mark).await?;
+        tx.commit().await?;
+        Ok(Some(status))
+    }
+}
+
+/// What [`ClaimStatements::set_mark`] writes on an instance's row.
+pub struct Mark<'a> {
+    pub status: Status,
+    /// The failure as JSON text; `None` clears the mark.
+    pub unreadable: Option<&'a str>,
+    pub now: Timestamp,
 }
 
 /// Takes the durable claim in the caller's transaction. A refusal has written nothing.
@@ -196,4 +246,20 @@ pub trait ClaimStatements: Statements {
         &mut self,
         claim_timeout: SignedDuration,
     ) -> impl Future<Output = Result<Vec<SweptRow>>> + Send;
+
+    /// The instance's snapshot as text and its mark, the row locked until the transaction ends
+    /// (waiting for a step in flight on it); `None` when there is no such instance.
+    fn lock_snapshot(
+        &mut self,
+        tenant: &str,
+        instance: &str,
+    ) -> impl Future<Output = Result<Option<SnapshotTextRow>>> + Send;
+
+    /// Writes `mark` on the instance's row: its `status`, `unreadable` and `updated_at`.
+    fn set_mark(
+        &mut self,
+        tenant: &str,
+        instance: &str,
+        mark: &Mark<'_>,
+    ) -> impl Future<Output = Result<()>> + Send;
 }

@@ -58,7 +58,7 @@ mod store;
 mod tasks;
 mod waits;
 
-pub use claim::{ClaimStatements, NewClaim};
+pub use claim::{ClaimStatements, Mark, NewClaim};
 pub use commit::{StepRows, StepStatements, TakenTask, TaskArm, Wrote, settle_fence, write_each};
 pub use deliveries::{ANCESTORS_MAX, DeliveryStatements};
 pub use deployments::{DeploymentStatements, NewVersion};

@@ -13,7 +13,9 @@ use crate::rows::InstanceRow;
 /// `SELECT` of the columns of an [`crate::rows::InstanceSummaryRow`] of `tenant` that match
 /// `filter`, in id order. Of the snapshot it reads a failed instance's `failure` and, when
 /// `tokens`, the `tokens`: `->>` gives a member's JSON text on PostgreSQL and SQLite alike, so
-/// that neither the variables nor the rest of the snapshot leave the database.
+/// that neither the variables nor the rest of the snapshot leave the database. A row marked
+/// unreadable has its failure in its own column and no snapshot worth reading: `CASE` looks no
+/// further (SQLite's `->>` raises an error on text that is not JSON, and would fail the page).
 pub fn summaries<DB>(tenant: &str, filter: &InstanceFilter, tokens: bool) -> QueryBuilder<DB>
 where
     DB: Database,
@@ -21,13 +23,14 @@ where
     for<'t> i64: Encode<'t, DB> + Type<DB>,
 {
     let tokens = if tokens {
-        "snapshot ->> 'tokens'"
+        "CASE WHEN unreadable IS NULL THEN snapshot ->> 'tokens' END"
     } else {
         "NULL"
     };
     let select = format!(
         "SELECT id, tenant, deployment, version, flow, status, parent, created_at, updated_at,
-                CASE WHEN status = 'failed' THEN snapshot ->> 'failure' END AS failure,
+                CASE WHEN unreadable IS NOT NULL THEN unreadable
+                     WHEN status = 'failed' THEN snapshot ->> 'failure' END AS failure,
                 {tokens} AS tokens
          FROM instances WHERE tenant = "
     );
@@ -43,8 +46,8 @@ where
     for<'t> i64: Encode<'t, DB> + Type<DB>,
 {
     let select = QueryBuilder::new(
-        "SELECT snapshot, owner, fence, recoveries, created_at, updated_at FROM instances
-         WHERE tenant = ",
+        "SELECT snapshot, owner, fence, recoveries, created_at, updated_at, unreadable
+         FROM instances WHERE tenant = ",
     );
     filtered(select, tenant, filter)
 }

@@ -7,13 +7,13 @@
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 use sqlx::types::Json;
-use sutra_core::snapshot::{ParkId, Snapshot, Status, TokenId};
+use sutra_core::snapshot::{Failure, ParkId, Snapshot, Status, TokenId};
 use sutra_core::step::HistoryEvent;
 use sutra_core::storable::json_bytes;
 use sutra_store::codec::{corrupt, park_id, parse_history_kind, timestamp, unsigned};
 use sutra_store::{
     ClaimKind, ClaimToken, Claimed, Delivery, DeliveryId, DeliveryKind, DeploymentRecord,
-    DeploymentStatus, InboxAnswer, InstanceKey, InstanceRecord, InstanceSummary, Lease,
+    DeploymentStatus, Error, InboxAnswer, InstanceKey, InstanceRecord, InstanceSummary, Lease,
     OutboxEntry, OutboxId, OutboxRecord, Owner, Result, ScheduleRecord, SweepOutcome, TaskLock,
     TaskRecord, TaskState, WaitTarget,
 };
@@ -22,16 +22,27 @@ pub fn snapshot(json: Value) -> Result<Snapshot> {
     Snapshot::from_json(json).map_err(|e| corrupt("a snapshot", e))
 }
 
-/// What a successful claim's `UPDATE … RETURNING fence, snapshot, held_by` returns.
+/// What a successful claim's `UPDATE … RETURNING fence, snapshot, held_by, unreadable` returns.
 #[derive(sqlx::FromRow)]
 pub struct ClaimedRow {
     fence: i64,
     snapshot: Json<Value>,
     held_by: Option<String>,
+    /// The failure the engine wrote in the row when it could not read the snapshot
+    /// ([`sutra_store::Claims::mark_unreadable`]).
+    unreadable: Option<String>,
 }
 
 impl ClaimedRow {
+    /// The claim, unless the row is marked unreadable: a marked row is refused as one whose
+    /// snapshot does not decode is, even once repaired, until a restore clears the mark — so
+    /// that nothing runs it while it is listed as failed.
     pub fn decode(self, owner: &Owner, kind: ClaimKind) -> Result<Claimed> {
+        if self.unreadable.is_some() {
+            return Err(Error::Corrupt(
+                "its row is marked failed since its snapshot could not be decoded".to_owned(),
+            ));
+        }
         Ok(Claimed {
             token: ClaimToken {
                 owner: owner.clone(),
@@ -41,6 +52,26 @@ impl ClaimedRow {
             snapshot: snapshot(self.snapshot.0)?,
             held_by: self.held_by,
         })
+    }
+}
+
+/// An instance's snapshot as text, and its mark, read under the row's lock to mark or clear it
+/// (`SELECT snapshot, unreadable`): text, so that a snapshot that is not even JSON is read too.
+#[derive(sqlx::FromRow)]
+pub struct SnapshotTextRow {
+    snapshot: String,
+    unreadable: Option<String>,
+}
+
+impl SnapshotTextRow {
+    pub fn marked(&self) -> bool {
+        self.unreadable.is_some()
+    }
+
+    /// The snapshot, or why it cannot be decoded.
+    pub fn decode(&self) -> Result<Snapshot> {
+        let json = serde_json::from_str(&self.snapshot).map_err(|e| corrupt("a snapshot", e))?;
+        snapshot(json)
     }
 }
 
@@ -101,6 +132,7 @@ pub struct InstanceRow {
     recoveries: i64,
     created_at: i64,
     updated_at: i64,
+    unreadable: Option<String>,
 }
 
 impl InstanceRow {
@@ -109,9 +141,17 @@ impl InstanceRow {
         json_bytes(&self.snapshot.0["vars"])
     }
 
+    /// The record; a row marked unreadable reads as failed with its mark's failure, as the
+    /// listings show it, or, while its snapshot still does not decode, as that failure's detail
+    /// (what did not decode, and what to do).
     pub fn decode(self) -> Result<InstanceRecord> {
+        let decoded = snapshot(self.snapshot.0);
+        let snapshot = match self.unreadable {
+            Some(mark) => failed_in_row(decoded, &mark)?,
+            None => decoded?,
+        };
         Ok(InstanceRecord {
-            snapshot: snapshot(self.snapshot.0)?,
+            snapshot,
             owner: self.owner,
             fence: self.fence,
             recoveries: unsigned(self.recoveries, "a recovery count")?,
@@ -119,6 +159,15 @@ impl InstanceRow {
             updated_at: timestamp(self.updated_at)?,
         })
     }
+}
+
+/// A snapshot as the mark on its row shows it: failed with the mark's failure.
+fn failed_in_row(decoded: Result<Snapshot>, mark: &str) -> Result<Snapshot> {
+    let failure: Failure = serde_json::from_str(mark).map_err(|e| corrupt("a failure", e))?;
+    let mut snapshot = decoded.map_err(|_| Error::Corrupt(failure.detail.clone()))?;
+    snapshot.status = Status::Failed;
+    snapshot.failure = Some(failure);
+    Ok(snapshot)
 }
 
 /// The columns of [`crate::listings::summaries`]: `failure` and `tokens` are those members of the
@@ -480,6 +529,7 @@ pub struct AheadRow {
     fence: Option<i64>,
     snapshot: Option<Json<Value>>,
     held_by: Option<String>,
+    unreadable: Option<String>,
     park: Option<i64>,
     pub present: bool,
 }
@@ -491,6 +541,7 @@ impl AheadRow {
             fence: self.fence?,
             snapshot: self.snapshot.take()?,
             held_by: self.held_by.take(),
+            unreadable: self.unreadable.take(),
         })
     }
 

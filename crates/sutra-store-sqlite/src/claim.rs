@@ -5,8 +5,8 @@
 
 use jiff::SignedDuration;
 use sutra_store::{ClaimToken, Result};
-use sutra_store_sql::rows::{ClaimedRow, SweptRow};
-use sutra_store_sql::{ClaimStatements, NewClaim};
+use sutra_store_sql::rows::{ClaimedRow, SnapshotTextRow, SweptRow};
+use sutra_store_sql::{ClaimStatements, Mark, NewClaim};
 
 use crate::codec::{db, micros, micros_before};
 use crate::statements::Session;
@@ -18,7 +18,7 @@ impl ClaimStatements for Session {
             "UPDATE instances SET owner = ?1, claimed_at = ?2, fence = fence + 1
              WHERE tenant = ?3 AND id = ?4
                AND (owner IS NULL OR owner = ?1 OR claimed_at < ?5)
-             RETURNING fence, snapshot, held_by",
+             RETURNING fence, snapshot, held_by, unreadable",
         )
         .bind(&claim.owner.0)
         .bind(micros(now))
@@ -41,7 +41,7 @@ impl ClaimStatements for Session {
             return Ok(None);
         }
         let query = sqlx::query_as(
-            "SELECT fence, snapshot, held_by FROM instances
+            "SELECT fence, snapshot, held_by, unreadable FROM instances
              WHERE tenant = ?2 AND id = ?3
                AND (owner IS NULL OR owner = ?1 OR claimed_at < ?4)",
         )
@@ -91,5 +91,32 @@ impl ClaimStatements for Session {
         .fetch_all(self.connection().await?)
         .await
         .map_err(db)
+    }
+
+    /// In the write transaction, whose lock is the row lock.
+    async fn lock_snapshot(
+        &mut self,
+        tenant: &str,
+        instance: &str,
+    ) -> Result<Option<SnapshotTextRow>> {
+        self.write().await?;
+        let query = sqlx::query_as(
+            "SELECT snapshot, unreadable FROM instances WHERE tenant = ?1 AND id = ?2",
+        );
+        self.fetch_optional(query.bind(tenant).bind(instance)).await
+    }
+
+    async fn set_mark(&mut self, tenant: &str, instance: &str, mark: &Mark<'_>) -> Result<()> {
+        let query = sqlx::query(
+            "UPDATE instances SET status = ?1, unreadable = ?2, updated_at = ?3
+             WHERE tenant = ?4 AND id = ?5",
+        );
+        let query = query
+            .bind(mark.status.as_str())
+            .bind(mark.unreadable)
+            .bind(micros(mark.now))
+            .bind(tenant)
+            .bind(instance);
+        self.write().await?.execute(query).await.map(drop)
     }
 }

@@ -11,10 +11,14 @@ use crate::codec::db;
 use crate::statements::Session;
 
 impl ReadStatements for Session {
+    /// A row marked unreadable whose snapshot is not even JSON reads it as `null`, so that the
+    /// row decodes and answers its mark's detail (decision 0082) rather than the JSON error.
     async fn instance_row(&mut self, tenant: &str, id: &str) -> Result<Option<InstanceRow>> {
         let query = sqlx::query_as(
-            "SELECT snapshot, owner, fence, recoveries, created_at, updated_at FROM instances
-             WHERE tenant = ?1 AND id = ?2",
+            "SELECT CASE WHEN unreadable IS NOT NULL AND NOT json_valid(snapshot) THEN 'null'
+                         ELSE snapshot END AS snapshot,
+                    owner, fence, recoveries, created_at, updated_at, unreadable
+             FROM instances WHERE tenant = ?1 AND id = ?2",
         );
         self.fetch_optional(query.bind(tenant).bind(id)).await
     }

@@ -4,7 +4,7 @@
 //! never parses owner ids. The commit that releases a claim is the step's ([`crate::Steps`]).
 
 use jiff::SignedDuration;
-use sutra_core::snapshot::Snapshot;
+use sutra_core::snapshot::{Failure, Snapshot, Status};
 
 use crate::Result;
 
@@ -82,4 +82,22 @@ pub trait Claims: Send + Sync {
         claim_timeout: SignedDuration,
         max_recoveries: u32,
     ) -> Result<SweepOutcome>;
+
+    /// Fails the instance in its row, when its snapshot cannot be decoded and so cannot hold the
+    /// failure (docs/decisions/0082): `status` becomes `failed` and `failure` is kept in a
+    /// column of its own, which listings read and every claim refuses. Checked under the row's
+    /// lock: whether it marked the row — not when the snapshot decodes (repaired meanwhile), the
+    /// row is marked already, or there is no such instance.
+    async fn mark_unreadable(
+        &self,
+        tenant: &str,
+        instance: &str,
+        failure: &Failure,
+    ) -> Result<bool>;
+
+    /// Clears the mark [`Claims::mark_unreadable`] wrote, once the snapshot decodes again: the
+    /// row's `status` is its snapshot's once more, the status returned. `None` when the row is
+    /// not marked. [`crate::Error::Corrupt`], having written nothing, while the snapshot still
+    /// does not decode.
+    async fn clear_unreadable(&self, tenant: &str, instance: &str) -> Result<Option<Status>>;
 }

@@ -73,6 +73,8 @@ macro_rules! conformance_tests {
             sweep_clears_claims_by_age_and_never_parses_owners,
             sweep_leaves_live_claims_alone,
             sweep_counts_consecutive_recoveries_and_reports_poison,
+            an_unreadable_instance_is_failed_in_its_row_and_every_claim_refuses_it,
+            an_unreadable_mark_is_cleared_only_once_the_snapshot_decodes,
             start_is_owned_by_whoever_inserted_the_inbox_row,
             concurrent_starts_of_one_message_have_one_winner,
             correlation_alias_is_unique,

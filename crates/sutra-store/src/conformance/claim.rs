@@ -1,8 +1,13 @@
 //! Conformance of the claim (SPEC §5.2): a compare-and-set that refuses instead of waiting, grows
 //! the fence every time, is re-entrant for its owner and goes stale after the timeout; release
-//! gives it back; the sweep clears claims by age alone and counts recoveries.
+//! gives it back; the sweep clears claims by age alone and counts recoveries. An instance whose
+//! snapshot cannot be decoded is failed in its row, and every claim refuses it until its mark is
+//! cleared (docs/decisions/0082).
+
+use sutra_core::snapshot::Failure;
 
 use super::fixtures::*;
+use crate::ClaimAhead;
 
 pub async fn claim_refuses_instead_of_waiting<S: Store>(store: &S) {
     let id = id(1);
@@ -226,4 +231,143 @@ pub async fn sweep_counts_consecutive_recoveries_and_reports_poison<S: Store>(st
     );
     assert!(die_and_sweep().await.poisoned.is_empty());
     assert_eq!(record(store, &id).await.recoveries, 1);
+}
+
+/// A snapshot of a format no build knows: committed as any other, it cannot be read back.
+async fn started_unreadable<S: Store>(store: &S, id: &str) {
+    let mut snapshot = snapshot(TENANT, id, Status::Suspended);
+    snapshot.format = 999;
+    let commit = start(snapshot, &format!("start-{id}"));
+    store.commit(&commit).await.expect("a start commits");
+}
+
+/// The failure the engine writes on an unreadable instance's row.
+fn unreadable_failure() -> Failure {
+    Failure {
+        code: "SUTRA.STORE.CORRUPT".to_owned(),
+        detail: "its snapshot cannot be decoded: repair it, then restore".to_owned(),
+        token: None,
+        node: None,
+    }
+}
+
+pub async fn an_unreadable_instance_is_failed_in_its_row_and_every_claim_refuses_it<S: Store>(
+    store: &S,
+) {
+    let (bad, good) = (id(1), id(2));
+    started_unreadable(store, &bad).await;
+    started(store, TENANT, &good).await;
+    let failure = unreadable_failure();
+    assert!(matches!(
+        claim_as(store, &bad, LANE_A, HOUR).await,
+        Err(Error::Corrupt(_))
+    ));
+
+    assert!(
+        !store
+            .mark_unreadable(TENANT, &good, &failure)
+            .await
+            .unwrap(),
+        "a snapshot that decodes is not marked"
+    );
+    assert!(store.mark_unreadable(TENANT, &bad, &failure).await.unwrap());
+    assert!(
+        !store.mark_unreadable(TENANT, &bad, &failure).await.unwrap(),
+        "marked once"
+    );
+    assert!(
+        !store
+            .mark_unreadable(OTHER_TENANT, &bad, &failure)
+            .await
+            .unwrap()
+    );
+
+    // Listed as failed with the mark's failure, without reading its snapshot, and the page lists
+    // the others; with the tokens asked, it has none.
+    for tokens in [false, true] {
+        let all = InstanceFilter::default();
+        let listed = store
+            .instance_summaries(TENANT, &all, tokens)
+            .await
+            .unwrap();
+        let shown: Vec<_> = listed
+            .iter()
+            .map(|s| (s.status, s.failure.clone()))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                (Status::Failed, Some(failure.clone())),
+                (Status::Suspended, None)
+            ]
+        );
+        assert_eq!(listed[0].tokens, None);
+    }
+    let failed = InstanceFilter {
+        status: Some(Status::Failed),
+        ..InstanceFilter::default()
+    };
+    let listed = store
+        .instance_summaries(TENANT, &failed, false)
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].id, bad);
+    // Read alone, it answers the mark's detail: what did not decode, and what to do.
+    let read = store.instance(TENANT, &bad).await;
+    assert_eq!(read, Err(Error::Corrupt(failure.detail.clone())));
+
+    // Every claim refuses it — durable, in a group, taken ahead — and the others are claimed.
+    assert!(matches!(
+        claim_as(store, &bad, LANE_A, HOUR).await,
+        Err(Error::Corrupt(_))
+    ));
+    let mut group = store.group(TENANT).await.unwrap();
+    let ahead = [&bad, &good].map(|instance| ClaimAhead {
+        instance,
+        completing: None,
+    });
+    group
+        .claim_ahead(TENANT, &owner(LANE_A), HOUR, &ahead)
+        .await
+        .unwrap();
+    let refused = group.claim(TENANT, &bad, &owner(LANE_A), HOUR).await;
+    assert!(matches!(refused, Err(Error::Corrupt(_))), "{refused:?}");
+    let taken = group.claim(TENANT, &good, &owner(LANE_A), HOUR).await;
+    assert_eq!(taken.unwrap().snapshot.status, Status::Suspended);
+    drop(group);
+    let mut group = store.group(TENANT).await.unwrap();
+    let refused = group.claim(TENANT, &bad, &owner(LANE_A), HOUR).await;
+    assert!(matches!(refused, Err(Error::Corrupt(_))), "{refused:?}");
+}
+
+pub async fn an_unreadable_mark_is_cleared_only_once_the_snapshot_decodes<S: Store>(store: &S) {
+    let (bad, good) = (id(1), id(2));
+    started_unreadable(store, &bad).await;
+    started(store, TENANT, &good).await;
+    store
+        .mark_unreadable(TENANT, &bad, &unreadable_failure())
+        .await
+        .unwrap();
+
+    let refused = store.clear_unreadable(TENANT, &bad).await;
+    assert!(matches!(refused, Err(Error::Corrupt(_))), "{refused:?}");
+    let listed = store
+        .instance_summaries(TENANT, &InstanceFilter::default(), false)
+        .await
+        .unwrap();
+    assert_eq!(
+        (listed[0].status, listed[0].failure.is_some()),
+        (Status::Failed, true),
+        "a refused clear leaves the mark"
+    );
+    assert_eq!(store.clear_unreadable(TENANT, &good).await, Ok(None));
+    assert!(matches!(
+        store.clear_unreadable(TENANT, &id(3)).await,
+        Err(Error::InstanceNotFound(_))
+    ));
+    assert!(matches!(
+        store.clear_unreadable(OTHER_TENANT, &bad).await,
+        Err(Error::InstanceNotFound(_))
+    ));
 }
