@@ -168,6 +168,9 @@ async fn an_instance_shows_in_the_list_the_detail_block_and_the_history_table() 
     assert_eq!(header, ["ID", "FLOW", "VERSION", "STATUS", "UPDATED"]);
     assert_eq!(&row[..4], [id.as_str(), "order", "1", "suspended"]);
     assert!(row[4].ends_with('Z') && !row[4].contains('.'), "{row:?}");
+    // The order called nothing: listing its children lists no instance, not every one.
+    let children = sutra(&server, &["instances", "list", "--parent", &id]).succeeded();
+    assert!(!children.stdout.contains(&id), "{}", children.stdout);
 
     let show = sutra(&server, &["instances", "show", &id]).succeeded();
     for expected in [

@@ -158,6 +158,7 @@ impl Client {
                 ("status", query.status.as_deref()),
                 ("flow", query.flow.as_deref()),
                 ("version", version.as_deref()),
+                ("parent", query.parent.as_deref()),
                 ("failure_code", query.failure_code.as_deref()),
                 ("correlation_key", query.correlation_key.as_deref()),
                 ("created_after", query.created_after.as_deref()),

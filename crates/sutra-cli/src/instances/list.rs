@@ -13,6 +13,9 @@ pub struct Args {
     /// Only instances of this flow.
     #[arg(long)]
     flow: Option<String>,
+    /// Only the instances this instance called (its children).
+    #[arg(long, value_name = "ID")]
+    parent: Option<String>,
     /// At most this many (the server's default is 100).
     #[arg(long, value_name = "N")]
     limit: Option<u32>,
@@ -25,6 +28,7 @@ pub async fn run(args: &Args, context: Context) -> Result<(), CommandError> {
     let query = InstanceQuery {
         status: args.status.clone(),
         flow: args.flow.clone(),
+        parent: args.parent.clone(),
         limit: args.limit,
         after: args.after.clone(),
         ..InstanceQuery::default()
