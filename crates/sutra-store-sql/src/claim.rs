@@ -80,19 +80,27 @@ impl<B: Backend> Claims for SqlStore<B> {
     async fn clear_unreadable(&self, tenant: &str, instance: &str) -> Result<Option<Status>> {
         let mut tx = self.begin(Scope::Tenant(tenant)).await?;
         let row = tx.lock_snapshot(tenant, instance).await?;
-        let row = row.ok_or_else(|| Error::InstanceNotFound(instance.to_owned()))?;
-        if !row.marked() {
-            return Ok(None);
-        }
-        let status = row.decode()?.status;
-        let mark = Mark {
-            status,
-            unreadable: None,
-            now: self.backend().clock().now(),
+        let cleared = match row {
+            None => Err(Error::InstanceNotFound(instance.to_owned())),
+            Some(row) if !row.marked() => Ok(None),
+            Some(row) => match row.decode() {
+                Err(unreadable) => Err(unreadable),
+                Ok(snapshot) => {
+                    let mark = Mark {
+                        status: snapshot.status,
+                        unreadable: None,
+                        now: self.backend().clock().now(),
+                    };
+                    tx.set_mark(tenant, instance, &mark).await?;
+                    Ok(Some(snapshot.status))
+                }
+            },
         };
-        tx.set_mark(tenant, instance, &mark).await?;
+        // Ended here whatever was found: a dropped transaction is rolled back only once its
+        // connection is back in the pool, and until then its row lock would refuse the claim
+        // of the restore that follows (a bulk restore saw half its instances "claim held").
         tx.commit().await?;
-        Ok(Some(status))
+        cleared
     }
 }
 
