@@ -70,12 +70,45 @@ pub struct InstanceSummary {
 
 /// An item of `GET /v1/instances`: its summary, or with `vars=true` the whole instance.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(untagged)]
 pub enum ListedInstance {
     // First: a whole instance would also read as a summary, its other members in `extra`.
     Whole(Instance),
     Summary(InstanceSummary),
+}
+
+/// `anyOf`, not the `oneOf` utoipa derives for an untagged enum: a whole instance also reads as
+/// a summary (a summary's schema does not refuse the members it lacks), so it would match both,
+/// which `oneOf` forbids (schemathesis: "valid under more than one of the schemas").
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for ListedInstance {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{AnyOfBuilder, Ref};
+        AnyOfBuilder::new()
+            .item(Ref::from_schema_name("Instance"))
+            .item(Ref::from_schema_name("InstanceSummary"))
+            .description(Some(
+                "An item of `GET /v1/instances`: its summary, or with `vars=true` the whole \
+                 instance.",
+            ))
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for ListedInstance {
+    fn schemas(
+        schemas: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
+    ) {
+        use utoipa::{PartialSchema, ToSchema};
+        schemas.push((Instance::name().into(), Instance::schema()));
+        <Instance as ToSchema>::schemas(schemas);
+        schemas.push((InstanceSummary::name().into(), InstanceSummary::schema()));
+        <InstanceSummary as ToSchema>::schemas(schemas);
+    }
 }
 
 /// An instance snapshot (`GET /v1/instances/{id}`, and each item of the listing with
