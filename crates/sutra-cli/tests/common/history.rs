@@ -457,6 +457,10 @@ fn leases(events: &[Event], report: &mut Report) {
     }
     for (role, mut terms) in by_role {
         report.terms += terms.len();
+        // A term answered only once its deadline had passed (its replica frozen between the
+        // database's grant and the answer) spans nothing, as such a lock does: by its own clock
+        // the replica never held the role, and it acts only within its deadline.
+        terms.retain(|term| term.end > term.start);
         terms.sort_by_key(|t| t.start);
         let mut epochs: HashMap<i64, &Term> = HashMap::new();
         for (i, term) in terms.iter().enumerate() {
