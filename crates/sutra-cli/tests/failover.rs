@@ -30,10 +30,18 @@ const REPLICAS: usize = 2;
 const WINDOW: Duration = Duration::from_secs(15);
 const FAIL_OVER_AT: Duration = Duration::from_secs(5);
 const TRANSFERS_PER_SECOND: f64 = 12.0;
-const LANES: usize = 4;
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn every_acknowledged_step_survives_a_failover_to_the_synchronous_standby() {
+async fn every_acknowledged_step_survives_a_failover_to_the_synchronous_standby_at_1_lane() {
+    survives_a_failover(1).await
+}
+
+/// At four lanes too: group commit and the deferred acknowledgement have windows only there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_acknowledged_step_survives_a_failover_to_the_synchronous_standby_at_4_lanes() {
+    survives_a_failover(4).await
+}
+
+async fn survives_a_failover(lanes: usize) {
     let timing = Timing::SHORT;
     let began = Instant::now();
     let cluster = ReplicatedCluster::start().await;
@@ -43,11 +51,11 @@ async fn every_acknowledged_step_survives_a_failover_to_the_synchronous_standby(
     );
     let receiver = Receiver::accepting();
     let deployment = transfers(&receiver.url("/ledger"));
-    let fleet = (Fleet::of("failover", REPLICAS, timing).lanes(LANES))
+    let fleet = (Fleet::of("failover", REPLICAS, timing).lanes(lanes))
         .start(&cluster.url(), &deployment)
         .await;
     println!(
-        "failover: {REPLICAS} replicas up at {:.2} s",
+        "failover: {REPLICAS} replicas at {lanes} lane(s) up at {:.2} s",
         began.elapsed().as_secs_f64()
     );
     let urls = fleet.urls();
