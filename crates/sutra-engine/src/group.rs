@@ -19,7 +19,7 @@ use sutra_core::codes;
 use sutra_core::snapshot::Failure;
 use sutra_store::{ClaimAhead, Group, LockedTask};
 use tokio::sync::oneshot;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::error::Error;
 use crate::history_log::Landed;
@@ -301,9 +301,10 @@ async fn together(stepper: &Stepper<'_>, members: &[Member]) -> Result<Vec<Ran>,
         .group(first.tenant())
         .await
         .map_err(|error| Unclean::Group(error.into()))?;
-    claim_ahead(stepper, &mut *group, members)
-        .await
-        .map_err(|error| Unclean::Group(error.into()))?;
+    if let Err(error) = claim_ahead(stepper, &mut *group, members).await {
+        roll_back(group).await;
+        return Err(Unclean::Group(error.into()));
+    }
     // Members' plain steps written together (decision 0059). Alone, a member writes at once: a
     // refusal found when kept steps are written fails the whole group, and a member alone must
     // be answered with its own refusal.
@@ -330,7 +331,10 @@ async fn together(stepper: &Stepper<'_>, members: &[Member]) -> Result<Vec<Ran>,
             }
             commit
         }
-        Err(unclean) => Err(unclean),
+        Err(unclean) => {
+            roll_back(group).await;
+            Err(unclean)
+        }
     };
     match committed {
         Ok(()) => {
@@ -345,6 +349,15 @@ async fn together(stepper: &Stepper<'_>, members: &[Member]) -> Result<Vec<Ran>,
             drop(ran);
             Err(unclean)
         }
+    }
+}
+
+/// Ends a group that will not commit before its members run alone: dropped, its transaction
+/// would hold their rows until its connection is next used, and their own claims would be
+/// refused as held. One that cannot roll back has lost its connection, and its locks with it.
+async fn roll_back(group: Box<dyn Group>) {
+    if let Err(error) = group.rollback().await {
+        debug!(%error, "a group that did not commit could not roll back; its connection is gone");
     }
 }
 

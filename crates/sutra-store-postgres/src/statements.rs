@@ -132,6 +132,10 @@ impl Statements for Scoped {
         self.tx.commit().await.map_err(db)
     }
 
+    async fn rollback(self) -> Result<()> {
+        self.tx.rollback().await.map_err(db)
+    }
+
     /// Declares the member's tenant, unless the transaction acts for it already: members of
     /// one tenant cost no round trip between them.
     async fn begin_member(&mut self, tenant: &str) -> Result<()> {

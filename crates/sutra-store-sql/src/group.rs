@@ -261,4 +261,8 @@ impl<B: Backend> Group for SqlGroup<B> {
         }
         tx.commit().await
     }
+
+    async fn rollback(self: Box<Self>) -> Result<()> {
+        self.tx.rollback().await
+    }
 }

@@ -172,8 +172,12 @@ pub trait Backend: Send + Sync + 'static {
 
 /// The statements more than one script runs, and the transaction's end.
 pub trait Statements: Send + Sized {
-    /// Commits; dropping the transaction instead rolls it back.
+    /// Commits; dropping the transaction instead rolls it back, once its connection is used
+    /// again.
     fn commit(self) -> impl Future<Output = Result<()>> + Send;
+
+    /// Rolls back, its locks released before it returns.
+    fn rollback(self) -> impl Future<Output = Result<()>> + Send;
 
     /// Opens the next member of a group (`sutra_store::Group::member`): from here on the
     /// transaction acts for `tenant`, and holds whatever lock its statements need to.

@@ -196,6 +196,13 @@ impl Statements for Session {
         }
     }
 
+    async fn rollback(self) -> Result<()> {
+        match self.write {
+            Some(write) => write.tx.rollback().await.map_err(db),
+            None => Ok(()),
+        }
+    }
+
     /// The write transaction, begun if need be, so that a group holds the write lock — every
     /// row's lock, on SQLite — from its first member's claim. The tenant is the scripts' business.
     async fn begin_member(&mut self, _tenant: &str) -> Result<()> {

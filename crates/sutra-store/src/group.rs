@@ -59,7 +59,8 @@ pub trait Groups: Send + Sync {
 }
 
 /// A transaction carrying steps, one member at a time. Dropping it without [`Group::commit`]
-/// rolls every member back.
+/// rolls every member back, but only once its connection is back with the store: a group that
+/// fails ends with [`Group::rollback`] before its members are tried again.
 #[async_trait::async_trait]
 pub trait Group: Send {
     /// Opens the next member, acting for `tenant`.
@@ -136,4 +137,9 @@ pub trait Group: Send {
     /// Commits every member kept, and announces in the same transaction, once for all of them,
     /// the ends its members asked to announce ([`crate::StepCommit::announce_end`]).
     async fn commit(self: Box<Self>) -> Result<()>;
+
+    /// Rolls every member back and releases the rows the group holds before it returns. A
+    /// dropped group rolls back later, when its connection is next used: a claim of one of its
+    /// instances made meanwhile — its members run alone — is refused as held.
+    async fn rollback(self: Box<Self>) -> Result<()>;
 }

@@ -57,7 +57,7 @@ async fn a_step_statement_past_the_claim_timeout_is_cancelled_and_releases_the_c
         ),
         other => panic!("the step's write was not cancelled: {other:?}"),
     }
-    drop(group);
+    group.rollback().await.unwrap();
 
     let mut next = store.group(TENANT).await.unwrap();
     let again = next.claim(TENANT, INSTANCE, &lane, claim_timeout).await;

@@ -335,7 +335,7 @@ pub async fn an_unreadable_instance_is_failed_in_its_row_and_every_claim_refuses
     assert!(matches!(refused, Err(Error::Corrupt(_))), "{refused:?}");
     let taken = group.claim(TENANT, &good, &owner(LANE_A), HOUR).await;
     assert_eq!(taken.unwrap().snapshot.status, Status::Suspended);
-    drop(group);
+    group.rollback().await.unwrap();
     let mut group = store.group(TENANT).await.unwrap();
     let refused = group.claim(TENANT, &bad, &owner(LANE_A), HOUR).await;
     assert!(matches!(refused, Err(Error::Corrupt(_))), "{refused:?}");

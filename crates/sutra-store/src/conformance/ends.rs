@@ -87,7 +87,7 @@ pub async fn an_announced_end_is_heard_once_its_commit_lands<S: Store>(store: &S
         .await
         .unwrap();
     group.commit_step(&ending(&claim)).await.unwrap();
-    drop(group);
+    group.rollback().await.unwrap();
     let claim = claimed(store, &unasked, LANE_A).await;
     let unannounced = StepCommit {
         announce_end: false,

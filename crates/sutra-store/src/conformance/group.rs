@@ -221,11 +221,13 @@ pub async fn nothing_of_a_group_is_durable_before_its_commit<S: Store>(store: &S
         .await
         .unwrap();
     group.commit_step(&advanced(&claim)).await.unwrap();
-    // The process dies here: its transaction is never committed.
-    drop(group);
+    // The group gives up here: its transaction is never committed.
+    group.rollback().await.unwrap();
 
     assert_eq!(record(store, &id).await, before);
-    // And the claim taken inside the group was never anyone's: another owner takes it at once.
+    // And the claim taken inside the group was never anyone's: another owner takes it at once,
+    // the rollback having released the row before it returned (a dropped group's would linger
+    // until its connection is used again).
     claimed(store, &id, LANE_B).await;
 }
 
