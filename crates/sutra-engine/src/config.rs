@@ -79,6 +79,10 @@ pub struct EngineConfig {
     /// Schedule ticks a deployment's flows may make together per minute, at most
     /// (`sutra.schedules.max-ticks-per-minute`, decision 0083): a denser deployment is refused.
     pub schedule_max_ticks_per_minute: u32,
+    /// The shortest `remind.every` a deployment may ask for (`sutra.remind.min-every`, at least
+    /// the language's own floor of a second): each reminder is a step and a row of history, so a
+    /// denser one is refused at deploy.
+    pub remind_min_every: SignedDuration,
     /// The longest lock a task is granted (`sutra.tasks.max-lock`, decision 0078): a longer one
     /// asked for — by a poll, a completion's `take`, an extension or the task node's own `lock`
     /// — is granted up to it, never refused ([`EngineConfig::granted_lock`]).
@@ -123,6 +127,7 @@ impl Default for EngineConfig {
             instance_max_vars_bytes: sutra_core::step::VARS_BYTES_DEFAULT,
             tenant_max_live_instances: 1_000_000,
             schedule_max_ticks_per_minute: 600,
+            remind_min_every: sutra_core::check::PERIOD_MIN,
             task_max_lock: SignedDuration::from_hours(1),
             brokers: Vec::new(),
             metric_tenant_labels: false,
@@ -191,6 +196,7 @@ impl EngineConfig {
         ] {
             positive(key, duration)?;
         }
+        self.remind_floor_is_the_languages_or_longer()?;
         self.group_window_is_short()?;
         self.claims_outlast_a_group()?;
         self.leaders_renew_in_time()
@@ -214,6 +220,18 @@ impl EngineConfig {
     /// an extension, and a task node's own `lock` as its task is armed.
     pub fn granted_lock(&self, asked: SignedDuration) -> SignedDuration {
         asked.min(self.task_max_lock)
+    }
+
+    /// The language refuses a reminder more often than once a second whatever the engine says;
+    /// a lower floor here would promise what no flow can ask for.
+    fn remind_floor_is_the_languages_or_longer(&self) -> Result<(), Refusal> {
+        if self.remind_min_every < sutra_core::check::PERIOD_MIN {
+            return refuse(
+                "sutra.remind.min-every",
+                "expected PT1S or longer: the language refuses a reminder more often than once a second",
+            );
+        }
+        Ok(())
     }
 
     fn group_window_is_short(&self) -> Result<(), Refusal> {
@@ -356,6 +374,19 @@ mod tests {
                 "sutra.engine.group.window"
             );
         }
+    }
+
+    #[test]
+    fn a_remind_floor_below_the_languages_second_is_refused() {
+        assert_eq!(
+            refused(|c| c.remind_min_every = SignedDuration::from_millis(999)),
+            "sutra.remind.min-every"
+        );
+        let config = EngineConfig {
+            remind_min_every: SignedDuration::from_mins(1),
+            ..EngineConfig::default()
+        };
+        assert_eq!(config.validate(), Ok(()));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use jiff::SignedDuration;
 use sutra_core::check;
 use sutra_core::diagnostic::{Diagnostic, Span};
 use sutra_core::model::{Deployment, Transport};
@@ -85,6 +86,10 @@ impl Deployments {
         }
         let mut refused = channel_conflicts(&self.live.get(), tenant, &deployment);
         refused.extend(brokers_missing(&self.shared.config.brokers, &deployment));
+        refused.extend(reminders_too_frequent(
+            self.shared.config.remind_min_every,
+            &deployment,
+        ));
         refused.extend(schedules_too_dense(
             self.shared.config.schedule_max_ticks_per_minute,
             &deployment,
@@ -210,6 +215,38 @@ fn schedules_too_dense(max_per_minute: u32, deployment: &Deployment) -> Option<D
              every replica",
         )
     })
+}
+
+/// Each reminder of the deployment repeating more often than `floor`: each is a step and a row
+/// of history, and the language's own floor of a second may be more than an operator's fleet
+/// should carry for every waiting instance (issue 48). Refused at deploy, naming the node.
+fn reminders_too_frequent(floor: SignedDuration, deployment: &Deployment) -> Vec<Diagnostic> {
+    let mut refused = Vec::new();
+    for (flow_name, flow) in &deployment.flows {
+        for node in &flow.nodes {
+            let Some(every) = node.remind.as_ref().and_then(|remind| remind.every) else {
+                continue;
+            };
+            if every < floor {
+                refused.push(
+                    Diagnostic::error(
+                        "remind-too-frequent",
+                        Span::default(),
+                        format!(
+                            "the `remind` of node `{}` in flow `{flow_name}` repeats every \
+                             {every}, more often than the {floor} this engine allows",
+                            node.id
+                        ),
+                    )
+                    .with_hint(format!(
+                        "write `every: {floor}` or longer, or lower sutra.remind.min-every \
+                         (SUTRA_REMIND_MIN_EVERY) on every replica, down to PT1S"
+                    )),
+                );
+            }
+        }
+    }
+    refused
 }
 
 /// Every non-retired version of `records` with its checked definition. A version that no longer

@@ -279,3 +279,49 @@ async fn a_failed_send_is_tried_again_only_after_its_backoff() {
     let rows = harness.engine.store().outbox(TENANT, &id).await.unwrap();
     assert!(rows[0].sent_at.is_some(), "{rows:?}");
 }
+
+/// A flow whose task reminds its approver every `every`.
+fn reminding(every: &str) -> String {
+    format!(
+        "name: reminders\nflows:\n  approve:\n    start: {{ channel: approvals }}\n    nodes:\n      \
+         - id: ask\n        task: {{ topic: approve }}\n        remind:\n          after: PT1H\n          \
+         every: {every}\n          nodes:\n            - id: nudge\n              set: {{ nudged: true }}\n      \
+         - id: done\n        end: {{}}\nchannels:\n  approvals: {{ transport: http }}\n"
+    )
+}
+
+/// A reminder repeating more often than the engine's floor (`sutra.remind.min-every`, issue 48:
+/// one instance reminding every millisecond wrote ~670 history rows a second) is refused at
+/// deploy, naming its node and the key; at the floor it deploys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reminder_more_frequent_than_the_engines_floor_is_refused_at_deploy() {
+    let floor = EngineConfig {
+        remind_min_every: minutes(1),
+        ..config()
+    };
+    let harness = Harness::start(FLOWS, floor).await;
+    let refused = harness
+        .engine
+        .deploy(TENANT, &reminding("PT30S"))
+        .await
+        .expect_err("PT30S is below the PT1M floor");
+    let sutra_engine::DeployError::Invalid(diagnostics) = refused else {
+        panic!("refused as invalid, not {refused:?}");
+    };
+    assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+    assert_eq!(diagnostics[0].rule, "remind-too-frequent");
+    assert!(
+        diagnostics[0].message.contains("node `ask`") && diagnostics[0].message.contains("PT30S"),
+        "{}",
+        diagnostics[0].message
+    );
+    assert!(
+        (diagnostics[0].hint.as_deref()).is_some_and(|h| h.contains("sutra.remind.min-every")),
+        "{diagnostics:?}"
+    );
+    harness
+        .engine
+        .deploy(TENANT, &reminding("PT1M"))
+        .await
+        .expect("a reminder at the floor deploys");
+}

@@ -87,6 +87,8 @@ const KEYS: &[(&str, Option<&str>)] = &[
     ("sutra.tenants.max-live-instances", Some("1000000")),
     // Schedule ticks a deployment may make per minute (issue 48, decision 0083).
     ("sutra.schedules.max-ticks-per-minute", Some("600")),
+    // The shortest `remind.every` a deployment may ask for (issue 48, decision 0084).
+    ("sutra.remind.min-every", Some("PT1S")),
     // The longest lock a task is granted: a longer one asked for is granted up to it (issue 48,
     // decision 0078).
     ("sutra.tasks.max-lock", Some("PT1H")),
@@ -309,6 +311,7 @@ impl Sources {
             tenant_max_live_instances: self.parsed("sutra.tenants.max-live-instances", number)?,
             schedule_max_ticks_per_minute: self
                 .parsed("sutra.schedules.max-ticks-per-minute", number)?,
+            remind_min_every: self.parsed("sutra.remind.min-every", duration)?,
             task_max_lock: self.parsed("sutra.tasks.max-lock", duration)?,
             outbox_batch: self.parsed("sutra.outbox.batch", number)?,
             outbox_backoff: self.parsed("sutra.outbox.backoff", duration)?,

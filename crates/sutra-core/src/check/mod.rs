@@ -17,6 +17,7 @@ mod graph;
 mod nodes;
 mod race;
 mod reader;
+pub use reader::PERIOD_MIN;
 mod schedule;
 mod scope;
 

@@ -15,8 +15,9 @@ use crate::yaml::{Entry, Node, Value};
 
 use super::calls::Reference;
 
-/// The shortest period anything may repeat at: a schedule's `every`, a reminder's.
-const PERIOD_MIN: SignedDuration = SignedDuration::from_secs(1);
+/// The shortest period anything may repeat at: a schedule's `every`, a reminder's. An engine may
+/// hold reminders to a longer one at deploy (`sutra.remind.min-every`), never to a shorter.
+pub const PERIOD_MIN: SignedDuration = SignedDuration::from_secs(1);
 
 /// Collects diagnostics while the document is read.
 pub(super) struct Checker<'s> {
