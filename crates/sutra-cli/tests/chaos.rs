@@ -28,6 +28,11 @@
 //! sessions hold locked (`pgrowlocks`, the sessions named by `application_name`); a replica
 //! caught holding none is thawed at once.
 //!
+//! Beside the transfers, orders run the rest of the language (`common::shop`): each calls a
+//! child flow per box from a `for-each` of three, races a message against a timer, and undoes
+//! its booking through a compensation scope; and a schedule starts an instance every second
+//! until a second version of the shop, deployed once the window is over, stops it.
+//!
 //! Senders retry every refused or failed send with the same event id until a replica accepts
 //! it; workers reconnect on their own. Afterwards the invariants of the workload hold (see
 //! `common::audit`): every accepted event consumed exactly once, no instance advanced twice,
@@ -36,7 +41,10 @@
 //! unknown one), nothing left claimed or asked, and every lease role held by exactly one live
 //! replica within `ttl + poll` of the last fault. And the history every replica recorded passes
 //! the history checker (`common::history`, decision 0043): one chain of commits per instance,
-//! no answer before its commit, no two leaders of a role at once, every message consumed once.
+//! no answer before its commit, no two leaders of a role at once, every message consumed once;
+//! and of the orders (`common::shop::audit_orders`, and the checker's rules over calls,
+//! compensations and ticks): every order completed with its three children's replies in box
+//! order, each child heard of once, each completion compensated once, every tick started once.
 //!
 //! The database is a cluster of the test's own (`DedicatedCluster`), so restarting it disturbs
 //! no other test. `SUTRA_CHAOS_SEED` replays a schedule (the faults and their victims; the
@@ -49,8 +57,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::shop::{ORDERS_PER_SECOND, audit_orders, send_orders_paced, shop, wait_for_orders};
 use common::{
-    Fleet, LeaseCheck, Timing, Workers, assert_every_role_led_by_one_live_replica,
+    Accepted, Fleet, LeaseCheck, Timing, Workers, assert_every_role_led_by_one_live_replica,
     assert_nothing_stranded, assert_resends_are_duplicates, audit, distinct, heard, history,
     send_paced, transfers, wait_for_ledger,
 };
@@ -108,18 +117,27 @@ async fn replicas_ride_through_kills_freezes_and_a_database_restart() {
         .start(cluster.url(), &deployment)
         .await;
     read_row_locks(cluster.admin_url()).await;
+    fleet.replica(0).deploy_accepted(&shop(true)).await;
     let urls = fleet.urls();
     let workers = Workers::start(&urls, timing);
     let http = reqwest::Client::new();
 
     let senders = send_paced(&http, &urls, window, TRANSFERS_PER_SECOND);
+    let order_senders = send_orders_paced(&http, &urls, window, ORDERS_PER_SECOND);
     let nemesis = Nemesis::new(fleet, &cluster, timing, seed);
     let (fleet, last_fault, crashes) = nemesis.unleash(window).await;
     let leases =
         assert_every_role_led_by_one_live_replica(&fleet, last_fault, timing.lease_bound()).await;
+    // The ticks stop, so that the run settles: a version whose `tick` no schedule starts, while
+    // the orders of the first version drain on it.
+    fleet.replica(0).deploy_accepted(&shop(false)).await;
     let mut accepted = Vec::new();
     for sender in senders {
         accepted.push(sender.await.expect("a sender does not panic"));
+    }
+    let mut orders = Vec::new();
+    for sender in order_senders {
+        orders.push(sender.await.expect("a sender does not panic"));
     }
     let recovered = wait_for_ledger(
         &receiver,
@@ -129,27 +147,42 @@ async fn replicas_ride_through_kills_freezes_and_a_database_restart() {
         fleet.replica(0),
     )
     .await;
+    let orders_done = wait_for_orders(
+        fleet.replica(0),
+        &orders,
+        last_fault,
+        timing.recovery_bound(),
+    )
+    .await;
     let handler_runs = workers.handler_runs();
     workers.stop().await;
 
     let found = audit(fleet.replica(0), &accepted, &receiver).await;
+    audit_orders(fleet.replica(0), &orders).await;
     // The history each replica recorded (decision 0043): one chain per instance, answers after
-    // their commits, one leader per role, every accepted message consumed once.
+    // their commits, one leader per role, every accepted message consumed once; and of the
+    // orders, every child ran and was heard of once, every completion compensated once, and
+    // every tick started one instance.
     let heard = heard(&receiver);
-    let histories = fleet.histories_settled(accepted.len(), distinct(&heard));
+    let started: Vec<Accepted> = accepted.iter().chain(&orders).cloned().collect();
+    let histories = fleet.histories_settled(started.len(), distinct(&heard));
     let killed = fleet.killed();
-    let history = history::check(&histories, &accepted, &heard, &killed, &crashes, seed);
+    let history = history::check(&histories, &started, &heard, &killed, &crashes, seed);
     println!("chaos: {history}");
     history.assert_clean();
+    assert!(history.ticks > 0, "no tick started an instance: {history}");
     assert_resends_are_duplicates(&http, &urls, &accepted).await;
     assert_nothing_stranded(cluster.admin_url()).await;
     let resent = accepted.iter().filter(|sent| sent.attempts > 1).count();
     println!(
-        "chaos: {} transfers accepted ({resent} only after retries), all completed exactly \
-         once; every transfer done {:.2} s after the last fault (bound {:?}); handler runs {} \
-         for {} tasks; ledger duplicates {}; leases {}",
+        "chaos: {} transfers and {} orders accepted ({resent} transfers only after retries), \
+         all completed exactly once; every transfer done {:.2} s and every order {:.2} s after \
+         the last fault (bound {:?}); handler runs {} for {} transfer tasks; ledger duplicates \
+         {}; leases {}",
         accepted.len(),
+        orders.len(),
         recovered.as_secs_f64(),
+        orders_done.as_secs_f64(),
         timing.recovery_bound(),
         handler_runs,
         2 * accepted.len(),

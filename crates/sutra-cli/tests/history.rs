@@ -21,9 +21,10 @@ mod common;
 use std::time::Duration;
 
 use common::history::{
-    self, ANSWERED_AND_UNHEARD, ANSWERED_BEFORE_COMMIT, ASKED_NOT_RESOLVED,
-    COMPLETION_NOT_CONSUMED, Incarnation, LOCKED_AFTER_COMPLETION, LOCKED_TWICE, OUTBOX_NOT_SENT,
-    OUTBOX_UNKNOWN, PARK_ANSWERED_TWICE, TWO_COMMITS_UNDER_ONE_FENCE,
+    self, ANSWERED_AND_UNHEARD, ANSWERED_BEFORE_COMMIT, ASKED_NOT_RESOLVED, CHILD_NEVER_RAN,
+    COMPENSATED_TWICE, COMPLETION_NOT_CONSUMED, CONSUMED_TWICE, ENDED_TWICE, Incarnation,
+    LOCKED_AFTER_COMPLETION, LOCKED_TWICE, OUTBOX_NOT_SENT, OUTBOX_UNKNOWN, PARK_ANSWERED_TWICE,
+    REPORTED_TWICE, TWO_COMMITS_UNDER_ONE_FENCE, UNCALLED_CHILD,
 };
 use common::{
     Accepted, Fleet, Timing, Workers, distinct, heard, send_transfer, transfers, wait_for_ledger,
@@ -447,4 +448,95 @@ fn a_polled_lock_a_database_crash_lost_unflushed_ends_at_the_crash() {
     // A crash long after the lock was answered found it on disk: the pair stays an anomaly.
     let report = with_crash(&[1_800_000]);
     assert_eq!(report.found(LOCKED_TWICE).len(), 1, "{report}");
+}
+
+/// A parent `p` whose start calls child `c` on park 4, the child's one step ending it and
+/// reporting to that park, and the parent's step hearing of it.
+fn a_call_heard() -> [serde_json::Value; 3] {
+    [
+        commit(
+            0,
+            (1, 2),
+            json!({"instance": "p", "kind": "start", "claimed": null,
+                   "called": [{"child": "c", "park": 4}]}),
+        ),
+        commit(
+            1,
+            (1, 2),
+            json!({"instance": "c", "claimed": 0, "status": "completed",
+                   "reported": {"parent": "p", "park": 4}}),
+        ),
+        commit(
+            1,
+            (3, 4),
+            json!({"instance": "p", "park": 4, "status": "completed"}),
+        ),
+    ]
+}
+
+#[test]
+fn the_checker_finds_a_child_reported_twice_and_ended_twice() {
+    let heard = a_call_heard();
+    checked(&heard, &[]).assert_clean();
+    let again = commit(
+        2,
+        (3, 3),
+        json!({"instance": "c", "status": "completed", "reported": {"parent": "p", "park": 4}}),
+    );
+    let report = checked(
+        &[heard[0].clone(), heard[1].clone(), again, heard[2].clone()],
+        &[],
+    );
+    assert_eq!(report.found(REPORTED_TWICE).len(), 1, "{report}");
+    assert_eq!(report.found(ENDED_TWICE).len(), 1, "{report}");
+    assert_eq!(report.anomalies.len(), 2, "{report}");
+}
+
+#[test]
+fn the_checker_finds_a_call_unheard_a_child_that_never_ran_and_a_report_for_no_call() {
+    let [call, child, _] = a_call_heard();
+    // The parent never heard of its child's end: the call's park is asked and unresolved.
+    let report = checked(&[call.clone(), child.clone()], &[]);
+    assert_eq!(report.found(ASKED_NOT_RESOLVED).len(), 1, "{report}");
+    // A child called and never run.
+    let report = checked(std::slice::from_ref(&call), &[]);
+    assert_eq!(report.found(CHILD_NEVER_RAN).len(), 1, "{report}");
+    // A child reporting to a park its parent never called it on.
+    let stray = commit(
+        1,
+        (1, 1),
+        json!({"instance": "d", "claimed": 0, "status": "completed",
+               "reported": {"parent": "p", "park": 5}}),
+    );
+    let [call, child, parent] = a_call_heard();
+    let report = checked(&[call, child, stray, parent], &[]);
+    assert_eq!(report.found(UNCALLED_CHILD).len(), 1, "{report}");
+}
+
+#[test]
+fn the_checker_finds_a_completion_compensated_twice() {
+    let start = commit(0, (1, 1), json!({"kind": "start", "claimed": null}));
+    let first = commit(1, (2, 3), json!({"compensated": [0]}));
+    let second = commit(2, (4, 5), json!({"compensated": [1]}));
+    checked(&[start.clone(), first.clone(), second], &[]).assert_clean();
+    let again = commit(2, (4, 5), json!({"compensated": [0]}));
+    let report = checked(&[start, first, again], &[]);
+    assert_eq!(report.found(COMPENSATED_TWICE).len(), 1, "{report}");
+}
+
+#[test]
+fn the_checker_finds_a_schedule_tick_that_started_two_instances() {
+    let tick = |instance: &str| {
+        commit(
+            0,
+            (1, 1),
+            json!({"instance": instance, "kind": "start", "claimed": null,
+                   "channel": "schedule:tick", "event_id": "clock/tick@1"}),
+        )
+    };
+    let report = checked(&[tick("a")], &[]);
+    assert_eq!(report.ticks, 1, "{report}");
+    report.assert_clean();
+    let report = checked(&[tick("a"), tick("b")], &[]);
+    assert_eq!(report.found(CONSUMED_TWICE).len(), 1, "{report}");
 }

@@ -24,7 +24,10 @@
 //!   in the group), `channel`/`event_id` (the message it consumed, if any), `park` (the park it
 //!   answered), `took` (the delivery it took), `asked` (the parks it armed as tasks or timers),
 //!   `disarmed` (other parks it disarmed), `outbox` (the keys of the outbox rows it wrote),
-//!   `status` (the instance's, once it landed).
+//!   `called` (the children it inserted, each `{child, park}`: the park of this instance
+//!   waiting for it), `reported` (`{parent, park}`, when it ended a child and asked its parent's
+//!   park to hear of it), `compensated` (the compensation-log entries whose handler completed
+//!   in it), `status` (the instance's, once it landed).
 //! - `claim_refused`: a claim met a holder. `lane`, `tenant`, `instance`.
 //! - `claim_lost`: a commit's fenced update matched nothing. `lane`, `tenant`, `instance`,
 //!   `claimed`.
@@ -51,7 +54,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use sutra_core::snapshot::ParkId;
-use sutra_core::step::HistoryEvent;
+use sutra_core::step::{HistoryEvent, HistoryKind};
 use sutra_store::{Arm, ClaimKind, LockedTask, StepCommit};
 
 /// The `tracing` target of every history event.
@@ -138,6 +141,12 @@ pub(crate) struct Commit {
     pub disarmed: Vec<u64>,
     /// The idempotency keys of the outbox rows it wrote.
     pub outbox: Vec<String>,
+    /// The children it inserted, each with the park of this instance that waits for it.
+    pub called: Vec<(String, u64)>,
+    /// The parent and park this step, ending a child, asked to hear of it.
+    pub reported: Option<(String, u64)>,
+    /// The compensation-log entries whose handler completed in this step.
+    pub compensated: Vec<u64>,
     /// The instance's status once it landed.
     pub status: &'static str,
 }
@@ -178,8 +187,21 @@ impl Commit {
             outbox: (rows.outbox.iter())
                 .map(|entry| entry.idempotency_key.clone())
                 .collect(),
+            called: (rows.children.iter())
+                .map(|child| (child.snapshot.instance.id.clone(), child.park.0))
+                .collect(),
+            reported: (rows.report.as_ref()).map(|report| (report.parent.clone(), report.park.0)),
+            compensated: Commit::compensated(&rows.history),
             status: rows.snapshot.status.as_str(),
         }
+    }
+
+    /// The entries of the `compensated` events among `history`.
+    fn compensated(history: &[HistoryEvent]) -> Vec<u64> {
+        (history.iter())
+            .filter(|event| event.kind == HistoryKind::Compensated)
+            .filter_map(|event| event.detail["entry"].as_u64())
+            .collect()
     }
 
     /// The first and last audit sequence numbers among `history`.
@@ -229,6 +251,12 @@ pub(crate) fn commit(replica: &str, commit: &Commit, landed: Landed, group: u64,
             "asked": commit.asked,
             "disarmed": commit.disarmed,
             "outbox": commit.outbox,
+            "called": (commit.called.iter())
+                .map(|(child, park)| json!({"child": child, "park": park}))
+                .collect::<Vec<_>>(),
+            "reported": (commit.reported.as_ref())
+                .map(|(parent, park)| json!({"parent": parent, "park": park})),
+            "compensated": commit.compensated,
             "status": commit.status,
         }),
     );

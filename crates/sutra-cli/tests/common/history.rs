@@ -29,6 +29,12 @@
 //! - **Outbox rows sent**: every outbox row a commit wrote was recorded sent by a replica or
 //!   heard by the receiver, and every key recorded sent or heard was written by a commit.
 //!
+//! - **The language's own parks** (issue 48): a call's park counts as asked, answered when its
+//!   child's end is delivered; every child a commit called ran (has a commit of its own), and its
+//!   end was reported to its parent once, for a call that parent made; no instance ended by two
+//!   commits; no completion compensated twice; no message — a schedule's tick included — started
+//!   two instances.
+//!
 //! A group whose `COMMIT` failed records its members' commits as `commit_unknown`: it may have
 //! landed with its answer lost. Such a commit counts as landed when what followed shows it did
 //! (see [`landed`]).
@@ -113,6 +119,11 @@ pub const ANSWERED_AND_UNHEARD: &str = "a lock answered to a worker and handed b
 pub const ASKED_NOT_RESOLVED: &str = "an asked task or timer neither taken nor resolved";
 pub const OUTBOX_NOT_SENT: &str = "an outbox row never sent";
 pub const OUTBOX_UNKNOWN: &str = "an outbox key sent that no commit wrote";
+pub const ENDED_TWICE: &str = "an instance ended by two commits";
+pub const CHILD_NEVER_RAN: &str = "a called child with no commit of its own";
+pub const REPORTED_TWICE: &str = "a child's end reported to its parent twice";
+pub const UNCALLED_CHILD: &str = "a child's end reported for a call its parent did not make";
+pub const COMPENSATED_TWICE: &str = "a completion compensated twice";
 
 /// What the checker found.
 #[derive(Debug)]
@@ -126,6 +137,12 @@ pub struct Report {
     pub locks: usize,
     /// Outbox rows the commits wrote.
     pub outbox: usize,
+    /// Children the commits called.
+    pub calls: usize,
+    /// Compensation handlers completed.
+    pub compensations: usize,
+    /// Instances a schedule's tick started.
+    pub ticks: usize,
     pub anomalies: Vec<Anomaly>,
     /// Gaps and missing starts explained by a killed replica's lost last lines.
     pub unrecorded: Vec<Anomaly>,
@@ -148,7 +165,8 @@ impl fmt::Display for Report {
         writeln!(
             f,
             "history check (seed {}): {} events, {} commits, {} answers, {} lease terms, {} task \
-             locks, {} outbox rows; {} anomalies, {} unrecorded",
+             locks, {} outbox rows, {} calls, {} compensations, {} ticks; {} anomalies, {} \
+             unrecorded",
             self.seed,
             self.events,
             self.commits,
@@ -156,6 +174,9 @@ impl fmt::Display for Report {
             self.terms,
             self.locks,
             self.outbox,
+            self.calls,
+            self.compensations,
+            self.ticks,
             self.anomalies.len(),
             self.unrecorded.len()
         )?;
@@ -214,6 +235,9 @@ pub fn check(
         terms: 0,
         locks: 0,
         outbox: 0,
+        calls: 0,
+        compensations: 0,
+        ticks: 0,
         anomalies: Vec::new(),
         unrecorded: Vec::new(),
     };
@@ -228,6 +252,9 @@ pub fn check(
     locks(&events, crashes, &mut report);
     asked(&commits, killed, &mut report);
     outbox(&events, &commits, heard, killed, &mut report);
+    ends(&commits, &mut report);
+    calls(&commits, killed, &mut report);
+    compensations(&commits, &mut report);
     report
 }
 
@@ -530,6 +557,24 @@ fn consumed(commits: &[&Event], accepted: &[Accepted], killed: bool, report: &mu
             starts.entry(event_id).or_default().push(commit);
         }
     }
+    report.ticks = (starts.values().flatten())
+        .filter(|start| {
+            start
+                .str("channel")
+                .is_some_and(|c| c.starts_with("schedule:"))
+        })
+        .count();
+    // A message no client was answered for — a schedule's tick — may have started one instance
+    // at most, as any other.
+    let sent: HashSet<&str> = accepted.iter().map(|a| a.event_id.as_str()).collect();
+    for (event_id, found) in &starts {
+        if !sent.contains(event_id) && found.len() > 1 {
+            let subject = format!("message {event_id} (sent by the engine)");
+            report
+                .anomalies
+                .push(anomaly(CONSUMED_TWICE, subject, found));
+        }
+    }
     for sent in accepted {
         let found = starts
             .get(sent.event_id.as_str())
@@ -748,7 +793,8 @@ fn asked(commits: &[&Event], killed: bool, report: &mut Report) {
     }
     for commit in commits {
         let instance = commit.str("instance").unwrap_or_default();
-        for park in ints(commit, "asked") {
+        let calls = called(commit).map(|(_, park)| park);
+        for park in ints(commit, "asked").chain(calls) {
             if !resolved.contains(&(instance, park)) && !ended.contains(instance) {
                 let subject = format!("instance {instance}, park {park}");
                 report.missing(killed, anomaly(ASKED_NOT_RESOLVED, subject, &[commit]));
@@ -803,5 +849,90 @@ fn outbox(
             let by = sent.get(key).cloned().unwrap_or_default();
             report.missing(killed, anomaly(OUTBOX_UNKNOWN, key, &by));
         }
+    }
+}
+
+/// The children a commit called, each with the park of its instance waiting for it.
+fn called<'a>(commit: &'a Event) -> impl Iterator<Item = (&'a str, i64)> + 'a {
+    let items = commit.0["called"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    (items.iter()).filter_map(|call| Some((call["child"].as_str()?, call["park"].as_i64()?)))
+}
+
+/// (i) No instance ended by two commits.
+fn ends(commits: &[&Event], report: &mut Report) {
+    let mut ends: BTreeMap<&str, Vec<&Event>> = BTreeMap::new();
+    for commit in commits.iter().filter(|c| at_rest(c.str("status"))) {
+        (ends.entry(commit.str("instance").unwrap_or_default()))
+            .or_default()
+            .push(commit);
+    }
+    for (instance, by) in ends.into_iter().filter(|(_, by)| by.len() > 1) {
+        let subject = format!("instance {instance}");
+        report.anomalies.push(anomaly(ENDED_TWICE, subject, &by));
+    }
+}
+
+/// (j) Every child called ran, and its end was reported once, to the call that made it. That
+/// its parent's park then heard of it once is (e) and (g): the park is asked, and answered once.
+fn calls(commits: &[&Event], killed: bool, report: &mut Report) {
+    let mut made: HashMap<&str, (&str, i64, &Event)> = HashMap::new();
+    for commit in commits {
+        for (child, park) in called(commit) {
+            made.insert(
+                child,
+                (commit.str("instance").unwrap_or_default(), park, commit),
+            );
+        }
+    }
+    report.calls = made.len();
+    let ran: HashSet<&str> = commits.iter().filter_map(|c| c.str("instance")).collect();
+    for (child, (_, _, by)) in &made {
+        if !ran.contains(child) {
+            let subject = format!("child {child}");
+            report.missing(killed, anomaly(CHILD_NEVER_RAN, subject, &[by]));
+        }
+    }
+    let mut reports: BTreeMap<&str, Vec<&Event>> = BTreeMap::new();
+    for commit in commits.iter().filter(|c| c.0["reported"].is_object()) {
+        (reports.entry(commit.str("instance").unwrap_or_default()))
+            .or_default()
+            .push(commit);
+    }
+    for (child, by) in reports {
+        let subject = format!("child {child}");
+        if by.len() > 1 {
+            report
+                .anomalies
+                .push(anomaly(REPORTED_TWICE, subject.clone(), &by));
+        }
+        let to = &by[0].0["reported"];
+        let asked = (to["parent"].as_str(), to["park"].as_i64());
+        let call = made
+            .get(child)
+            .map(|(parent, park, _)| (Some(*parent), Some(*park)));
+        if call != Some(asked) {
+            report.missing(killed, anomaly(UNCALLED_CHILD, subject, &by));
+        }
+    }
+}
+
+/// (k) No entry of an instance's compensation log compensated by two commits.
+fn compensations(commits: &[&Event], report: &mut Report) {
+    let mut done: BTreeMap<(&str, i64), Vec<&Event>> = BTreeMap::new();
+    for commit in commits {
+        let instance = commit.str("instance").unwrap_or_default();
+        for entry in ints(commit, "compensated") {
+            done.entry((instance, entry)).or_default().push(commit);
+        }
+    }
+    report.compensations = done.len();
+    for ((instance, entry), by) in done.into_iter().filter(|(_, by)| by.len() > 1) {
+        let subject = format!("instance {instance}, entry {entry}");
+        report
+            .anomalies
+            .push(anomaly(COMPENSATED_TWICE, subject, &by));
     }
 }

@@ -12,6 +12,7 @@
 pub mod composition;
 pub mod history;
 pub mod incarnations;
+pub mod shop;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -421,6 +422,9 @@ fn ledger(url: &str, id: &str, runs: &Arc<AtomicU64>) -> Worker {
     Worker::new(client, id)
         .handler("debit-account", posting(Arc::clone(runs)))
         .handler("credit-account", posting(Arc::clone(runs)))
+        .handler("reserve-stock", shop::echo)
+        .handler("unreserve-stock", shop::echo)
+        .handler("pack-box", shop::echo)
 }
 
 /// How long one send may take before the sender gives up on that replica and tries the next:
@@ -451,8 +455,21 @@ pub async fn send_transfer(
     first: usize,
     transfer: &str,
 ) -> Accepted {
-    let event_id = format!("evt-{transfer}");
     let data = json!({"id": transfer, "from": "alice", "to": "bob", "amount": 10});
+    send_until_accepted(http, urls, first, "transfers", transfer, data).await
+}
+
+/// Sends the start of `id` (event id `evt-{id}`, carrying `data`) on `channel` as
+/// [`send_transfer`] does a transfer's.
+pub async fn send_until_accepted(
+    http: &reqwest::Client,
+    urls: &[String],
+    first: usize,
+    channel: &str,
+    id: &str,
+    data: Value,
+) -> Accepted {
+    let (event_id, transfer) = (format!("evt-{id}"), id);
     let body = sutra_testkit::event(&event_id, data).to_string();
     let deadline = Instant::now() + SEND_PATIENCE;
     let mut attempts = 0;
@@ -460,7 +477,7 @@ pub async fn send_transfer(
         let slot = (first + attempts as usize) % urls.len();
         attempts += 1;
         let sent = http
-            .post(format!("{}/v1/channels/transfers/messages", urls[slot]))
+            .post(format!("{}/v1/channels/{channel}/messages", urls[slot]))
             .header("content-type", "application/cloudevents+json")
             .body(body.clone())
             .timeout(SEND_TIMEOUT)
@@ -595,12 +612,13 @@ pub async fn audit(server: &Server, accepted: &[Accepted], receiver: &Receiver) 
     let by_id: HashMap<String, Value> = instances(server)
         .await
         .into_iter()
+        .filter(|instance| instance["flow"] == "transfer")
         .map(|instance| (instance["id"].as_str().unwrap().to_owned(), instance))
         .collect();
     assert_eq!(
         by_id.len(),
         accepted.len(),
-        "one instance per accepted event, and no other"
+        "one transfer per accepted event, and no other"
     );
     let mut emitted = HashSet::new();
     for sent in accepted {
