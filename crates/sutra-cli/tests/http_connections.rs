@@ -208,3 +208,21 @@ fn a_body_that_trickles_in_is_answered_and_its_connection_closed_after_the_body_
         sent.elapsed()
     );
 }
+
+/// A request target past 65,534 bytes and more headers than the limit are refused by the HTTP
+/// layer while it parses them, before any handler can write a coded answer (docs/spec.md §10):
+/// `414` and `431`, without a body, and the server goes on answering (issue 48, finding 7).
+#[test]
+fn an_overlong_target_and_oversized_headers_are_refused_bare_and_the_server_answers_on() {
+    let scratch = Scratch::new("overlong-head");
+    let server = Server::start(&serve!(scratch.database()));
+    let long_target = format!("GET /v1/instances?flow={} HTTP/1.1", "a".repeat(70_000));
+    let answer = request(&server, &long_target, "");
+    assert!(answer.starts_with("HTTP/1.1 414"), "{answer:.200}");
+    // Past hyper's hundred headers: small on the wire, so the request is whole before the refusal.
+    let headers: String = (0..120).map(|n| format!("\r\nX-Filler-{n}: b")).collect();
+    let answer = request(&server, &format!("GET /healthz HTTP/1.1{headers}"), "");
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer:.200}");
+    let answer = request(&server, "GET /healthz HTTP/1.1", "");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:.200}");
+}
