@@ -87,13 +87,16 @@ pub enum TickOutcome {
     Overlapped,
     /// Missed while no replica led the role, and not caught up.
     Missed,
+    /// Skipped: the tenant was at its live-instance quota (decision 0079).
+    OverQuota,
 }
 
 impl TickOutcome {
-    const ALL: [TickOutcome; 3] = [
+    const ALL: [TickOutcome; 4] = [
         TickOutcome::Fired,
         TickOutcome::Overlapped,
         TickOutcome::Missed,
+        TickOutcome::OverQuota,
     ];
 
     fn label(self) -> &'static str {
@@ -101,6 +104,7 @@ impl TickOutcome {
             TickOutcome::Fired => "fired",
             TickOutcome::Overlapped => "overlapped",
             TickOutcome::Missed => "missed",
+            TickOutcome::OverQuota => "over_quota",
         }
     }
 }

@@ -20,6 +20,9 @@ pub(crate) struct LiveInstances {
     tallies: Mutex<HashMap<String, Tally>>,
 }
 
+/// Each tenant's starts by this replica when a count began.
+pub(crate) struct Mark(HashMap<String, u64>);
+
 #[derive(Default)]
 struct Tally {
     /// Live as the database last counted them.
@@ -55,19 +58,45 @@ impl LiveInstances {
         tally.started = tally.started.saturating_add(n);
     }
 
-    /// The database's count replaces what was counted and started before it: a tenant it does
-    /// not name has none live.
-    pub(crate) fn recount(&self, counted: Vec<(String, u64)>) {
-        let counted = counted.into_iter().map(|(tenant, counted)| {
-            (
-                tenant,
-                Tally {
-                    counted,
-                    started: 0,
-                },
-            )
-        });
-        *self.tallies() = counted.collect();
+    /// What this replica had started when a count began: [`LiveInstances::recount`] forgets
+    /// only those, since a start made while the count ran may have committed after the count
+    /// read its tenant's rows.
+    pub(crate) fn mark(&self) -> Mark {
+        let tallies = self.tallies();
+        Mark(
+            (tallies.iter())
+                .map(|(tenant, tally)| (tenant.clone(), tally.started))
+                .collect(),
+        )
+    }
+
+    /// The database's count, begun at `mark`, replaces what was counted and started before it:
+    /// a tenant it does not name has none live but for what this replica started since. A start
+    /// the count did see is then counted twice until the next count: the quota errs towards
+    /// refusing, never towards a runaway.
+    pub(crate) fn recount(&self, counted: Vec<(String, u64)>, mark: &Mark) {
+        let mut tallies = self.tallies();
+        let since = |tenant: &str, tally: &Tally| {
+            let before = mark.0.get(tenant).copied().unwrap_or(0);
+            tally.started.saturating_sub(before)
+        };
+        let mut recounted: HashMap<String, Tally> = (tallies.iter())
+            .map(|(tenant, tally)| {
+                let started = since(tenant, tally);
+                (
+                    tenant.clone(),
+                    Tally {
+                        counted: 0,
+                        started,
+                    },
+                )
+            })
+            .filter(|(_, tally)| tally.started > 0)
+            .collect();
+        for (tenant, counted) in counted {
+            recounted.entry(tenant).or_default().counted = counted;
+        }
+        *tallies = recounted;
     }
 
     fn tallies(&self) -> std::sync::MutexGuard<'_, HashMap<String, Tally>> {
@@ -86,7 +115,8 @@ mod tests {
         assert_eq!(live.room("a"), 10);
         live.started("a", 3);
         assert_eq!((live.room("a"), live.room("b")), (7, 10));
-        live.recount(vec![("a".into(), 9), ("b".into(), 12)]);
+        let mark = live.mark();
+        live.recount(vec![("a".into(), 9), ("b".into(), 12)], &mark);
         assert_eq!(
             (live.room("a"), live.room("b")),
             (1, 0),
@@ -94,7 +124,19 @@ mod tests {
         );
         live.started("a", 5);
         assert_eq!(live.room("a"), 0);
-        live.recount(vec![]);
+        live.recount(vec![], &live.mark());
         assert_eq!(live.room("a"), 10, "none live");
+    }
+
+    #[test]
+    fn a_start_made_while_a_count_ran_is_not_forgotten_by_it() {
+        let live = LiveInstances::new(10);
+        live.started("a", 2);
+        let mark = live.mark();
+        // Started while the count ran, and committed after it read the tenant's rows.
+        live.started("a", 3);
+        live.started("c", 1);
+        live.recount(vec![("a".into(), 2)], &mark);
+        assert_eq!((live.room("a"), live.room("c")), (5, 9));
     }
 }

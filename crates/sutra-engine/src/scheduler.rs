@@ -14,7 +14,9 @@
 //! loaded: a row of a version this replica has not loaded yet waits for it, and a draining
 //! version has no row. A tick more than the grace late (twice the lease TTL: what a hand-over
 //! takes) was missed — no replica led the role — and the schedule's `catch-up` says what to do:
-//! `none` skips every missed tick, `one` fires the first of them and skips the rest.
+//! `none` skips every missed tick, `one` fires the first of them and skips the rest. A tick
+//! whose tenant is at its live-instance quota (decision 0079) is skipped too, and counted
+//! (`outcome="over_quota"`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -168,7 +170,16 @@ impl Scheduler {
                 metrics::schedule_tick(TickOutcome::Overlapped);
                 missed = missed.saturating_sub(1);
                 None
+            } else if self.shared.live.room(&row.tenant) == 0 {
+                // A schedule starts instances as a sender does, and is held to the same quota:
+                // ticks whose instances never end would otherwise grow the tenant past it. The
+                // tick is skipped, as an overlapped one is, and counted.
+                warn!(tenant = row.tenant, flow = row.flow, %from, "a tick was skipped: its tenant is at its live-instance quota (sutra.tenants.max-live-instances)");
+                metrics::schedule_tick(TickOutcome::OverQuota);
+                missed = missed.saturating_sub(1);
+                None
             } else {
+                self.shared.live.started(&row.tenant, 1);
                 let instance = self.start(row, deployment, schedule, from).await?;
                 fault::point("tick-started");
                 metrics::schedule_tick(TickOutcome::Fired);

@@ -108,12 +108,13 @@ impl Shared {
     /// Every tenant's live instances, as the database counts them now, for their quotas; left
     /// as last counted when it cannot, within [`BACKLOG_PATIENCE`].
     pub async fn count_live(&self) {
+        let mark = self.live.mark();
         match self
             .clock
             .timeout(BACKLOG_PATIENCE, self.store.live_by_tenant())
             .await
         {
-            Ok(Ok(counted)) => self.live.recount(counted),
+            Ok(Ok(counted)) => self.live.recount(counted, &mark),
             Ok(Err(error)) => debug!(%error, "could not count live instances"),
             Err(_) => debug!("the count of live instances took too long; left as it was"),
         }

@@ -340,3 +340,30 @@ async fn a_deployment_ticking_more_often_than_the_bound_is_refused() {
         .await
         .expect("600 ticks a minute are within it");
 }
+
+/// A schedule is held to its tenant's live-instance quota as a sender is (decision 0079): with
+/// room for one live instance, the first tick's instance — waiting on its task — fills it, and
+/// the next ticks are skipped rather than growing the tenant past its quota.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tick_past_the_tenants_live_instance_quota_is_skipped() {
+    let quota = EngineConfig {
+        tenant_max_live_instances: 1,
+        ..config()
+    };
+    let harness = Harness::start(&every_minute("allow", "one"), quota).await;
+    schedule_of(&harness).await;
+    advance(&harness, MINUTE).await;
+    let first = wait_for_instances(&harness, 1).await;
+    harness
+        .wait_for_status(&first[0].snapshot.instance.id, Status::Suspended)
+        .await;
+
+    advance(&harness, MINUTE).await;
+    advance(&harness, MINUTE).await;
+    wait_for_instances(&harness, 1).await;
+    assert_eq!(
+        schedule_of(&harness).await.next_at,
+        at("2030-01-01T00:04:00Z"),
+        "the skipped ticks are passed, not left due"
+    );
+}
