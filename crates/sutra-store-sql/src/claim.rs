@@ -25,16 +25,18 @@ impl<B: Backend> Claims for SqlStore<B> {
         owner: &Owner,
         claim_timeout: SignedDuration,
     ) -> Result<Claimed> {
-        let mut tx = self.begin(Scope::Tenant(tenant)).await?;
         let claim = NewClaim {
             tenant,
             instance,
             owner,
             timeout: claim_timeout,
         };
-        let claimed = take_claim(&mut tx, &claim).await?;
-        tx.commit().await?;
-        Ok(claimed)
+        // A refusal (a snapshot that does not decode) rolls the claim's write back before it is
+        // answered, and with it the row lock a group's claim right after would find held.
+        self.once(Scope::Tenant(tenant), async |tx| {
+            take_claim(tx, &claim).await
+        })
+        .await
     }
 
     async fn release(&self, tenant: &str, instance: &str, token: &ClaimToken) -> Result<()> {
@@ -62,45 +64,44 @@ impl<B: Backend> Claims for SqlStore<B> {
         failure: &Failure,
     ) -> Result<bool> {
         let failure = serde_json::to_string(failure).map_err(|e| corrupt("a failure", e))?;
-        let mut tx = self.begin(Scope::Tenant(tenant)).await?;
-        let row = tx.lock_snapshot(tenant, instance).await?;
-        let unreadable = row.is_some_and(|row| !row.marked() && row.decode().is_err());
-        if unreadable {
-            let mark = Mark {
-                status: Status::Failed,
-                unreadable: Some(&failure),
-                now: self.backend().clock().now(),
-            };
-            tx.set_mark(tenant, instance, &mark).await?;
-        }
-        tx.commit().await?;
-        Ok(unreadable)
+        let now = self.backend().clock().now();
+        self.once(Scope::Tenant(tenant), async |tx| {
+            let row = tx.lock_snapshot(tenant, instance).await?;
+            let unreadable = row.is_some_and(|row| !row.marked() && row.decode().is_err());
+            if unreadable {
+                let mark = Mark {
+                    status: Status::Failed,
+                    unreadable: Some(&failure),
+                    now,
+                };
+                tx.set_mark(tenant, instance, &mark).await?;
+            }
+            Ok(unreadable)
+        })
+        .await
     }
 
+    /// Ended on every path by [`SqlStore::once`]: a dropped transaction's row lock would refuse
+    /// the claim of the restore that follows (a bulk restore saw half its instances "claim held").
     async fn clear_unreadable(&self, tenant: &str, instance: &str) -> Result<Option<Status>> {
-        let mut tx = self.begin(Scope::Tenant(tenant)).await?;
-        let row = tx.lock_snapshot(tenant, instance).await?;
-        let cleared = match row {
-            None => Err(Error::InstanceNotFound(instance.to_owned())),
-            Some(row) if !row.marked() => Ok(None),
-            Some(row) => match row.decode() {
-                Err(unreadable) => Err(unreadable),
-                Ok(snapshot) => {
-                    let mark = Mark {
-                        status: snapshot.status,
-                        unreadable: None,
-                        now: self.backend().clock().now(),
-                    };
-                    tx.set_mark(tenant, instance, &mark).await?;
-                    Ok(Some(snapshot.status))
-                }
-            },
-        };
-        // Ended here whatever was found: a dropped transaction is rolled back only once its
-        // connection is back in the pool, and until then its row lock would refuse the claim
-        // of the restore that follows (a bulk restore saw half its instances "claim held").
-        tx.commit().await?;
-        cleared
+        let now = self.backend().clock().now();
+        self.once(Scope::Tenant(tenant), async |tx| {
+            let Some(row) = tx.lock_snapshot(tenant, instance).await? else {
+                return Err(Error::InstanceNotFound(instance.to_owned()));
+            };
+            if !row.marked() {
+                return Ok(None);
+            }
+            let snapshot = row.decode()?;
+            let mark = Mark {
+                status: snapshot.status,
+                unreadable: None,
+                now,
+            };
+            tx.set_mark(tenant, instance, &mark).await?;
+            Ok(Some(snapshot.status))
+        })
+        .await
     }
 }
 

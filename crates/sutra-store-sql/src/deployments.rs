@@ -14,18 +14,21 @@ use crate::store::SqlStore;
 #[async_trait::async_trait]
 impl<B: Backend> Deployments for SqlStore<B> {
     async fn deploy(&self, tenant: &str, name: &str, source: &str) -> Result<DeploymentRecord> {
-        let mut tx = self.begin(Scope::Tenant(tenant)).await?;
-        // Two deploys of one name would both read version n and both insert n+1.
-        tx.serialize(&[LockOn::Deployment { tenant, name }]).await?;
-        tx.drain_active(tenant, name).await?;
         let version = NewVersion {
             tenant,
             name,
             source,
         };
-        let row = tx.insert_version(&version).await?;
-        tx.announce_deployment().await?;
-        tx.commit().await?;
+        let row = self
+            .once(Scope::Tenant(tenant), async |tx| {
+                // Two deploys of one name would both read version n and both insert n+1.
+                tx.serialize(&[LockOn::Deployment { tenant, name }]).await?;
+                tx.drain_active(tenant, name).await?;
+                let row = tx.insert_version(&version).await?;
+                tx.announce_deployment().await?;
+                Ok(row)
+            })
+            .await?;
         row.decode()
     }
 

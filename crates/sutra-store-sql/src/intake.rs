@@ -66,46 +66,48 @@ impl<B: Backend> Intake for SqlStore<B> {
     /// Records the message's inbox row, then relays it to a wait armed on its key since the
     /// caller looked, or buffers it; the earlier answer if the message was consumed already.
     async fn buffer(&self, tenant: &str, message: &BufferedMessage) -> Result<Option<InboxAnswer>> {
-        let mut tx = self.begin(Scope::Tenant(tenant)).await?;
-        // Ordered with any park on the key (see `waits::lock_waits_refusing_taken_aliases`): the
-        // wait a park committed before this is seen below; a park after it sees the buffered row.
-        // Taken before any row is written, so that this transaction never holds a row a park's
-        // commit (which is ordered first) could wait for.
-        let on = Correlation {
-            tenant,
-            channel: &message.channel,
-            key: &message.key,
-        };
-        tx.serialize(&[LockOn::Correlation(on)]).await?;
-        let entry = InboxEntry {
-            channel: message.channel.clone(),
-            event_id: message.message.id.clone(),
-            answer: InboxAnswer::buffered(),
-            key: None,
-        };
-        if let Some(first) = insert_inbox_unless_consumed(&mut tx, tenant, &entry).await? {
-            return Ok(Some(first));
-        }
-        // The caller found no wait, but one may have been armed since: the park's transaction
-        // looked for buffered messages before this one existed, so relay to it here instead.
-        match tx.find_wait(on).await? {
-            Some(wait) => {
-                let relay = DeliveryKind::Relay {
-                    message: message.message.clone(),
-                };
-                let row = NewDeliveryRow {
-                    tenant,
-                    instance: &wait.instance,
-                    park: wait.park,
-                    kind: &relay,
-                    due_at: None,
-                };
-                tx.insert_delivery(row).await?;
+        self.once(Scope::Tenant(tenant), async |tx| {
+            // Ordered with any park on the key (see `waits::lock_waits_refusing_taken_aliases`):
+            // the wait a park committed before this is seen below; a park after it sees the
+            // buffered row. Taken before any row is written, so that this transaction never holds
+            // a row a park's commit (which is ordered first) could wait for.
+            let on = Correlation {
+                tenant,
+                channel: &message.channel,
+                key: &message.key,
+            };
+            tx.serialize(&[LockOn::Correlation(on)]).await?;
+            let entry = InboxEntry {
+                channel: message.channel.clone(),
+                event_id: message.message.id.clone(),
+                answer: InboxAnswer::buffered(),
+                key: None,
+            };
+            if let Some(first) = insert_inbox_unless_consumed(tx, tenant, &entry).await? {
+                return Ok(Some(first));
             }
-            None => tx.insert_buffered(tenant, message).await?,
-        }
-        tx.commit().await?;
-        Ok(None)
+            // The caller found no wait, but one may have been armed since: the park's
+            // transaction looked for buffered messages before this one existed, so relay to it
+            // here instead.
+            match tx.find_wait(on).await? {
+                Some(wait) => {
+                    let relay = DeliveryKind::Relay {
+                        message: message.message.clone(),
+                    };
+                    let row = NewDeliveryRow {
+                        tenant,
+                        instance: &wait.instance,
+                        park: wait.park,
+                        kind: &relay,
+                        due_at: None,
+                    };
+                    tx.insert_delivery(row).await?;
+                }
+                None => tx.insert_buffered(tenant, message).await?,
+            }
+            Ok(None)
+        })
+        .await
     }
 }
 

@@ -14,14 +14,14 @@ use crate::store::SqlStore;
 #[async_trait::async_trait]
 impl<B: Backend> Purge for SqlStore<B> {
     async fn purge(&self, retention: SignedDuration, batch: u32) -> Result<Purged> {
-        let mut tx = self.begin(Scope::System).await?;
-        let purged = Purged {
-            instances: tx.purge_instances(retention, batch).await?,
-            buffered: tx.purge_buffered(batch).await?,
-            outbox: tx.purge_outbox(retention, batch).await?,
-        };
-        tx.commit().await?;
-        Ok(purged)
+        self.once(Scope::System, async |tx| {
+            Ok(Purged {
+                instances: tx.purge_instances(retention, batch).await?,
+                buffered: tx.purge_buffered(batch).await?,
+                outbox: tx.purge_outbox(retention, batch).await?,
+            })
+        })
+        .await
     }
 }
 

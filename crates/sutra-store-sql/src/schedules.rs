@@ -29,22 +29,24 @@ impl<B: Backend> Schedules for SqlStore<B> {
             version,
             schedules,
         };
-        let mut tx = self.begin(Scope::Tenant(tenant)).await?;
-        // Two replicas syncing versions of one deployment at once would each judge "newer"
-        // before the other wrote, and the older could delete or bring back a row after the
-        // newer: syncs are ordered as deploys of the name are.
-        tx.serialize(&[LockOn::Deployment {
-            tenant,
-            name: deployment,
-        }])
-        .await?;
-        if !tx.newer_version_stored(&sync).await? {
-            if !schedules.is_empty() {
-                tx.upsert_schedules(&sync).await?;
+        self.once(Scope::Tenant(tenant), async |tx| {
+            // Two replicas syncing versions of one deployment at once would each judge "newer"
+            // before the other wrote, and the older could delete or bring back a row after the
+            // newer: syncs are ordered as deploys of the name are.
+            tx.serialize(&[LockOn::Deployment {
+                tenant,
+                name: deployment,
+            }])
+            .await?;
+            if !tx.newer_version_stored(&sync).await? {
+                if !schedules.is_empty() {
+                    tx.upsert_schedules(&sync).await?;
+                }
+                tx.delete_unscheduled(&sync).await?;
             }
-            tx.delete_unscheduled(&sync).await?;
-        }
-        tx.commit().await
+            Ok(())
+        })
+        .await
     }
 
     async fn schedules(&self, tenant: Option<&str>) -> Result<Vec<ScheduleRecord>> {

@@ -26,17 +26,27 @@ impl<B: Backend> SqlStore<B> {
         self.backend.begin(scope).await
     }
 
-    /// The script of an operation that is one statement: begin in `scope`, run it, commit. How
-    /// the statement runs (in a transaction, or alone where the backend needs none) is the
-    /// backend's to decide.
+    /// The script of an operation in one transaction: begin in `scope`, run `statements`,
+    /// commit. How a lone statement runs (in a transaction, or alone where the backend needs
+    /// none) is the backend's to decide. A script that fails is rolled back before its error is
+    /// answered: dropped, its transaction would keep its row locks until its connection is next
+    /// used, and a caller acting on the answer at once would find them held.
     pub(crate) async fn once<T>(
         &self,
         scope: Scope<'_>,
-        statement: impl AsyncFnOnce(&mut B::Tx) -> Result<T>,
+        statements: impl AsyncFnOnce(&mut B::Tx) -> Result<T>,
     ) -> Result<T> {
         let mut tx = self.begin(scope).await?;
-        let done = statement(&mut tx).await?;
-        tx.commit().await?;
-        Ok(done)
+        match statements(&mut tx).await {
+            Ok(done) => {
+                tx.commit().await?;
+                Ok(done)
+            }
+            Err(error) => {
+                // A rollback that fails has lost its connection, and the locks with it.
+                let _ = tx.rollback().await;
+                Err(error)
+            }
+        }
     }
 }

@@ -39,10 +39,10 @@ impl<B: Backend> Tasks for SqlStore<B> {
     }
 
     async fn exhaust_expired(&self, tenant: &str) -> Result<Vec<DeliveryId>> {
-        let mut tx = self.begin(Scope::Tenant(tenant)).await?;
-        let due_now = exhaust_expired(&mut tx, tenant).await?;
-        tx.commit().await?;
-        Ok(due_now)
+        self.once(Scope::Tenant(tenant), async |tx| {
+            exhaust_expired(tx, tenant).await
+        })
+        .await
     }
 
     #[cfg(feature = "conformance")]
@@ -62,10 +62,13 @@ impl<B: Backend> Tasks for SqlStore<B> {
         lock_token: &str,
         output: &Value,
     ) -> Result<()> {
-        let mut tx = self.begin(Scope::Tenant(tenant)).await?;
-        let task = complete_locked(&mut tx, tenant, id, lock_token).await?;
-        deliver_output(&mut tx, tenant, &task, output).await?;
-        tx.commit().await
+        // A refusal's transaction is rolled back before it is answered (`once`): a worker that
+        // acts on the answer at once does not find the task's row still locked by it.
+        self.once(Scope::Tenant(tenant), async |tx| {
+            let task = complete_locked(tx, tenant, id, lock_token).await?;
+            deliver_output(tx, tenant, &task, output).await
+        })
+        .await
     }
 
     async fn fail_task(
@@ -75,35 +78,37 @@ impl<B: Backend> Tasks for SqlStore<B> {
         lock_token: &str,
         failure: &TaskFailure,
     ) -> Result<TaskState> {
-        let mut tx = self.begin(Scope::Tenant(tenant)).await?;
-        let held = held(&mut tx, tenant, id, lock_token).await?;
-        let state = after_failure(held.attempt, held.retries, failure.retry);
-        let TaskError { code, message } = failure.error.clone();
-        let outcome = match state {
-            TaskState::Available => None,
-            TaskState::Failed => Some(DeliveryKind::TaskFailed { code, message }),
-            // `after_failure` answers nothing else but terminal.
-            _ => Some(DeliveryKind::TaskExhausted { code, message }),
-        };
-        match outcome {
-            None => {
-                let backoff = retry_backoff(held.backoff, held.attempt);
-                tx.reopen_task(id, 1, backoff).await?;
+        self.once(Scope::Tenant(tenant), async |tx| {
+            let held = held(tx, tenant, id, lock_token).await?;
+            let state = after_failure(held.attempt, held.retries, failure.retry);
+            let TaskError { code, message } = failure.error.clone();
+            let outcome = match state {
+                TaskState::Available => None,
+                TaskState::Failed => Some(DeliveryKind::TaskFailed { code, message }),
+                // `after_failure` answers nothing else but terminal.
+                _ => Some(DeliveryKind::TaskExhausted { code, message }),
+            };
+            match outcome {
+                None => {
+                    let backoff = retry_backoff(held.backoff, held.attempt);
+                    tx.reopen_task(id, 1, backoff).await?;
+                }
+                Some(outcome) => {
+                    tx.end_lock(id, state).await?;
+                    deliver(tx, tenant, &held, &outcome).await?;
+                }
             }
-            Some(outcome) => {
-                tx.end_lock(id, state).await?;
-                deliver(&mut tx, tenant, &held, &outcome).await?;
-            }
-        }
-        tx.commit().await?;
-        Ok(state)
+            Ok(state)
+        })
+        .await
     }
 
     async fn release_task(&self, tenant: &str, id: &str, lock_token: &str) -> Result<()> {
-        let mut tx = self.begin(Scope::Tenant(tenant)).await?;
-        held(&mut tx, tenant, id, lock_token).await?;
-        tx.reopen_task(id, 0, SignedDuration::ZERO).await?;
-        tx.commit().await
+        self.once(Scope::Tenant(tenant), async |tx| {
+            held(tx, tenant, id, lock_token).await?;
+            tx.reopen_task(id, 0, SignedDuration::ZERO).await
+        })
+        .await
     }
 
     async fn extend_task(
@@ -113,11 +118,11 @@ impl<B: Backend> Tasks for SqlStore<B> {
         lock_token: &str,
         lock: SignedDuration,
     ) -> Result<Timestamp> {
-        let mut tx = self.begin(Scope::Tenant(tenant)).await?;
-        held(&mut tx, tenant, id, lock_token).await?;
-        let until = tx.extend_lock(id, lock).await?;
-        tx.commit().await?;
-        Ok(until)
+        self.once(Scope::Tenant(tenant), async |tx| {
+            held(tx, tenant, id, lock_token).await?;
+            tx.extend_lock(id, lock).await
+        })
+        .await
     }
 }
 

@@ -285,16 +285,16 @@ pub async fn a_released_task_is_available_again_on_the_same_attempt<S: Store>(st
         "handed back, not failed"
     );
     assert!(task.available_at <= now(), "available at once");
-    let again = locked_one(store, WORKER_B, HOUR).await;
-    assert_eq!((again.id.as_str(), again.attempt), (first.id.as_str(), 1));
-    assert_ne!(again.lock_token, first.lock_token);
-    // Asked only now: a refused answer's transaction may hold the row until its rollback
-    // reaches the database, and a poll skips a row another transaction holds.
+    // A refused answer's transaction is over before the refusal is: the poll right after it,
+    // which skips a row another transaction holds, gets the task.
     assert_lock_lost(
         store
             .complete_task(TENANT, &first.id, &first.lock_token, &json!({}))
             .await,
     );
+    let again = locked_one(store, WORKER_B, HOUR).await;
+    assert_eq!((again.id.as_str(), again.attempt), (first.id.as_str(), 1));
+    assert_ne!(again.lock_token, first.lock_token);
     assert!(due(store).await.is_empty(), "a hand-back is no outcome");
 }
 
