@@ -29,16 +29,16 @@ use crate::waits::{ArmedWait, WaitArm, lock_then_find_each, lock_waits_refusing_
 #[async_trait::async_trait]
 impl<B: Backend> Steps for SqlStore<B> {
     async fn commit(&self, step: &StepCommit) -> Result<Committed> {
-        let mut tx = self
-            .begin(Scope::Tenant(&step.snapshot.instance.tenant))
-            .await?;
-        let committed = write_step(&mut tx, step, None, self.backend().clock().now()).await?;
-        if step.announce_end {
-            let ended = std::slice::from_ref(&step.snapshot.instance.id);
-            tx.announce_ended(ended).await?;
-        }
-        tx.commit().await?;
-        Ok(committed)
+        let now = self.backend().clock().now();
+        self.once(Scope::Tenant(&step.snapshot.instance.tenant), async |tx| {
+            let committed = write_step(tx, step, None, now).await?;
+            if step.announce_end {
+                let ended = std::slice::from_ref(&step.snapshot.instance.id);
+                tx.announce_ended(ended).await?;
+            }
+            Ok(committed)
+        })
+        .await
     }
 
     async fn end_notice(&self) -> Result<EndNotice> {
