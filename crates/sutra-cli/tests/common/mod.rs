@@ -455,8 +455,20 @@ pub async fn send_transfer(
     first: usize,
     transfer: &str,
 ) -> Accepted {
-    let data = json!({"id": transfer, "from": "alice", "to": "bob", "amount": 10});
-    send_until_accepted(http, urls, first, "transfers", transfer, data).await
+    send_until_accepted(
+        http,
+        urls,
+        first,
+        "transfers",
+        transfer,
+        transfer_data(transfer),
+    )
+    .await
+}
+
+/// A transfer's start event's data.
+fn transfer_data(transfer: &str) -> Value {
+    json!({"id": transfer, "from": "alice", "to": "bob", "amount": 10})
 }
 
 /// Sends the start of `id` (event id `evt-{id}`, carrying `data`) on `channel` as
@@ -518,17 +530,51 @@ pub fn send_paced(
     window: Duration,
     per_second: f64,
 ) -> Vec<JoinHandle<Accepted>> {
-    let count = (window.as_secs_f64() * per_second) as usize;
-    (0..count)
-        .map(|n| {
-            let (http, urls) = (http.clone(), urls.to_vec());
-            let at = Duration::from_secs_f64(n as f64 / per_second);
-            tokio::spawn(async move {
-                tokio::time::sleep(at).await;
-                send_transfer(&http, &urls, n % urls.len(), &format!("c{n}")).await
+    let transfers = Paced {
+        channel: "transfers",
+        prefix: "c",
+        data: transfer_data,
+    };
+    transfers.send(http, urls, window, per_second)
+}
+
+/// Starts sent at a steady pace on one channel: start `n` is `{prefix}{n}`, with the data `data`
+/// makes of that id.
+pub struct Paced {
+    pub channel: &'static str,
+    pub prefix: &'static str,
+    pub data: fn(&str) -> Value,
+}
+
+impl Paced {
+    /// One sender per start over `window`, start `n` at `n / per_second` into it and first to
+    /// replica `n mod replicas`; each sends until accepted.
+    pub fn send(
+        self,
+        http: &reqwest::Client,
+        urls: &[String],
+        window: Duration,
+        per_second: f64,
+    ) -> Vec<JoinHandle<Accepted>> {
+        let count = (window.as_secs_f64() * per_second) as usize;
+        (0..count)
+            .map(|n| {
+                let (http, urls) = (http.clone(), urls.to_vec());
+                let at = Duration::from_secs_f64(n as f64 / per_second);
+                let Paced {
+                    channel,
+                    prefix,
+                    data,
+                } = self;
+                tokio::spawn(async move {
+                    tokio::time::sleep(at).await;
+                    let id = format!("{prefix}{n}");
+                    let first = n % urls.len();
+                    send_until_accepted(&http, &urls, first, channel, &id, data(&id)).await
+                })
             })
-        })
-        .collect()
+            .collect()
+    }
 }
 
 fn instance_of(answer: &Value) -> String {

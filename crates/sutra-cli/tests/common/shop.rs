@@ -12,7 +12,7 @@ use sutra_client::{Task, TaskError};
 use sutra_testkit::Server;
 use tokio::task::JoinHandle;
 
-use super::{Accepted, send_until_accepted};
+use super::{Accepted, Paced};
 
 /// Orders started per second of the window, beside the transfers: each is five instances (its
 /// own and three children, one in two also a tick's) and six tasks.
@@ -94,19 +94,12 @@ pub fn send_orders_paced(
     window: Duration,
     per_second: f64,
 ) -> Vec<JoinHandle<Accepted>> {
-    let count = (window.as_secs_f64() * per_second) as usize;
-    (0..count)
-        .map(|n| {
-            let (http, urls) = (http.clone(), urls.to_vec());
-            let at = Duration::from_secs_f64(n as f64 / per_second);
-            tokio::spawn(async move {
-                tokio::time::sleep(at).await;
-                let id = format!("o{n}");
-                let data = json!({"id": id});
-                send_until_accepted(&http, &urls, n % urls.len(), "orders", &id, data).await
-            })
-        })
-        .collect()
+    let orders = Paced {
+        channel: "orders",
+        prefix: "o",
+        data: |id| json!({"id": id}),
+    };
+    orders.send(http, urls, window, per_second)
 }
 
 /// Waits until every order has completed, and returns how long that took from `since`. Fails
