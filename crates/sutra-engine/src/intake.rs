@@ -274,12 +274,11 @@ async fn try_start(
     let Some(request) = start_request(route, arrived) else {
         return Start::NoFlow;
     };
-    if shared.live.room(arrived.tenant) == 0 {
+    if !shared.live.admit(arrived.tenant) {
         return Start::Answered(Err(IntakeError::LiveInstances {
             tenant: arrived.tenant.to_owned(),
         }));
     }
-    shared.live.started(arrived.tenant, 1);
     let id = request.key.id.clone();
     match answer(shared, lanes, channel, request).await {
         // This very start, committed by a group whose COMMIT was answered with a lost

@@ -48,6 +48,19 @@ impl LiveInstances {
         self.max.saturating_sub(live)
     }
 
+    /// Whether `tenant` may start one more instance; if so, it is counted as started here. One
+    /// look under the lock, so that two starts of one tenant cannot both take its last room.
+    pub(crate) fn admit(&self, tenant: &str) -> bool {
+        let mut tallies = self.tallies();
+        let tally = tallies.entry(tenant.to_owned()).or_default();
+        let live = tally.counted.saturating_add(tally.started);
+        let admitted = live < self.max;
+        if admitted {
+            tally.started += 1;
+        }
+        admitted
+    }
+
     /// `n` instances of `tenant` were started here.
     pub(crate) fn started(&self, tenant: &str, n: u64) {
         if n == 0 {
@@ -124,8 +137,24 @@ mod tests {
         );
         live.started("a", 5);
         assert_eq!(live.room("a"), 0);
+        assert!(!live.admit("a"), "no room, not counted");
+        assert_eq!(live.room("a"), 0);
         live.recount(vec![], &live.mark());
         assert_eq!(live.room("a"), 10, "none live");
+    }
+
+    #[test]
+    fn admitting_takes_the_last_room_and_then_refuses() {
+        let live = LiveInstances::new(2);
+        live.started("a", 1);
+        assert!(live.admit("a"));
+        assert_eq!(live.room("a"), 0);
+        assert!(!live.admit("a"));
+        assert_eq!(
+            (live.room("a"), live.room("b")),
+            (0, 2),
+            "a refusal counts nothing"
+        );
     }
 
     #[test]

@@ -170,7 +170,7 @@ impl Scheduler {
                 metrics::schedule_tick(TickOutcome::Overlapped);
                 missed = missed.saturating_sub(1);
                 None
-            } else if self.shared.live.room(&row.tenant) == 0 {
+            } else if !self.shared.live.admit(&row.tenant) {
                 // A schedule starts instances as a sender does, and is held to the same quota:
                 // ticks whose instances never end would otherwise grow the tenant past it. The
                 // tick is skipped, as an overlapped one is, and counted.
@@ -179,7 +179,6 @@ impl Scheduler {
                 missed = missed.saturating_sub(1);
                 None
             } else {
-                self.shared.live.started(&row.tenant, 1);
                 let instance = self.start(row, deployment, schedule, from).await?;
                 fault::point("tick-started");
                 metrics::schedule_tick(TickOutcome::Fired);

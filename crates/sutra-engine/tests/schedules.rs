@@ -132,6 +132,16 @@ async fn advance(harness: &Harness, by: Duration) {
     tokio::time::sleep(GRACE).await;
 }
 
+/// The first tick's instance, once it waits on its task: the clock moved on a minute.
+async fn first_tick_waiting(harness: &Harness) -> Vec<InstanceRecord> {
+    advance(harness, MINUTE).await;
+    let first = wait_for_instances(harness, 1).await;
+    harness
+        .wait_for_status(&first[0].snapshot.instance.id, Status::Suspended)
+        .await;
+    first
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_tick_starts_one_instance_with_the_tick_as_its_input() {
     let harness = started("allow", "one").await;
@@ -165,11 +175,7 @@ async fn each_tick_starts_one_instance_with_the_tick_as_its_input() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overlap_skip_skips_a_tick_while_the_last_instance_runs() {
     let harness = started("skip", "one").await;
-    advance(&harness, MINUTE).await;
-    let first = wait_for_instances(&harness, 1).await;
-    harness
-        .wait_for_status(&first[0].snapshot.instance.id, Status::Suspended)
-        .await;
+    let first = first_tick_waiting(&harness).await;
 
     advance(&harness, MINUTE).await;
     wait_for_instances(&harness, 1).await;
@@ -352,11 +358,7 @@ async fn a_tick_past_the_tenants_live_instance_quota_is_skipped() {
     };
     let harness = Harness::start(&every_minute("allow", "one"), quota).await;
     schedule_of(&harness).await;
-    advance(&harness, MINUTE).await;
-    let first = wait_for_instances(&harness, 1).await;
-    harness
-        .wait_for_status(&first[0].snapshot.instance.id, Status::Suspended)
-        .await;
+    first_tick_waiting(&harness).await;
 
     advance(&harness, MINUTE).await;
     advance(&harness, MINUTE).await;
